@@ -1,0 +1,35 @@
+# Two commands set everything up on a fresh machine:
+#   make demo   - the end-to-end demo (local cluster, generated NanoAOD-like data, consecutive runs)
+#   make test   - the test suite
+# Both create .venv with the pinned dependencies (requirements/constraints.txt) first.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test test-slow bench venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[test,bench]"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m examples.demo
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m slow
+
+bench: $(STAMP)
+	$(PY) benchmarks/placement.py
+	$(PY) benchmarks/cache_read.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

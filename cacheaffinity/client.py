@@ -1,0 +1,195 @@
+"""Client-side API: give tasks a chunk identity, ask where chunks go, check the plugin.
+
+Runs in the client process (a script, a notebook, the coffea executor).
+
+A *chunk identity* is a stable string naming the data a task reads, e.g.
+``"<file uuid>/Events/0-100000"``: the same data gives the same string for
+every user and run.  The scheduler plugin places every task that carries one
+on the chunk's cache node.  Three ways to attach it:
+
+>>> with cacheaffinity.chunk("run2018A/file7.root/Events/0-100000"):  # doctest: +SKIP
+...     fut = client.submit(process, "file7.root", 0, 100000)
+...     lazy = dask.delayed(process)("file7.root", 0, 100000)
+
+>>> futs = cacheaffinity.map_chunks(client, process, items,  # doctest: +SKIP
+...                                 chunk_ids=[chunk_id(i) for i in items])
+
+Chunk identities travel as the task annotation ``cacheaffinity`` (see
+:mod:`cacheaffinity.protocol`), so they reach the scheduler with the graph,
+before its first placement decision, and survive graph optimisation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import uuid
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import dask
+from dask.base import tokenize
+from dask.utils import funcname
+
+from cacheaffinity.protocol import ANNOTATION, PLUGIN_NAME
+
+__all__ = ["ChunkIds", "check", "chunk", "chunks", "map_chunks", "where"]
+
+
+def chunk(chunk_id: str) -> contextlib.AbstractContextManager:
+    """Context manager: tasks created inside carry ``chunk_id``.
+
+    Works for ``client.submit``, ``client.map`` (all mapped tasks get the same
+    id; use :func:`map_chunks` for one id per task) and ``dask.delayed``.
+    """
+    if not isinstance(chunk_id, str) or not chunk_id:
+        raise TypeError(
+            f"chunk identity must be a non-empty string, got {chunk_id!r}; "
+            'e.g. cacheaffinity.chunk(f"{file_uuid}/Events/{start}-{stop}")'
+        )
+    return dask.annotate(**{ANNOTATION: chunk_id})
+
+
+class ChunkIds:
+    """Annotation value that maps task keys to chunk identities.
+
+    The scheduler calls it with each task key of a submitted graph; keys it
+    does not know get ``None`` (not a chunk task).  Picklable.
+    """
+
+    def __init__(self, mapping: Mapping[Any, str]):
+        self.mapping = dict(mapping)
+
+    def __call__(self, key: Any) -> str | None:
+        return self.mapping.get(key)
+
+    def __repr__(self) -> str:
+        return f"ChunkIds(<{len(self.mapping)} keys>)"
+
+
+def chunks(mapping: Mapping[Any, str]) -> contextlib.AbstractContextManager:
+    """Context manager: the tasks with these keys carry these chunk identities."""
+    bad = [k for k, v in mapping.items() if not isinstance(v, str) or not v]
+    if bad:
+        raise TypeError(
+            f"chunk identities must be non-empty strings; key {bad[0]!r} has "
+            f"{mapping[bad[0]]!r}"
+        )
+    return dask.annotate(**{ANNOTATION: ChunkIds(mapping)})
+
+
+def map_chunks(
+    client,
+    func,
+    *iterables: Iterable,
+    chunk_ids: Iterable[str],
+    key: str | None = None,
+    pure: bool = True,
+    **kwargs: Any,
+) -> list:
+    """``client.map`` with one chunk identity per task.
+
+    Parameters
+    ----------
+    client
+        A :class:`distributed.Client`.
+    func, iterables, pure, kwargs
+        As for ``client.map`` (``workers=``, ``retries=``, ``priority=`` ...).
+    chunk_ids
+        One identity per task, in the order of the iterables.
+    key
+        Key prefix (default: the function name).
+
+    Returns
+    -------
+    list of Future
+    """
+    columns = [list(it) for it in iterables]
+    ids = [str(c) for c in chunk_ids]
+    n = len(ids)
+    if any(len(c) != n for c in columns):
+        raise ValueError(
+            f"map_chunks got {n} chunk_ids but iterables of lengths "
+            f"{[len(c) for c in columns]}; give exactly one chunk id per task"
+        )
+    prefix = key or funcname(func)
+    fn_token = tokenize(func, kwargs)
+    keys = [
+        f"{prefix}-{tokenize(fn_token, args) if pure else uuid.uuid4().hex}"
+        for args in zip(*columns)
+    ]
+    with chunks(dict(zip(keys, ids))):
+        return client.map(func, *columns, key=keys, pure=pure, **kwargs)
+
+
+def _scheduler_info(dask_scheduler=None) -> dict | None:
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None or not hasattr(plugin, "info"):
+        return None
+    return plugin.info()
+
+
+def _scheduler_where(dask_scheduler=None, chunk_ids=()) -> dict | None:
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None or not hasattr(plugin, "where"):
+        return None
+    return plugin.where(chunk_ids)
+
+
+_MISSING = (
+    "the Dask scheduler at {address} has no cacheaffinity plugin, so chunks would be "
+    "placed at random and caches would miss. Start it with "
+    "`dask scheduler --preload cacheaffinity`, set distributed.scheduler.preload: "
+    "[cacheaffinity] in its Dask config, or call "
+    "client.register_plugin(cacheaffinity.CacheAffinityPlugin()). A failing preload is "
+    "only logged: check the scheduler log for 'cacheaffinity'."
+)
+
+
+def check(client) -> dict:
+    """Raise a clear ``RuntimeError`` unless the scheduler runs the plugin.
+
+    Returns the plugin's :meth:`~cacheaffinity.scheduler.CacheAffinityPlugin.info`
+    (a coroutine to await with an asynchronous client).
+    """
+    return _call(client, _scheduler_info, {})
+
+
+def where(client, chunk_ids: Iterable[str]) -> dict[str, dict]:
+    """Where chunk identities map now: ``{chunk: {"node": id, "workers": [...]}}``.
+
+    Answers with each chunk's nearest cache node under the current membership
+    (what a task of that chunk submitted now gets, bounded loads aside).  A
+    coroutine to await with an asynchronous client.
+    """
+    return _call(client, _scheduler_where, {"chunk_ids": [str(c) for c in chunk_ids]})
+
+
+def _call(client, func, kwargs):
+    address = client.scheduler.address
+
+    def finish(out):
+        if out is None:
+            raise RuntimeError(_MISSING.format(address=address))
+        return out
+
+    def failed(e):
+        return RuntimeError(
+            _MISSING.format(address=address)
+            + f" (asking the scheduler failed: {e!r}; is cacheaffinity installed there?)"
+        )
+
+    if client.asynchronous:
+
+        async def run():
+            try:
+                out = await client.run_on_scheduler(func, **kwargs)
+            except Exception as e:
+                raise failed(e) from e
+            return finish(out)
+
+        return run()
+    try:
+        out = client.run_on_scheduler(func, **kwargs)
+    except Exception as e:
+        raise failed(e) from e
+    return finish(out)

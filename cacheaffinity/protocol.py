@@ -1,0 +1,19 @@
+"""Names shared by the client, scheduler and worker sides of cacheaffinity.
+
+Nothing here runs; it is the vocabulary the three processes agree on.
+"""
+
+from __future__ import annotations
+
+#: Task annotation that carries a task's chunk identity (a string).
+ANNOTATION = "cacheaffinity"
+#: Name of the scheduler plugin, the worker plugin and the event topic.
+PLUGIN_NAME = "cacheaffinity"
+#: Key of the worker metric (sent at registration and with every heartbeat)
+#: that carries the worker's cache-node id, weight and cache statistics.
+WORKER_METRIC = "cacheaffinity"
+#: Scheduler stream handler a worker plugin uses to report its cache node at
+#: once (when the plugin is registered after the worker connected).
+NODE_REPORT_OP = "cacheaffinity-node"
+#: Prefix of the fallback node id of a worker that reports no cache node.
+HOST_NODE_PREFIX = "host:"

@@ -1,0 +1,73 @@
+"""The persistent identity of a cache node (runs in worker processes).
+
+A cache node is a cache directory on a node's local disk.  Its id lives in the
+file ``node-id`` inside that directory, created on first use, and is shared by
+every worker process that uses the directory, across restarts.  The scheduler
+places chunks on node ids, never on worker addresses.
+
+Notes
+-----
+Creation is atomic and race-free between processes: the id is written to a
+temporary file and hard-linked to ``node-id``; whoever links first wins and
+everyone reads the winner's id.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import uuid
+
+__all__ = ["NODE_ID_FILE", "read_or_create_node_id"]
+
+NODE_ID_FILE = "node-id"
+_VALID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
+
+
+def read_or_create_node_id(directory: str) -> str:
+    """Return the node id stored in ``directory``, creating it if needed.
+
+    Raises
+    ------
+    OSError
+        If the directory cannot be created or the id cannot be written or read.
+    ValueError
+        If ``node-id`` exists but does not hold a valid id (the message names
+        the file and how to fix it).
+    """
+    os.makedirs(directory, exist_ok=True)
+    path = os.path.join(directory, NODE_ID_FILE)
+    try:
+        return _read(path)
+    except FileNotFoundError:
+        pass
+    host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60] or "node"
+    new_id = f"{host}-{uuid.uuid4().hex[:12]}"
+    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    try:
+        with open(tmp, "w") as f:
+            f.write(new_id + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            pass
+    finally:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+    return _read(path)
+
+
+def _read(path: str) -> str:
+    with open(path) as f:
+        value = f.read().strip()
+    if not _VALID.match(value):
+        raise ValueError(
+            f"{path} holds {value[:80]!r}, which is not a cacheaffinity node id; "
+            f"remove the file to let the worker create a new one"
+        )
+    return value

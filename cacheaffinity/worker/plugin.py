@@ -1,0 +1,204 @@
+"""The cacheaffinity worker plugin and the coffea cache hook (run in workers).
+
+Defines :class:`CacheWorkerPlugin`, registered under the fixed name
+``cacheaffinity`` on each worker (by ``dask worker --preload cacheaffinity``, by
+the ``distributed.worker.preload`` config key, or by
+``client.register_plugin(CacheWorkerPlugin())``), and :func:`cachestrategy`, the
+callable to pass as ``coffea.processor.Runner(cachestrategy=...)``.
+
+The plugin resolves its settings *on the worker* (the disk is local):
+``cacheaffinity.worker.directory`` (``{name}`` is replaced by the worker name),
+``capacity``, ``memory`` and ``weight``.  It opens the node's
+:class:`~cacheaffinity.worker.store.ColumnCache`, reads or creates the
+persistent node id in that directory, and tells the scheduler which cache node
+this worker belongs to and how its cache is doing (the ``cacheaffinity`` worker
+metric, sent at registration and with every heartbeat).
+
+It never decides placement; that is the scheduler plugin's job.
+
+Notes
+-----
+A cache directory that cannot be used is logged once; the worker then caches
+nothing and reports its host as node, and analyses run uncached but correct.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import tempfile
+from typing import Any
+
+import dask.config
+from distributed import get_worker
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from cacheaffinity import config
+from cacheaffinity.protocol import NODE_REPORT_OP, PLUGIN_NAME, WORKER_METRIC
+from cacheaffinity.worker.node import read_or_create_node_id
+from cacheaffinity.worker.store import ColumnCache, MemoryFront
+
+logger = logging.getLogger("cacheaffinity.worker")
+
+__all__ = ["CacheWorkerPlugin", "cachestrategy", "default_directory", "worker_cache"]
+
+
+def default_directory() -> str:
+    """``<temporary-directory>/cacheaffinity-<user>``: node-local and shared by
+    the node's workers."""
+    base = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
+    try:
+        user = getpass.getuser()
+    except Exception:  # no user name in some containers
+        user = str(os.getuid())
+    return os.path.join(base, f"cacheaffinity-{user}")
+
+
+class CacheWorkerPlugin(WorkerPlugin):
+    """Node-local column cache of one worker process.
+
+    Parameters
+    ----------
+    directory, capacity, memory, weight
+        Override ``cacheaffinity.worker.<name>``; ``None`` reads the config on
+        the worker when the plugin is set up.
+
+    Attributes
+    ----------
+    node_id : str
+        The cache node this worker belongs to (set in :meth:`setup`).
+    cache : ColumnCache or None
+        The node's disk cache, or None if the directory is unusable.
+    """
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(
+        self,
+        directory: str | None = None,
+        capacity: str | int | None = None,
+        memory: str | int | None = None,
+        weight: float | None = None,
+    ):
+        self._args = {
+            "directory": directory,
+            "capacity": capacity,
+            "memory": memory,
+            "weight": weight,
+        }
+        self.node_id: str | None = None
+        self.directory: str | None = None
+        self.cache: ColumnCache | None = None
+        self.capacity: int = 0
+        self.memory: int = 0
+        self.weight: float | None = None
+
+    # ------------------------------------------------------------ lifecycle
+    def setup(self, worker) -> None:
+        a = self._args
+        self.capacity = config.get_bytes("worker.capacity", a["capacity"])
+        self.memory = config.get_bytes("worker.memory", a["memory"])
+        weight = config.get("worker.weight", a["weight"])
+        if weight is not None:
+            weight = float(weight)
+            if not weight > 0 or weight == float("inf"):
+                raise ValueError(
+                    f"cacheaffinity.worker.weight={weight!r} must be a finite number > 0"
+                )
+        self.weight = weight
+        directory = config.get("worker.directory", a["directory"]) or default_directory()
+        directory = os.path.expanduser(os.path.expandvars(str(directory)))
+        self.directory = os.path.abspath(directory.replace("{name}", str(worker.name)))
+        try:
+            self.node_id = read_or_create_node_id(self.directory)
+            self.cache = ColumnCache(self.directory, capacity=self.capacity)
+        except (OSError, ValueError) as e:
+            logger.warning(
+                "cacheaffinity: cache directory %s is unusable (%s); this worker caches "
+                "nothing. Set cacheaffinity.worker.directory to a writable node-local path.",
+                self.directory,
+                e,
+            )
+            self.cache = None
+            self.node_id = None
+        worker.metrics[WORKER_METRIC] = self.metric
+        logger.info(
+            "cacheaffinity worker cache: node %s, directory %s, capacity %d bytes",
+            self.node_id,
+            self.directory,
+            self.capacity,
+        )
+        # A plugin registered after the worker connected must tell the scheduler
+        # now; at start-up the metric above goes with the registration.
+        bs = getattr(worker, "batched_stream", None)
+        if self.node_id is not None and bs is not None and not bs.closed():
+            try:
+                bs.send({"op": NODE_REPORT_OP, "node": self.node_id, "weight": self.weight})
+            except Exception as e:  # the heartbeat carries it anyway
+                logger.debug("cacheaffinity: node report not sent: %r", e)
+
+    def teardown(self, worker) -> None:
+        worker.metrics.pop(WORKER_METRIC, None)
+        if self.cache is not None:
+            self.cache.close()
+
+    # ------------------------------------------------------------ reporting
+    def stats(self) -> dict[str, Any]:
+        """Cache statistics of this process (counters) and of the directory."""
+        out: dict[str, Any] = {"capacity": self.capacity}
+        if self.cache is not None:
+            out.update(self.cache.stats())
+            try:
+                out["bytes"] = self.cache.volume()
+                out["entries"] = len(self.cache)
+            except Exception as e:  # a broken index is a cache problem, not ours
+                logger.debug("cacheaffinity: cache size unavailable: %r", e)
+        return out
+
+    def metric(self, worker=None) -> dict[str, Any]:
+        """The ``cacheaffinity`` worker metric sent to the scheduler."""
+        return {
+            "node": self.node_id,
+            "weight": self.weight,
+            "directory": self.directory,
+            "stats": self.stats(),
+        }
+
+    # ------------------------------------------------------------ for tasks
+    def front(self) -> MemoryFront:
+        """A fresh in-memory front over the node cache, for one chunk."""
+        return MemoryFront(self.cache, capacity=self.memory)
+
+
+def worker_cache(worker=None) -> CacheWorkerPlugin:
+    """The cacheaffinity plugin of ``worker`` (default: the current worker).
+
+    Raises
+    ------
+    RuntimeError
+        If the worker has no cacheaffinity plugin, with the ways to add one.
+    """
+    if worker is None:
+        worker = get_worker()
+    plugin = worker.plugins.get(PLUGIN_NAME)
+    if not isinstance(plugin, CacheWorkerPlugin):
+        raise RuntimeError(
+            f"worker {worker.address} has no cacheaffinity plugin, so this task would run "
+            "uncached. Start workers with `dask worker --preload cacheaffinity`, set "
+            "distributed.worker.preload: [cacheaffinity], or call "
+            "client.register_plugin(cacheaffinity.CacheWorkerPlugin())."
+        )
+    return plugin
+
+
+def cachestrategy() -> MemoryFront:
+    """coffea ``Runner(cachestrategy=cacheaffinity.cachestrategy)`` hook.
+
+    coffea calls it once per chunk, inside the task, and passes the result to
+    ``NanoEventsFactory.from_root(buffer_cache=...)``.  Returns a memory front
+    over this worker's node cache; raises a clear ``RuntimeError`` on a worker
+    without the cacheaffinity plugin instead of running uncached silently.
+    """
+    return worker_cache().front()

@@ -1,0 +1,228 @@
+"""The scheduler plugin on real Dask clusters (gen_cluster: in-process scheduler and workers).
+
+Every worker gets its own cache directory (``{name}``), so each worker is its own
+cache node, as on a cluster of single-worker nodes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+
+import dask
+import pytest
+from distributed import Event, Worker, get_worker
+from distributed.utils_test import async_poll_for, gen_cluster
+
+import cacheaffinity
+from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin
+from cacheaffinity.protocol import HOST_NODE_PREFIX
+
+NO_STEALING = {"cacheaffinity.scheduler.stealing.enabled": False}
+CHUNKS = [f"uuid-{f:02d}/Events/{i * 1000}-{(i + 1) * 1000}" for f in range(5) for i in range(12)]
+
+
+def where_am_i(_chunk):
+    return get_worker().address
+
+
+def blocked(_chunk, event_name):
+    Event(event_name).wait(timeout=60)
+    return get_worker().address
+
+
+async def setup_cache_nodes(c, s, tmp_path, n=None, **plugin_kwargs):
+    """Register both plugins and wait until the scheduler knows every node."""
+    await c.register_plugin(CacheAffinityPlugin(**plugin_kwargs))
+    await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
+    plugin = s.plugins["cacheaffinity"]
+    n = len(s.workers) if n is None else n
+    await async_poll_for(
+        lambda: len(plugin.node_workers) == n
+        and not any(k.startswith(HOST_NODE_PREFIX) for k in plugin.node_workers),
+        timeout=10,
+    )
+    return plugin
+
+
+def node_of(plugin, address):
+    return plugin.worker_node[address]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
+async def test_same_placement_across_runs_and_submission_order(c, s, a, b, w3, tmp_path):
+    plugin = await setup_cache_nodes(c, s, tmp_path)
+    homes = plugin.where(CHUNKS)
+    assert {h["node"] for h in homes.values()} == set(plugin.node_workers), "all nodes used"
+
+    futs = cacheaffinity.map_chunks(c, where_am_i, CHUNKS, chunk_ids=CHUNKS)
+    run1 = dict(zip(CHUNKS, await c.gather(futs)))
+    del futs
+    shuffled = CHUNKS[:]
+    random.Random(1).shuffle(shuffled)
+    futs = cacheaffinity.map_chunks(c, where_am_i, shuffled, chunk_ids=shuffled, pure=False)
+    run2 = dict(zip(shuffled, await c.gather(futs)))
+
+    for ch in CHUNKS:
+        assert node_of(plugin, run1[ch]) == homes[ch]["node"]
+        assert run2[ch] == run1[ch]
+    events = [e for _, e in c.get_events("cacheaffinity") if e.get("action") == "place"]
+    assert events and "nearest cache node" in events[-1]["reason"]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
+async def test_tasks_wait_for_their_node_while_others_idle(c, s, a, b, w3, tmp_path):
+    plugin = await setup_cache_nodes(c, s, tmp_path)
+    busy_node = node_of(plugin, a.address)
+    mine = [ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == busy_node]
+    assert len(mine) >= 5
+    ev = Event("release-a")
+    futs = cacheaffinity.map_chunks(
+        c, blocked, mine, [ev.name] * len(mine), chunk_ids=mine, pure=False
+    )
+    # Everything is queued on a's node while b and w3 idle; nothing moves.
+    await async_poll_for(lambda: len(a.state.tasks) == len(mine), timeout=10)
+    assert not b.state.tasks and not w3.state.tasks
+    for ts in s.tasks.values():
+        if ts.key in {f.key for f in futs}:
+            assert ts.worker_restrictions == {a.address} and ts.loose_restrictions
+    await ev.set()
+    assert set(await c.gather(futs)) == {a.address}
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
+async def test_untagged_tasks_are_left_to_dask(c, s, a, b, w3, tmp_path):
+    await setup_cache_nodes(c, s, tmp_path)
+    fut = c.submit(sum, [1, 2, 3])
+    assert await fut == 6
+    ts = s.tasks[fut.key]
+    assert not ts.worker_restrictions and not ts.annotations.get("cacheaffinity")
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
+async def test_submit_and_delayed_carry_chunk_identity(c, s, a, b, w3, tmp_path):
+    plugin = await setup_cache_nodes(c, s, tmp_path)
+    home = plugin.where(["one-chunk"])["one-chunk"]
+    with cacheaffinity.chunk("one-chunk"):
+        fut = c.submit(where_am_i, "x", pure=False)
+        lazy = dask.delayed(where_am_i)("y", dask_key_name="delayed-one-chunk")
+    assert await fut in home["workers"]
+    assert s.tasks[fut.key].worker_restrictions == set(home["workers"])
+    (addr,) = await c.gather(c.compute([lazy]))
+    assert addr in home["workers"]
+    assert plugin.chunk_of.get("delayed-one-chunk") == "one-chunk"
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
+async def test_where_answers_from_the_client(c, s, a, b, w3, tmp_path):
+    plugin = await setup_cache_nodes(c, s, tmp_path)
+    out = await cacheaffinity.where(c, CHUNKS[:4])
+    assert out == plugin.where(CHUNKS[:4])
+    assert all(set(v["workers"]) <= set(s.workers) for v in out.values())
+    info = await cacheaffinity.check(c)
+    assert set(info["nodes"]) == set(plugin.node_workers)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
+async def test_killing_a_node_mid_run_finishes_on_next_nearest(c, s, a, b, w3, tmp_path):
+    plugin = await setup_cache_nodes(c, s, tmp_path)
+    doomed = node_of(plugin, a.address)
+    ranking = {ch: plugin.home.ranking(ch, 2) for ch in CHUNKS}
+    ev = Event("release-kill")
+    futs = cacheaffinity.map_chunks(
+        c, blocked, CHUNKS, [ev.name] * len(CHUNKS), chunk_ids=CHUNKS, pure=False
+    )
+    await async_poll_for(lambda: len(a.state.tasks) > 0, timeout=10)
+    await a.close()
+    await async_poll_for(lambda: doomed not in plugin.node_workers, timeout=10)
+    await ev.set()
+    results = dict(zip(CHUNKS, await asyncio.wait_for(c.gather(futs), 60)))
+    assert len(results) == len(CHUNKS)
+    for ch, addr in results.items():
+        expected = ranking[ch][1] if ranking[ch][0] == doomed else ranking[ch][0]
+        assert node_of(plugin, addr) == expected, ch
+    assert plugin.counters["failovers"] > 0
+    assert any(e.get("action") == "retarget" for _, e in c.get_events("cacheaffinity"))
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2, config=NO_STEALING)
+async def test_new_worker_gets_work_at_once(c, s, a, b, tmp_path):
+    plugin = await setup_cache_nodes(c, s, tmp_path)
+    ev = Event("release-join")
+    futs = cacheaffinity.map_chunks(
+        c, blocked, CHUNKS, [ev.name] * len(CHUNKS), chunk_ids=CHUNKS, pure=False
+    )
+    await async_poll_for(lambda: len(a.state.tasks) + len(b.state.tasks) >= len(CHUNKS), 10)
+    async with Worker(s.address, nthreads=1, name="late") as w:
+        await async_poll_for(lambda: w.address in plugin.worker_node, timeout=10)
+        new_node = plugin.worker_node[w.address]
+        assert not new_node.startswith(HOST_NODE_PREFIX)
+        # tasks that now map to the new node are handed over
+        await async_poll_for(lambda: len(w.state.tasks) > 0, timeout=10)
+        await ev.set()
+        results = dict(zip(CHUNKS, await c.gather(futs)))
+    moved = [ch for ch, addr in results.items() if addr == w.address]
+    assert moved
+    homes_now = plugin.home.assign(moved)
+    assert set(homes_now) == {new_node}
+    # a task that moved had not started (single thread, first task blocked)
+    started = {ch for ch, addr in results.items() if addr != w.address}
+    assert len(started) + len(moved) == len(CHUNKS)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2, config=NO_STEALING)
+async def test_restart_on_new_port_keeps_placement(c, s, a, b, tmp_path):
+    plugin = await setup_cache_nodes(c, s, tmp_path)
+    node_a = node_of(plugin, a.address)
+    before = plugin.where(CHUNKS)
+    await a.close()
+    await async_poll_for(lambda: node_a not in plugin.node_workers, timeout=10)
+    async with Worker(s.address, nthreads=1, name=a.name) as a2:
+        await async_poll_for(lambda: plugin.worker_node.get(a2.address) == node_a, 10)
+        assert a2.address != a.address
+        after = plugin.where(CHUNKS)
+        assert {k: v["node"] for k, v in after.items()} == {
+            k: v["node"] for k, v in before.items()
+        }
+        futs = cacheaffinity.map_chunks(c, where_am_i, CHUNKS, chunk_ids=CHUNKS)
+        got = dict(zip(CHUNKS, await c.gather(futs)))
+    for ch, addr in got.items():
+        assert node_of(plugin, addr) == before[ch]["node"]
+
+
+@gen_cluster(client=True, nthreads=[])
+async def test_tasks_submitted_before_any_worker_wait_for_their_node(c, s, tmp_path):
+    await c.register_plugin(CacheAffinityPlugin())
+    await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
+    futs = cacheaffinity.map_chunks(c, where_am_i, CHUNKS[:10], chunk_ids=CHUNKS[:10])
+    plugin = s.plugins["cacheaffinity"]
+    await async_poll_for(lambda: all(s.tasks[f.key].state == "no-worker" for f in futs), 10)
+    async with Worker(s.address, nthreads=1, name="first") as w:
+        assert set(await c.gather(futs)) == {w.address}
+    assert plugin.counters["placements"] == 10
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_check_raises_without_plugin(c, s, a):
+    with pytest.raises(RuntimeError, match="--preload cacheaffinity"):
+        await cacheaffinity.check(c)
+    with pytest.raises(RuntimeError, match="no cacheaffinity plugin"):
+        await cacheaffinity.where(c, ["x"])
+
+
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1)] * 2,
+    config={"distributed.scheduler.preload": ["cacheaffinity"], **NO_STEALING},
+)
+async def test_config_preload_installs_plugin_and_stealing(c, s, a, b):
+    plugin = s.plugins["cacheaffinity"]
+    assert isinstance(plugin, CacheAffinityPlugin)
+    assert isinstance(s.extensions["stealing"], cacheaffinity.LocalityStealing)
+    stealers = [
+        p for p in s.plugins.values() if type(p).__name__ in ("WorkStealing", "LocalityStealing")
+    ]
+    assert len(stealers) == 1
+    info = await cacheaffinity.check(c)
+    # workers without a worker plugin fall back to their host: one node here
+    assert list(info["nodes"]) == [HOST_NODE_PREFIX + "127.0.0.1"]
