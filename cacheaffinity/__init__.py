@@ -26,7 +26,7 @@ __version__ = "0.1.0"
 import click
 
 from cacheaffinity import config
-from cacheaffinity.client import ChunkIds, check, chunk, chunks, map_chunks, where
+from cacheaffinity.client import ChunkIds, cache_stats, check, chunk, chunks, map_chunks, where
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.protocol import ANNOTATION, PLUGIN_NAME
 from cacheaffinity.scheduler import CacheAffinityPlugin, LocalityStealing
@@ -41,6 +41,7 @@ from cacheaffinity.worker import (
 __all__ = [
     "ANNOTATION",
     "PLUGIN_NAME",
+    "CacheAffinityExecutor",
     "CacheAffinityPlugin",
     "CacheWorkerPlugin",
     "ChunkIds",
@@ -48,6 +49,7 @@ __all__ = [
     "LocalityStealing",
     "MemoryFront",
     "TorusPlacement",
+    "cache_stats",
     "cachestrategy",
     "check",
     "chunk",
@@ -58,6 +60,15 @@ __all__ = [
     "where",
     "worker_cache",
 ]
+
+
+def __getattr__(name):
+    # coffea is heavy to import and only the client needs the executor.
+    if name == "CacheAffinityExecutor":
+        from cacheaffinity.executor import CacheAffinityExecutor
+
+        return CacheAffinityExecutor
+    raise AttributeError(f"module 'cacheaffinity' has no attribute {name!r}")
 
 
 @click.command(context_settings={"ignore_unknown_options": False})

@@ -30,9 +30,9 @@ import dask
 from dask.base import tokenize
 from dask.utils import funcname
 
-from cacheaffinity.protocol import ANNOTATION, PLUGIN_NAME
+from cacheaffinity.protocol import ANNOTATION, DIRECTORY_WIDE, PLUGIN_NAME
 
-__all__ = ["ChunkIds", "check", "chunk", "chunks", "map_chunks", "where"]
+__all__ = ["ChunkIds", "cache_stats", "check", "chunk", "chunks", "map_chunks", "where"]
 
 
 def chunk(chunk_id: str) -> contextlib.AbstractContextManager:
@@ -193,3 +193,32 @@ def _call(client, func, kwargs):
     except Exception as e:
         raise failed(e) from e
     return finish(out)
+
+
+def _worker_stats(dask_worker=None) -> dict | None:
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    if plugin is None or not hasattr(plugin, "metric"):
+        return None
+    return plugin.metric()
+
+
+def cache_stats(client) -> dict[str, dict]:
+    """Cache statistics per cache node, asked from every worker now.
+
+    Returns ``{node_id: {"workers": [...], "directory": ..., <counters>}}``:
+    per-process counters (hits, misses, bytes served, evictions, storage reads)
+    are summed over a node's workers; directory-wide values (bytes, entries,
+    capacity) are the node's.  Workers without the plugin are left out.
+    """
+    per_worker = client.run(_worker_stats)
+    nodes: dict[str, dict] = {}
+    for addr, m in sorted(per_worker.items()):
+        if not m or not m.get("node"):
+            continue
+        node = nodes.setdefault(m["node"], {"workers": [], "directory": m.get("directory")})
+        node["workers"].append(addr)
+        for k, v in (m.get("stats") or {}).items():
+            if not isinstance(v, (int, float)):
+                continue
+            node[k] = max(node.get(k, 0), v) if k in DIRECTORY_WIDE else node.get(k, 0) + v
+    return nodes

@@ -16,7 +16,7 @@ import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
-__all__ = ["get", "get_bytes", "get_seconds", "DEFAULTS_PATH", "SCHEMA_PATH"]
+__all__ = ["get", "get_bytes", "get_seconds", "default", "DEFAULTS_PATH", "SCHEMA_PATH"]
 
 _HERE = os.path.dirname(__file__)
 DEFAULTS_PATH = os.path.join(_HERE, "cacheaffinity.yaml")
@@ -28,11 +28,27 @@ with open(DEFAULTS_PATH) as _f:
 dask.config.update_defaults(_defaults)
 
 
+_MISSING = object()
+
+
+def default(key: str) -> Any:
+    """The packaged default of ``cacheaffinity.<key>``."""
+    node: Any = _defaults["cacheaffinity"]
+    for part in key.split("."):
+        node = node[part]
+    return node
+
+
 def get(key: str, value: Any = None) -> Any:
-    """``value`` if it is not None, else the config value of ``cacheaffinity.<key>``."""
+    """``value`` if it is not None, else the config value of ``cacheaffinity.<key>``.
+
+    Falls back to the packaged default when the key is missing from
+    ``dask.config`` (e.g. a config that was reset after cacheaffinity was imported).
+    """
     if value is not None:
         return value
-    return dask.config.get(f"cacheaffinity.{key}")
+    out = dask.config.get(f"cacheaffinity.{key}", default=_MISSING)
+    return default(key) if out is _MISSING else out
 
 
 def get_bytes(key: str, value: Any = None) -> int:

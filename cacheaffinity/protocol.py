@@ -17,3 +17,6 @@ WORKER_METRIC = "cacheaffinity"
 NODE_REPORT_OP = "cacheaffinity-node"
 #: Prefix of the fallback node id of a worker that reports no cache node.
 HOST_NODE_PREFIX = "host:"
+#: Worker statistics that describe a node's shared cache directory (the same
+#: for every worker of the node), as opposed to per-process counters.
+DIRECTORY_WIDE = frozenset({"bytes", "entries", "capacity"})

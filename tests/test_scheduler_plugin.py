@@ -66,7 +66,7 @@ async def test_same_placement_across_runs_and_submission_order(c, s, a, b, w3, t
     for ch in CHUNKS:
         assert node_of(plugin, run1[ch]) == homes[ch]["node"]
         assert run2[ch] == run1[ch]
-    events = [e for _, e in c.get_events("cacheaffinity") if e.get("action") == "place"]
+    events = [e for _, e in await c.get_events("cacheaffinity") if e.get("action") == "place"]
     assert events and "nearest cache node" in events[-1]["reason"]
 
 
@@ -133,7 +133,8 @@ async def test_killing_a_node_mid_run_finishes_on_next_nearest(c, s, a, b, w3, t
         c, blocked, CHUNKS, [ev.name] * len(CHUNKS), chunk_ids=CHUNKS, pure=False
     )
     await async_poll_for(lambda: len(a.state.tasks) > 0, timeout=10)
-    await a.close()
+    # The worker's thread is blocked in a task: do not wait for it.
+    await a.close(executor_wait=False)
     await async_poll_for(lambda: doomed not in plugin.node_workers, timeout=10)
     await ev.set()
     results = dict(zip(CHUNKS, await asyncio.wait_for(c.gather(futs), 60)))
@@ -142,7 +143,7 @@ async def test_killing_a_node_mid_run_finishes_on_next_nearest(c, s, a, b, w3, t
         expected = ranking[ch][1] if ranking[ch][0] == doomed else ranking[ch][0]
         assert node_of(plugin, addr) == expected, ch
     assert plugin.counters["failovers"] > 0
-    assert any(e.get("action") == "retarget" for _, e in c.get_events("cacheaffinity"))
+    assert any(e.get("action") == "retarget" for _, e in await c.get_events("cacheaffinity"))
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2, config=NO_STEALING)
@@ -154,6 +155,8 @@ async def test_new_worker_gets_work_at_once(c, s, a, b, tmp_path):
     )
     await async_poll_for(lambda: len(a.state.tasks) + len(b.state.tasks) >= len(CHUNKS), 10)
     async with Worker(s.address, nthreads=1, name="late") as w:
+        # the worker plugin reaches the new worker after it registered; the
+        # scheduler waits for its node report before it places anything there
         await async_poll_for(lambda: w.address in plugin.worker_node, timeout=10)
         new_node = plugin.worker_node[w.address]
         assert not new_node.startswith(HOST_NODE_PREFIX)
@@ -161,13 +164,13 @@ async def test_new_worker_gets_work_at_once(c, s, a, b, tmp_path):
         await async_poll_for(lambda: len(w.state.tasks) > 0, timeout=10)
         await ev.set()
         results = dict(zip(CHUNKS, await c.gather(futs)))
-    moved = [ch for ch, addr in results.items() if addr == w.address]
-    assert moved
-    homes_now = plugin.home.assign(moved)
-    assert set(homes_now) == {new_node}
-    # a task that moved had not started (single thread, first task blocked)
-    started = {ch for ch, addr in results.items() if addr != w.address}
-    assert len(started) + len(moved) == len(CHUNKS)
+        homes_now = dict(zip(CHUNKS, plugin.home.assign(CHUNKS)))
+    moved = {ch for ch, addr in results.items() if addr == w.address}
+    expected = {ch for ch, h in homes_now.items() if h == new_node}
+    # exactly the chunks whose home is now the new node moved, except those that a
+    # and b had already started when it joined (one each: a started task never moves)
+    assert moved and moved <= expected
+    assert len(expected - moved) <= 2
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2, config=NO_STEALING)
@@ -186,8 +189,8 @@ async def test_restart_on_new_port_keeps_placement(c, s, a, b, tmp_path):
         }
         futs = cacheaffinity.map_chunks(c, where_am_i, CHUNKS, chunk_ids=CHUNKS)
         got = dict(zip(CHUNKS, await c.gather(futs)))
-    for ch, addr in got.items():
-        assert node_of(plugin, addr) == before[ch]["node"]
+        for ch, addr in got.items():
+            assert node_of(plugin, addr) == before[ch]["node"]
 
 
 @gen_cluster(client=True, nthreads=[])
@@ -196,7 +199,9 @@ async def test_tasks_submitted_before_any_worker_wait_for_their_node(c, s, tmp_p
     await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
     futs = cacheaffinity.map_chunks(c, where_am_i, CHUNKS[:10], chunk_ids=CHUNKS[:10])
     plugin = s.plugins["cacheaffinity"]
-    await async_poll_for(lambda: all(s.tasks[f.key].state == "no-worker" for f in futs), 10)
+    await async_poll_for(
+        lambda: all(f.key in s.tasks and s.tasks[f.key].state == "no-worker" for f in futs), 10
+    )
     async with Worker(s.address, nthreads=1, name="first") as w:
         assert set(await c.gather(futs)) == {w.address}
     assert plugin.counters["placements"] == 10

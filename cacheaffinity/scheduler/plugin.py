@@ -45,6 +45,7 @@ from cacheaffinity import __version__, config
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.protocol import (
     ANNOTATION,
+    DIRECTORY_WIDE,
     HOST_NODE_PREFIX,
     NODE_REPORT_OP,
     PLUGIN_NAME,
@@ -66,8 +67,7 @@ _PENDING = frozenset({"released", "waiting", "no-worker", "processing"})
 #: the task waits in ``no-worker`` (instead of Dask's root-task queue) until a
 #: node joins and the plugin places it.
 _NO_NODE = "cacheaffinity://no-cache-node-yet"
-#: Worker statistics that describe the shared cache directory, not a process.
-_DIRECTORY_WIDE = frozenset({"bytes", "entries", "capacity"})
+
 
 
 class CacheAffinityPlugin(SchedulerPlugin):
@@ -133,6 +133,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.worker_node: dict[str, str] = {}
         #: cache node id -> live worker addresses
         self.node_workers: dict[str, set[str]] = {}
+        #: workers whose node report is still to come
+        self.pending_workers: set[str] = set()
         #: cache node id -> weight reported by its workers
         self.node_reported_weight: dict[str, float] = {}
         #: task key -> chunk id, for every chunk task the scheduler knows
@@ -188,11 +190,21 @@ class CacheAffinityPlugin(SchedulerPlugin):
             return str(info["node"]), (float(w) if w is not None else None)
         return HOST_NODE_PREFIX + ws.host, None
 
-    def _learn_worker(self, addr: str, node: str | None = None, weight=None) -> bool:
+    def _learn_worker(
+        self, addr: str, node: str | None = None, weight=None, reported: bool = False
+    ) -> bool:
         """Record the node of worker ``addr``; True if membership changed."""
         ws = self.scheduler.workers.get(addr)
         if ws is None:
             return False
+        if node is None and not reported:
+            info = (ws.metrics or {}).get(WORKER_METRIC)
+            if not isinstance(info, dict) and PLUGIN_NAME in self.scheduler.worker_plugins:
+                # The registered worker plugin is being set up on this worker and
+                # will report its node; until then the worker is no cache node.
+                self.pending_workers.add(addr)
+                return False
+        self.pending_workers.discard(addr)
         if node is None:
             node, weight = self._node_of_metrics(ws)
         old = self.worker_node.get(addr)
@@ -207,6 +219,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         return True
 
     def _forget_worker(self, addr: str) -> str | None:
+        self.pending_workers.discard(addr)
         node = self.worker_node.pop(addr, None)
         if node is not None:
             members = self.node_workers.get(node)
@@ -238,12 +251,17 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         self._sync_workers(kwargs.get("stimulus_id") or "cacheaffinity-remove")
 
-    def _handle_node_report(self, worker: str, node: str, weight=None, **kw) -> None:
-        """Stream handler: a worker plugin announces its cache node."""
-        if self._learn_worker(worker, str(node), weight):
-            self._membership_changed(
-                "node-reported", worker=worker, stimulus_id=f"cacheaffinity-node-{worker}"
-            )
+    def _handle_node_report(self, worker: str, node=None, weight=None, **kw) -> None:
+        """Stream handler: a worker plugin announces its cache node (None: unusable
+        cache directory, the worker is its host's node)."""
+        stimulus_id = f"cacheaffinity-node-{worker}"
+        if self._learn_worker(worker, None if node is None else str(node), weight, reported=True):
+            self._membership_changed("node-reported", worker=worker, stimulus_id=stimulus_id)
+            # Tasks that waited for a cache node (no-worker) may run now.
+            ws = self.scheduler.workers.get(worker)
+            if ws is not None and ws.status.name == "running":
+                s = self.scheduler
+                s.transitions(s.bulk_schedule_unrunnable_after_adding_worker(ws), stimulus_id)
 
     def _sync_workers(self, stimulus_id: str) -> None:
         """Drop workers the scheduler no longer has (called from hooks)."""
@@ -372,7 +390,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if not pending:
             return
         homes = self.home.assign([self.chunk_of[ts.key] for ts in pending])
-        moved = failovers = requested = 0
+        moved = failovers = requested = placed = 0
         stealing = self.stealing
         for ts, home in zip(pending, homes):
             old = self.target.get(ts.key)
@@ -397,7 +415,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
                     requested += stealing.move(ts, thief, reason="membership")
                 moved += 1
                 continue
-            if old is not None and old not in self.node_workers:
+            if old is None:
+                placed += 1
+                self.node_counters[home]["placements"] += 1
+            elif old not in self.node_workers:
                 failovers += 1
                 self.node_counters[old]["failovers"] += 1
             elif home != old:
@@ -405,10 +426,12 @@ class CacheAffinityPlugin(SchedulerPlugin):
             self._set_target(ts, home)
         self.counters["failovers"] += failovers
         self.counters["retargets"] += moved
-        if moved or failovers:
+        self.counters["placements"] += placed
+        if moved or failovers or placed:
             self._event(
                 {
                     "action": "retarget",
+                    "placed": placed,
                     "failovers": failovers,
                     "moved": moved,
                     "move-requests": requested,
@@ -529,7 +552,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
                     for k, v in (m.get("stats") or {}).items():
                         if not isinstance(v, (int, float)):
                             continue
-                        if k in _DIRECTORY_WIDE:  # the same directory seen by each worker
+                        if k in DIRECTORY_WIDE:  # the same directory seen by each worker
                             stats[k] = max(stats[k], v)
                         else:  # per-process counters add up
                             stats[k] += v

@@ -28,6 +28,7 @@ import getpass
 import logging
 import os
 import tempfile
+import threading
 from typing import Any
 
 import dask.config
@@ -36,6 +37,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from cacheaffinity import config
 from cacheaffinity.protocol import NODE_REPORT_OP, PLUGIN_NAME, WORKER_METRIC
+from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import read_or_create_node_id
 from cacheaffinity.worker.store import ColumnCache, MemoryFront
 
@@ -94,6 +96,18 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.capacity: int = 0
         self.memory: int = 0
         self.weight: float | None = None
+        #: Per-file metadata (NanoEvents base forms) of this node.
+        self.forms: FormStore | None = None
+        self._lock = threading.Lock()
+        #: Storage reads by tasks on this worker (see cacheaffinity.worker.nanoevents).
+        self.storage = {"storage_opens": 0, "storage_bytes": 0}
+
+    def __getstate__(self):
+        # Sent to workers before setup: only the arguments travel.
+        return {"_args": self._args}
+
+    def __setstate__(self, state):
+        self.__init__(**state["_args"])
 
     # ------------------------------------------------------------ lifecycle
     def setup(self, worker) -> None:
@@ -114,6 +128,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         try:
             self.node_id = read_or_create_node_id(self.directory)
             self.cache = ColumnCache(self.directory, capacity=self.capacity)
+            self.forms = FormStore(self.directory)
         except (OSError, ValueError) as e:
             logger.warning(
                 "cacheaffinity: cache directory %s is unusable (%s); this worker caches "
@@ -122,6 +137,7 @@ class CacheWorkerPlugin(WorkerPlugin):
                 e,
             )
             self.cache = None
+            self.forms = None
             self.node_id = None
         worker.metrics[WORKER_METRIC] = self.metric
         logger.info(
@@ -131,12 +147,13 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.capacity,
         )
         # A plugin registered after the worker connected must tell the scheduler
-        # now; at start-up the metric above goes with the registration.
+        # (the message waits in the batched stream if it is not started yet); at
+        # start-up the metric above goes with the registration.
         bs = getattr(worker, "batched_stream", None)
-        if self.node_id is not None and bs is not None and not bs.closed():
+        if bs is not None:
             try:
                 bs.send({"op": NODE_REPORT_OP, "node": self.node_id, "weight": self.weight})
-            except Exception as e:  # the heartbeat carries it anyway
+            except Exception as e:  # closed stream: the worker is going away
                 logger.debug("cacheaffinity: node report not sent: %r", e)
 
     def teardown(self, worker) -> None:
@@ -148,6 +165,11 @@ class CacheWorkerPlugin(WorkerPlugin):
     def stats(self) -> dict[str, Any]:
         """Cache statistics of this process (counters) and of the directory."""
         out: dict[str, Any] = {"capacity": self.capacity}
+        with self._lock:
+            out.update(self.storage)
+        if self.forms is not None:
+            out["form_hits"] = self.forms.hits
+            out["form_misses"] = self.forms.misses
         if self.cache is not None:
             out.update(self.cache.stats())
             try:
@@ -165,6 +187,12 @@ class CacheWorkerPlugin(WorkerPlugin):
             "directory": self.directory,
             "stats": self.stats(),
         }
+
+    def count_storage(self, opens: int, nbytes: int) -> None:
+        """Record files opened and bytes requested from storage by a task."""
+        with self._lock:
+            self.storage["storage_opens"] += opens
+            self.storage["storage_bytes"] += nbytes
 
     # ------------------------------------------------------------ for tasks
     def front(self) -> MemoryFront:

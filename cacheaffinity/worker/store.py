@@ -1,0 +1,1131 @@
+"""Node-local store of decompressed column buffers, and its in-memory front.
+
+Runs in **worker** processes.  Defines
+
+- :class:`ColumnCache`, a ``MutableMapping[str, numpy.ndarray]`` over a directory
+  on the node's local disk, bounded in bytes with FIFO eviction, shared by all
+  worker processes of the node;
+- :class:`MemoryFront`, the mapping handed to coffea as ``buffer_cache`` for one
+  chunk: a small in-memory dict, bounded in bytes, in front of a
+  :class:`ColumnCache`.
+
+Layout of a cache directory (other files in it, such as ``node-id``, are left
+alone)::
+
+    columns.sqlite3     index: one row per key (file name, dtype, shape, size,
+                        xxh3-64 checksum, store time), in FIFO order
+    columns/ab/<32 hex> data files: the raw C-order bytes of one array each,
+                        written once, never modified, deleted when evicted
+    columns-tmp/        values being written; renamed into ``columns/`` when
+                        complete
+
+Why not :class:`diskcache.Cache`
+--------------------------------
+diskcache has the right ordering ideas (write the value, commit the index, delete
+files only after commit; FIFO, reads never write) and this store copies them, but
+used as-is it falls short of what a *shared* column cache needs:
+
+- its ``get`` unpickles any row whose mode says "pickle", whoever wrote it; in a
+  directory other processes can write that is code execution.  Making it safe
+  means overriding its ``Disk`` internals for every read and write path;
+- it writes values straight to their final file name: a killed writer leaves a
+  file that nothing references, which only ``check(fix=True)`` removes, by
+  walking the whole directory under the write lock and deleting files other
+  processes are still writing;
+- its eviction (``cull``) counts entries, not bytes, does not say what it
+  evicted (so this process cannot count evictions), and removes a corrupt entry
+  only by key, which can delete a newer, good value stored meanwhile;
+- dtype, shape and checksum would live in its ``tag`` column or a file header
+  anyway.
+
+What is left is small: a SQLite index in WAL mode (readers never block, one
+writer at a time, atomic commit), write-once data files with unique random
+names, and about as many lines as the adapter around diskcache would need.
+
+Notes
+-----
+Thread and process safety
+    Any number of threads and processes of one node may use one directory at
+    the same time.  Each :class:`ColumnCache` holds one SQLite connection,
+    guarded by a lock and reopened after ``fork``; an index lookup takes
+    microseconds, file I/O happens outside the lock.  Writers serialise on
+    SQLite's write lock for the short index transaction only.  A data file is
+    never modified once it is visible, and file names are never reused, so a
+    reader sees either a complete value or nothing: a file deleted by another
+    process's eviction after the index lookup is a miss.  Every process evicts
+    down to *its own* ``capacity`` when it inserts.  The directory must be on a
+    local file system (SQLite WAL does not work over NFS).
+
+Crashes
+    A value is written to ``columns-tmp/<name>.tmp``, renamed to
+    ``columns/<ab>/<name>`` and only then committed to the index; files of
+    replaced or evicted entries are deleted after the commit.  A process killed
+    at any point leaves either a temporary (removed by the next
+    :class:`ColumnCache` opened on the directory once it is older than
+    ``stale_after``), a data file nothing references (removed by
+    :meth:`ColumnCache.verify`), or a complete entry.  Nothing is fsync'ed: after
+    a power loss an entry may point to torn data, which its checksum turns into
+    a miss.
+
+Failures are misses, never errors
+    ``get`` verifies the size and xxh3-64 checksum of every value it returns.
+    A missing, truncated or corrupt file is a miss; a corrupt entry is removed
+    (only that exact entry, so a newer value stored meanwhile is kept) and
+    logged.  A full disk (``ENOSPC``) makes a write evict the oldest entries
+    and retry once; if that fails too, the value is not cached and writes pause
+    for ``_FULL_BACKOFF`` seconds (so that a disk filled by others does not
+    drain the cache).  A directory that cannot be written (``EACCES``,
+    ``EROFS``, one that cannot be created) caches nothing.  Each of these gives
+    **one** warning per :class:`ColumnCache`, not one per key.  An older value
+    under a key whose new value could not be stored is removed.
+    ``__setitem__`` raises only for values that can never be stored: a
+    non-``str`` key or an object or structured dtype (``TypeError``).
+
+No pickle
+    Keys are SQLite text, values are raw array bytes, dtypes are NumPy type
+    strings (``"<f4"``) checked on read, shapes are JSON integer lists.  Nothing
+    in the directory is ever unpickled or evaluated.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import os
+import re
+import sqlite3
+import threading
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Iterator, MutableMapping
+from typing import Any
+
+import numpy as np
+import xxhash
+from dask.utils import format_bytes
+
+from cacheaffinity import config
+
+__all__ = ["ColumnCache", "MemoryFront"]
+
+logger = logging.getLogger("cacheaffinity.worker")
+
+#: Version of the index schema and directory layout.
+SCHEMA_VERSION = 1
+INDEX_NAME = "columns.sqlite3"
+DATA_DIR = "columns"
+TMP_DIR = "columns-tmp"
+#: Sizes are accounted in whole file-system blocks (a 10-byte array uses 4 KiB).
+BLOCK = 4096
+#: At most this many entries are evicted by one insert; a larger backlog (say,
+#: after another process with a larger capacity filled the directory) is worked
+#: off by the following inserts.
+MAX_EVICTIONS_PER_INSERT = 1024
+#: Seconds that writes pause after a write failed twice on a full disk.
+_FULL_BACKOFF = 30.0
+#: Seconds SQLite waits for another process's write transaction.
+_BUSY_TIMEOUT = 30.0
+_NAME = re.compile(r"^[0-9a-f]{32}$")
+_MISSING = object()
+
+_DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+_UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR}
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,  -- FIFO order, never reused
+    key      TEXT NOT NULL UNIQUE,
+    file     TEXT NOT NULL,                      -- 32 hex digits
+    dtype    TEXT NOT NULL,                      -- numpy type string, e.g. <f4
+    shape    TEXT NOT NULL,                      -- JSON list of ints
+    nbytes   INTEGER NOT NULL,                   -- bytes of data
+    size     INTEGER NOT NULL,                   -- nbytes in whole blocks
+    checksum BLOB NOT NULL,                      -- xxh3_64 digest (8 bytes)
+    stored   REAL NOT NULL                       -- time.time() of the store
+);
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('size', 0), ('count', 0);
+CREATE TRIGGER IF NOT EXISTS entries_insert AFTER INSERT ON entries BEGIN
+    UPDATE meta SET value = value + NEW.size WHERE name = 'size';
+    UPDATE meta SET value = value + 1 WHERE name = 'count';
+END;
+CREATE TRIGGER IF NOT EXISTS entries_delete AFTER DELETE ON entries BEGIN
+    UPDATE meta SET value = value - OLD.size WHERE name = 'size';
+    UPDATE meta SET value = value - 1 WHERE name = 'count';
+END;
+"""
+
+
+def _blocks(nbytes: int) -> int:
+    """Bytes a value of ``nbytes`` occupies on disk, in whole blocks."""
+    return -(-nbytes // BLOCK) * BLOCK
+
+
+def _as_bytes(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's data as a flat uint8 view (works for datetimes too)."""
+    return arr.reshape(-1).view(np.uint8)
+
+
+def _problem(exc: BaseException) -> str:
+    """Classify a write failure: ``"full"``, ``"unwritable"`` or ``"other"``."""
+    if isinstance(exc, OSError):
+        if exc.errno in _DISK_FULL:
+            return "full"
+        if exc.errno in _UNWRITABLE:
+            return "unwritable"
+        return "other"
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        text = str(exc).lower()
+        if (code is not None and code & 0xFF == 13) or "disk is full" in text:
+            return "full"
+        if (code is not None and code & 0xFF in (8, 14)) or "readonly" in text:
+            return "unwritable"
+    return "other"
+
+
+def _unlink(path: str) -> bool:
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        logger.debug("cacheaffinity: could not delete %s: %s", path, e)
+        return False
+
+
+class _Corrupt(Exception):
+    """An index entry whose data does not read back as stored."""
+
+
+class _Lost(Exception):
+    """A temporary removed by another process (as stale) before its rename."""
+
+
+class _Closed(ValueError):
+    """The cache was closed (possibly by another thread, during a call)."""
+
+
+class ColumnCache(MutableMapping):
+    """Decompressed column buffers on local disk, shared by a node's workers.
+
+    A bounded, FIFO-evicting ``MutableMapping[str, numpy.ndarray]`` over
+    ``directory``.  Config section: ``cacheaffinity.worker`` (``capacity``).
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        Cache directory on node-local disk, created if needed.  All worker
+        processes of a node pass the same directory.
+    capacity : int or str, optional
+        Upper bound of the bytes stored (data files in whole 4 KiB blocks; the
+        index is not counted).  ``None`` reads ``cacheaffinity.worker.capacity``.
+    stale_after : float, optional
+        Temporaries older than this many seconds are deleted on open: they were
+        left by a killed writer.  (Deleting the temporary of a writer that is
+        still alive only makes that one write fail quietly.)
+
+    Attributes
+    ----------
+    directory : str
+        Absolute path of the cache directory.
+    capacity : int
+        Size bound in bytes, enforced by this process's inserts.
+
+    Notes
+    -----
+    See the module docstring for thread/process safety and failure behaviour.
+    In short: ``get`` and ``__setitem__`` never raise for disk problems (a miss,
+    or the value is not cached, plus one warning per instance); a value larger
+    than ``capacity`` is not stored; object dtypes raise ``TypeError``.  A
+    directory that cannot be written when the cache is opened disables it: every
+    ``get`` misses and nothing is stored.  After :meth:`close`, ``get`` misses
+    and ``__setitem__`` does nothing (running tasks keep working while a worker
+    shuts down); the other methods raise ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        capacity: int | str | None = None,
+        *,
+        stale_after: float = 300.0,
+    ):
+        #: Absolute path of the cache directory.
+        self.directory: str = os.path.abspath(os.fspath(directory))
+        #: Size bound in bytes.
+        self.capacity: int = config.get_bytes("worker.capacity", capacity)
+        stale_after = float(stale_after)
+        if not stale_after >= 0:
+            raise ValueError(f"stale_after={stale_after!r} must be a number of seconds >= 0")
+        #: Age in seconds after which a temporary is considered abandoned.
+        self.stale_after: float = stale_after
+        self._index = os.path.join(self.directory, INDEX_NAME)
+        self._data = os.path.join(self.directory, DATA_DIR)
+        self._tmp = os.path.join(self.directory, TMP_DIR)
+        #: Guards the SQLite connection (one statement or transaction at a time).
+        self._lock = threading.RLock()
+        #: Guards the counters and warning flags.
+        self._stats_lock = threading.Lock()
+        self._con: sqlite3.Connection | None = None
+        self._inherited: list[sqlite3.Connection] = []
+        self._pid = os.getpid()
+        self._closed = False
+        #: Why this cache is unusable (None: usable).
+        self._disabled: str | None = None
+        #: Writes are skipped until this ``time.monotonic()`` (full disk).
+        self._pause_until = 0.0
+        self._warned: set[str] = set()
+        self._counts = dict.fromkeys(
+            (
+                "hits",
+                "misses",
+                "bytes_served",
+                "bytes_written",
+                "writes",
+                "evictions",
+                "bytes_evicted",
+                "errors",
+                "corrupt",
+                "skipped",
+                "temporaries_removed",
+            ),
+            0,
+        )
+        try:
+            os.makedirs(self._data, exist_ok=True)
+            os.makedirs(self._tmp, exist_ok=True)
+            self._remove_stale_temporaries()
+            self._probe_writable()
+            with self._lock:
+                self._connection()
+        except (OSError, sqlite3.Error) as e:
+            self._disabled = f"{type(e).__name__}: {e}"
+            self._warn_once(
+                "disk",
+                "cacheaffinity: cache directory %s cannot be used (%s); nothing will be "
+                "cached by this process. Point cacheaffinity.worker.directory to a "
+                "writable directory on local disk.",
+                self.directory,
+                self._disabled,
+            )
+
+    # ------------------------------------------------------------------ setup
+    def _probe_writable(self) -> None:
+        path = os.path.join(self._tmp, f"{uuid.uuid4().hex}.tmp")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        os.close(fd)
+        os.unlink(path)
+
+    def _connect(self) -> sqlite3.Connection:
+        con = sqlite3.connect(
+            self._index,
+            timeout=_BUSY_TIMEOUT,
+            isolation_level=None,
+            check_same_thread=False,
+        )
+        try:
+            for attempt in range(20):  # journal_mode may be busy while others open
+                try:
+                    con.execute("PRAGMA journal_mode=WAL")
+                    break
+                except sqlite3.OperationalError as e:
+                    if "locked" not in str(e) or attempt == 19:
+                        raise
+                    time.sleep(0.05)
+            con.execute("PRAGMA synchronous=NORMAL")
+            version = con.execute("PRAGMA user_version").fetchone()[0]
+            if version not in (0, SCHEMA_VERSION):
+                raise sqlite3.DatabaseError(
+                    f"{self._index} has layout version {version}, this cacheaffinity "
+                    f"reads version {SCHEMA_VERSION}; delete the directory or use another"
+                )
+            if version == 0:
+                # Processes opening a new directory together: the first creates
+                # the schema, the others wait for its lock and find it there.
+                try:
+                    con.executescript(
+                        f"BEGIN IMMEDIATE;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+                    )
+                except BaseException:
+                    if con.in_transaction:
+                        con.execute("ROLLBACK")
+                    raise
+        except BaseException:
+            con.close()
+            raise
+        return con
+
+    def _connection(self) -> sqlite3.Connection:
+        """The SQLite connection of this process (call with ``self._lock`` held)."""
+        if self._closed:
+            raise _Closed(f"{self!r} is closed")
+        if self._con is None or self._pid != os.getpid():
+            # A connection must not cross fork(): the child opens its own and
+            # never touches (not even closes) the one inherited from the parent.
+            if self._con is not None:
+                self._inherited.append(self._con)
+            self._con = self._connect()
+            self._pid = os.getpid()
+        return self._con
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            con = self._connection()
+            con.execute("BEGIN IMMEDIATE")
+            try:
+                yield con
+                con.execute("COMMIT")
+            except BaseException:
+                if con.in_transaction:
+                    with contextlib.suppress(sqlite3.Error):
+                        con.execute("ROLLBACK")
+                raise
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        with self._lock:
+            return self._connection().execute(sql, args).fetchall()
+
+    def _remove_stale_temporaries(self) -> int:
+        """Delete temporaries older than ``stale_after`` (left by dead writers)."""
+        removed = 0
+        cutoff = time.time() - self.stale_after
+        with os.scandir(self._tmp) as it:
+            for entry in it:
+                if not entry.name.endswith(".tmp"):
+                    continue
+                try:
+                    if entry.stat(follow_symlinks=False).st_mtime <= cutoff:
+                        removed += _unlink(entry.path)
+                except FileNotFoundError:
+                    pass
+        if removed:
+            logger.info(
+                "cacheaffinity: removed %d abandoned temporaries from %s", removed, self._tmp
+            )
+        self._count(temporaries_removed=removed)
+        return removed
+
+    @property
+    def disabled(self) -> str | None:
+        """Why the directory could not be used when the cache was opened, or None."""
+        return self._disabled
+
+    # ------------------------------------------------------------ bookkeeping
+    def _count(self, **deltas: int) -> None:
+        with self._stats_lock:
+            for name, delta in deltas.items():
+                self._counts[name] += delta
+
+    def _warn_once(self, topic: str, msg: str, *args: Any) -> None:
+        with self._stats_lock:
+            first = topic not in self._warned
+            self._warned.add(topic)
+        logger.log(logging.WARNING if first else logging.DEBUG, msg, *args)
+
+    def _path(self, name: str) -> str:
+        return os.path.join(self._data, name[:2], name)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise _Closed(f"{self!r} is closed")
+
+    def stats(self) -> dict[str, int]:
+        """Counters of this process since the cache was opened.
+
+        Returns
+        -------
+        dict
+            ``hits``, ``misses``, ``bytes_served``, ``bytes_written``, ``writes``,
+            ``evictions`` and ``bytes_evicted`` (by this process's inserts),
+            ``errors`` (I/O and index failures), ``corrupt`` (entries that failed
+            verification), ``skipped`` (values not cached: too large, disk full or
+            unwritable), ``temporaries_removed``.
+        """
+        with self._stats_lock:
+            return dict(self._counts)
+
+    # ------------------------------------------------------------------ reads
+    def _lookup(self, key: str) -> tuple | None:
+        rows = self._query(
+            "SELECT file, dtype, shape, nbytes, checksum FROM entries WHERE key = ?", (key,)
+        )
+        return rows[0] if rows else None
+
+    def _read(self, key: str, row: tuple) -> np.ndarray | None:
+        """Read and verify one entry.  None if its file is gone.
+
+        Raises
+        ------
+        _Corrupt
+            If the entry does not read back exactly as it was stored.
+        """
+        name, dtype_str, shape_json, nbytes, checksum = row
+        if not (isinstance(name, str) and _NAME.match(name)):
+            raise _Corrupt(f"invalid file name {name!r} in the index")
+        try:
+            dtype = np.dtype(dtype_str)
+            shape = tuple(json.loads(shape_json))
+        except (TypeError, ValueError) as e:
+            raise _Corrupt(f"unreadable dtype/shape {dtype_str!r} {shape_json!r}") from e
+        if (
+            dtype.hasobject
+            or dtype.fields is not None
+            or not all(type(n) is int and n >= 0 for n in shape)
+            or len(shape) > 64
+            or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != nbytes
+        ):
+            raise _Corrupt(f"inconsistent entry dtype={dtype_str} shape={shape_json} nbytes={nbytes}")
+        try:
+            f = open(self._path(name), "rb", buffering=0)
+        except FileNotFoundError:
+            return None  # evicted or replaced by another process after the lookup
+        with f:
+            out = np.empty(shape, dtype)
+            view = memoryview(_as_bytes(out))
+            done = 0
+            while done < nbytes:
+                n = f.readinto(view[done:])
+                if not n:
+                    break
+                done += n
+            if done != nbytes:
+                raise _Corrupt(f"file holds {done} bytes, the index says {nbytes}")
+            if f.read(1):
+                raise _Corrupt(f"file is longer than the {nbytes} bytes in the index")
+        if xxhash.xxh3_64_digest(view) != checksum:
+            raise _Corrupt("xxh3 checksum mismatch")
+        return out
+
+    def _remove_entry(self, key: str, name: str) -> None:
+        """Delete exactly this entry (not a newer value under the same key)."""
+        try:
+            with self._transaction() as con:
+                con.execute("DELETE FROM entries WHERE key = ? AND file = ?", (key, name))
+        except (sqlite3.Error, OSError, _Closed) as e:
+            logger.debug("cacheaffinity: could not remove entry %r: %s", key, e)
+            return
+        if isinstance(name, str) and _NAME.match(name):
+            _unlink(self._path(name))
+
+    def get(self, key: str, default: Any = None) -> np.ndarray | Any:
+        """The array stored under ``key``, or ``default`` on a miss.
+
+        Every value is verified (size and xxh3-64 checksum) before it is
+        returned.  A missing or corrupt entry, a closed or unusable cache and any
+        I/O error are misses; corrupt entries are removed and logged.
+        """
+        if self._closed or self._disabled:
+            self._count(misses=1)
+            return default
+        try:
+            row = self._lookup(key)
+            out = None if row is None else self._read(key, row)
+        except _Corrupt as e:
+            logger.warning(
+                "cacheaffinity: corrupt cache entry %r in %s (%s); removed, reading it from "
+                "storage instead",
+                key,
+                self.directory,
+                e,
+            )
+            self._count(misses=1, corrupt=1, errors=1)
+            self._remove_entry(key, row[0])
+            return default
+        except _Closed:
+            self._count(misses=1)
+            return default
+        except (OSError, sqlite3.Error, ValueError) as e:
+            self._warn_once(
+                "read",
+                "cacheaffinity: cache read of %r in %s failed (%s); a miss",
+                key,
+                self.directory,
+                e,
+            )
+            self._count(misses=1, errors=1)
+            return default
+        if out is None:
+            self._count(misses=1)
+            if row is not None:
+                # Evicted by another process after the lookup (then this deletes
+                # nothing), or the file was lost: drop exactly that entry.
+                self._remove_entry(key, row[0])
+            return default
+        self._count(hits=1, bytes_served=out.nbytes)
+        return out
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        out = self.get(key, _MISSING)
+        if out is _MISSING:
+            raise KeyError(key)
+        return out
+
+    def __contains__(self, key: object) -> bool:
+        """Whether the index has ``key`` (cheap: the data file is not read)."""
+        self._check_usable()
+        if self._disabled or not isinstance(key, str):
+            return False
+        return bool(self._query("SELECT 1 FROM entries WHERE key = ?", (key,)))
+
+    def __iter__(self) -> Iterator[str]:
+        """Keys in store order (oldest first), as of the call."""
+        self._check_usable()
+        if self._disabled:
+            return iter(())
+        return iter([k for (k,) in self._query("SELECT key FROM entries ORDER BY id")])
+
+    def __len__(self) -> int:
+        """Number of entries in the directory (all processes)."""
+        self._check_usable()
+        if self._disabled:
+            return 0
+        return int(self._query("SELECT value FROM meta WHERE name = 'count'")[0][0])
+
+    def volume(self) -> int:
+        """Bytes stored in the directory (all processes), in whole blocks."""
+        self._check_usable()
+        if self._disabled:
+            return 0
+        return int(self._query("SELECT value FROM meta WHERE name = 'size'")[0][0])
+
+    # ----------------------------------------------------------------- writes
+    def _validate(self, key: object, value: object) -> np.ndarray:
+        if not isinstance(key, str):
+            raise TypeError(f"ColumnCache keys are str, got {type(key).__name__}: {key!r}")
+        arr = np.asarray(value)
+        dtype = arr.dtype
+        if dtype.hasobject:
+            raise TypeError(
+                f"cannot cache {key!r}: dtype {dtype} holds Python objects; only arrays of "
+                "numbers, bools, bytes or strings are stored (objects would need pickle)"
+            )
+        if dtype.fields is not None or dtype.subdtype is not None:
+            raise TypeError(
+                f"cannot cache {key!r}: structured dtype {dtype} is not supported; store "
+                "each field as its own array"
+            )
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr).reshape(arr.shape)
+        return arr
+
+    def __setitem__(self, key: str, value: np.ndarray) -> None:
+        """Store ``value`` under ``key`` (replacing any older value).
+
+        A value larger than ``capacity``, a full disk or an unwritable directory
+        leave the value uncached (and an older value under ``key`` removed) with
+        one warning; nothing is raised for them.
+
+        Raises
+        ------
+        TypeError
+            If ``key`` is not a ``str``, or ``value`` has an object or structured
+            dtype.
+        """
+        arr = self._validate(key, value)
+        if self._closed or self._disabled:
+            self._count(skipped=1)
+            return
+        size = _blocks(arr.nbytes)
+        if size > self.capacity:
+            self._warn_once(
+                "oversize",
+                "cacheaffinity: column %r of %s exceeds cacheaffinity.worker.capacity=%s; "
+                "not cached (raise the capacity, e.g. dask.config.set("
+                "{'cacheaffinity.worker.capacity': '200 GiB'}))",
+                key,
+                format_bytes(arr.nbytes),
+                format_bytes(self.capacity),
+            )
+            self._count(skipped=1)
+            self._discard(key)
+            return
+        if time.monotonic() < self._pause_until:
+            self._count(skipped=1)
+            self._discard(key)
+            return
+        try:
+            self._store(key, arr, size)
+            return
+        except (_Lost, _Closed) as e:
+            logger.debug("cacheaffinity: %r not cached: %s", key, e)
+            self._count(skipped=1)
+            return
+        except (OSError, sqlite3.Error) as e:
+            problem, error = _problem(e), e
+        if problem == "full":
+            # The disk holds less than capacity says.  Make room for this value
+            # and as much again (the index grows too), then retry once.
+            self._count(errors=1)
+            self._make_room(2 * size + BLOCK)
+            try:
+                self._store(key, arr, size)
+                return
+            except (_Lost, _Closed):
+                self._count(skipped=1)
+                return
+            except (OSError, sqlite3.Error) as e:
+                problem, error = _problem(e), e
+        self._count(errors=1, skipped=1)
+        if problem == "full":
+            self._pause_until = time.monotonic() + _FULL_BACKOFF
+            self._warn_once(
+                "disk",
+                "cacheaffinity: disk of cache %s is full (%s); some columns are not "
+                "cached (writes pause %.0f s after each failure). Lower "
+                "cacheaffinity.worker.capacity or free space on that disk.",
+                self.directory,
+                error,
+                _FULL_BACKOFF,
+            )
+        elif problem == "unwritable":
+            self._warn_once(
+                "disk",
+                "cacheaffinity: cache directory %s is not writable (%s); columns are not "
+                "cached. Point cacheaffinity.worker.directory to a writable local directory.",
+                self.directory,
+                error,
+            )
+        else:
+            self._warn_once(
+                "write",
+                "cacheaffinity: storing %r in %s failed (%s); not cached",
+                key,
+                self.directory,
+                error,
+            )
+        self._discard(key)
+
+    def _write_temporary(self, data: memoryview) -> str:
+        name = uuid.uuid4().hex
+        tmp = os.path.join(self._tmp, name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        try:
+            with open(fd, "wb", buffering=0, closefd=True) as f:
+                done = 0
+                while done < len(data):
+                    done += f.write(data[done:])
+        except BaseException:
+            _unlink(tmp)
+            raise
+        return name
+
+    def _publish(self, name: str) -> None:
+        """Rename a complete temporary to its data file name."""
+        tmp = os.path.join(self._tmp, name + ".tmp")
+        final = self._path(name)
+        try:
+            os.rename(tmp, final)
+        except FileNotFoundError:
+            if not os.path.exists(tmp):
+                if os.path.isdir(self._tmp):
+                    raise _Lost(f"temporary {tmp} was removed as stale") from None
+                raise
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            os.rename(tmp, final)
+
+    def _store(self, key: str, arr: np.ndarray, size: int) -> None:
+        data = memoryview(_as_bytes(arr))
+        digest = xxhash.xxh3_64_digest(data)
+        name = self._write_temporary(data)
+        try:
+            self._publish(name)
+        except BaseException:
+            _unlink(os.path.join(self._tmp, name + ".tmp"))
+            raise
+        doomed: list[str] = []
+        try:
+            with self._transaction() as con:
+                old = con.execute("SELECT id, file FROM entries WHERE key = ?", (key,)).fetchone()
+                if old is not None:
+                    con.execute("DELETE FROM entries WHERE id = ?", (old[0],))
+                    doomed.append(old[1])
+                used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
+                files, freed = self._evict_rows(con, used + size - self.capacity)
+                con.execute(
+                    "INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum, stored)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        key,
+                        name,
+                        arr.dtype.str,
+                        json.dumps(list(arr.shape)),
+                        arr.nbytes,
+                        size,
+                        digest,
+                        time.time(),
+                    ),
+                )
+        except BaseException:
+            _unlink(self._path(name))
+            raise
+        # Only after the commit: nobody can find these files any more.
+        for old_name in doomed + files:
+            if _NAME.match(str(old_name)):
+                _unlink(self._path(old_name))
+        self._count(
+            writes=1, bytes_written=arr.nbytes, evictions=len(files), bytes_evicted=freed
+        )
+
+    def _evict_rows(self, con: sqlite3.Connection, need: int) -> tuple[list[str], int]:
+        """Delete the oldest rows until ``need`` bytes are freed (inside a transaction)."""
+        if need <= 0:
+            return [], 0
+        victims, files, freed = [], [], 0
+        cursor = con.execute(
+            "SELECT id, file, size FROM entries ORDER BY id LIMIT ?",
+            (MAX_EVICTIONS_PER_INSERT,),
+        )
+        try:
+            while freed < need:
+                batch = cursor.fetchmany(64)
+                if not batch:
+                    break
+                for row_id, name, size in batch:
+                    if freed >= need:
+                        break
+                    victims.append((row_id,))
+                    files.append(name)
+                    freed += size
+        finally:
+            cursor.close()
+        con.executemany("DELETE FROM entries WHERE id = ?", victims)
+        return files, freed
+
+    def _make_room(self, need: int) -> None:
+        """Evict at least ``need`` bytes after the disk filled up (best effort)."""
+        try:
+            with self._transaction() as con:
+                files, freed = self._evict_rows(con, need)
+        except (sqlite3.Error, OSError, _Closed) as e:
+            # The index cannot grow either.  Delete the oldest files without
+            # touching the index: their entries read as misses and are removed
+            # by the next read or eviction that meets them.
+            logger.debug("cacheaffinity: eviction on a full disk failed (%s)", e)
+            try:
+                rows = self._query(
+                    "SELECT file, size FROM entries ORDER BY id LIMIT ?",
+                    (MAX_EVICTIONS_PER_INSERT,),
+                )
+            except (sqlite3.Error, OSError, _Closed):
+                return
+            files, freed = [], 0
+            for name, size in rows:
+                if freed >= need:
+                    break
+                if _NAME.match(str(name)) and _unlink(self._path(name)):
+                    freed += size
+            self._count(bytes_evicted=freed)
+            return
+        for name in files:
+            if _NAME.match(str(name)):
+                _unlink(self._path(name))
+        self._count(evictions=len(files), bytes_evicted=freed)
+
+    def _discard(self, key: str) -> None:
+        """Remove an older value of ``key`` after a failed store (best effort)."""
+        if self._closed or self._disabled:
+            return
+        try:
+            with self._transaction() as con:
+                row = con.execute("SELECT file FROM entries WHERE key = ?", (key,)).fetchone()
+                if row is not None:
+                    con.execute("DELETE FROM entries WHERE key = ?", (key,))
+        except (sqlite3.Error, OSError, _Closed) as e:
+            logger.debug("cacheaffinity: could not remove old value of %r: %s", key, e)
+            return
+        if row is not None and _NAME.match(str(row[0])):
+            _unlink(self._path(row[0]))
+
+    def __delitem__(self, key: str) -> None:
+        self._check_usable()
+        if self._disabled:
+            raise KeyError(key)
+        with self._transaction() as con:
+            row = con.execute("SELECT file FROM entries WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                raise KeyError(key)
+            con.execute("DELETE FROM entries WHERE key = ?", (key,))
+        if _NAME.match(str(row[0])):
+            _unlink(self._path(row[0]))
+
+    def clear(self) -> None:
+        """Remove every entry of the directory (all processes' entries)."""
+        self._check_usable()
+        if self._disabled:
+            return
+        with self._transaction() as con:
+            names = [n for (n,) in con.execute("SELECT file FROM entries")]
+            con.execute("DELETE FROM entries")
+        for name in names:
+            if _NAME.match(str(name)):
+                _unlink(self._path(name))
+
+    # ------------------------------------------------------------ maintenance
+    def verify(self) -> dict[str, int]:
+        """Check every entry's data against its checksum and tidy the directory.
+
+        Corrupt entries are removed and logged; data files that no entry
+        references and temporaries, both older than ``stale_after``, are deleted.
+
+        Returns
+        -------
+        dict
+            ``checked`` entries, of which ``ok``, ``corrupt`` (removed) and
+            ``missing`` (evicted meanwhile, or the file was lost); ``orphans``
+            (unreferenced data files deleted); ``temporaries`` (deleted).
+        """
+        self._check_usable()
+        out = dict(checked=0, ok=0, corrupt=0, missing=0, orphans=0, temporaries=0)
+        if self._disabled:
+            return out
+        rows = self._query(
+            "SELECT key, file, dtype, shape, nbytes, checksum FROM entries ORDER BY id"
+        )
+        for key, *row in rows:
+            out["checked"] += 1
+            try:
+                ok = self._read(key, tuple(row)) is not None
+            except _Corrupt as e:
+                logger.warning(
+                    "cacheaffinity: corrupt cache entry %r in %s (%s); removed",
+                    key,
+                    self.directory,
+                    e,
+                )
+                self._remove_entry(key, row[0])
+                out["corrupt"] += 1
+                continue
+            if ok:
+                out["ok"] += 1
+                continue
+            out["missing"] += 1
+            # Evicted meanwhile, or the file is really gone: drop that entry.
+            self._remove_entry(key, row[0])
+        known = {n for (n,) in self._query("SELECT file FROM entries")}
+        cutoff = time.time() - self.stale_after
+        with os.scandir(self._data) as subdirs:
+            for sub in subdirs:
+                if not sub.is_dir(follow_symlinks=False):
+                    continue
+                with os.scandir(sub.path) as files:
+                    for f in files:
+                        if f.name in known or not _NAME.match(f.name):
+                            continue
+                        try:
+                            if f.stat(follow_symlinks=False).st_mtime > cutoff:
+                                continue  # may be a write that is about to commit
+                        except FileNotFoundError:
+                            continue
+                        if not self._query("SELECT 1 FROM entries WHERE file = ?", (f.name,)):
+                            out["orphans"] += _unlink(f.path)
+        out["temporaries"] = self._remove_stale_temporaries()
+        return out
+
+    def info(self) -> dict[str, Any]:
+        """Size and age of the directory's contents.
+
+        Returns
+        -------
+        dict
+            ``directory``, ``capacity`` (this instance's), ``size`` (bytes, as in
+            :meth:`volume`), ``entries``, ``oldest`` and ``newest`` store times
+            (seconds since the epoch, None when empty).
+        """
+        self._check_usable()
+        out: dict[str, Any] = {
+            "directory": self.directory,
+            "capacity": self.capacity,
+            "size": 0,
+            "entries": 0,
+            "oldest": None,
+            "newest": None,
+        }
+        if self._disabled:
+            return out
+        with self._lock:
+            con = self._connection()
+            con.execute("BEGIN")  # one consistent snapshot
+            try:
+                meta = dict(con.execute("SELECT name, value FROM meta").fetchall())
+                oldest = con.execute("SELECT stored FROM entries ORDER BY id LIMIT 1").fetchone()
+                newest = con.execute(
+                    "SELECT stored FROM entries ORDER BY id DESC LIMIT 1"
+                ).fetchone()
+            finally:
+                con.execute("COMMIT")
+        out.update(
+            size=int(meta["size"]),
+            entries=int(meta["count"]),
+            oldest=oldest[0] if oldest else None,
+            newest=newest[0] if newest else None,
+        )
+        return out
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Close the index connection (idempotent)."""
+        with self._lock:
+            self._closed = True
+            if self._con is not None and self._pid == os.getpid():
+                with contextlib.suppress(sqlite3.Error):
+                    self._con.close()
+            self._con = None
+
+    def __enter__(self) -> ColumnCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else (" disabled" if self._disabled else "")
+        return (
+            f"<ColumnCache {self.directory!r} capacity={format_bytes(self.capacity)}{state}>"
+        )
+
+
+class MemoryFront(MutableMapping):
+    """coffea's ``buffer_cache`` for one chunk: memory in front of a :class:`ColumnCache`.
+
+    coffea asks for the same column buffer several times while it processes a
+    chunk and calls only ``get(key, default)`` and ``__setitem__``.  This keeps
+    the buffers of the current chunk in a dict bounded in bytes (least recently
+    used go first) and goes to the disk store only for what it does not hold.
+    Config section: ``cacheaffinity.worker`` (``memory``).
+
+    Parameters
+    ----------
+    store : MutableMapping or None
+        The node's disk store, normally a :class:`ColumnCache`; ``None`` keeps
+        buffers in memory only (a worker whose cache directory is unusable).
+    capacity : int or str, optional
+        Bytes kept in memory; ``None`` reads ``cacheaffinity.worker.memory``.
+
+    Notes
+    -----
+    Thread-safe: the dict is guarded by a lock; store reads and writes happen
+    outside it.  ``get`` keeps what it found on disk in memory; ``__setitem__``
+    keeps the value and writes it through to the store (whose failures are
+    misses, see :class:`ColumnCache`).  Arrays are kept by reference, like a
+    dict.  ``clear()`` (a ``MutableMapping`` method) empties the store too; use
+    :meth:`drop_memory` to let go of the memory only.
+    """
+
+    def __init__(self, store: MutableMapping | None, capacity: int | str | None = None):
+        #: The disk store behind this front (or None).
+        self.store: MutableMapping | None = store
+        #: Bytes kept in memory at most.
+        self.capacity: int = config.get_bytes("worker.memory", capacity)
+        self._memory: OrderedDict[str, np.ndarray] = OrderedDict()
+        #: Bytes held in memory now.
+        self.memory_bytes: int = 0
+        self._lock = threading.Lock()
+        self._counts = dict(hits=0, memory_hits=0, misses=0, bytes_served=0)
+
+    def _keep(self, key: str, value: Any) -> None:
+        nbytes = int(getattr(value, "nbytes", 0))
+        with self._lock:
+            old = self._memory.pop(key, None)
+            if old is not None:
+                self.memory_bytes -= int(getattr(old, "nbytes", 0))
+            if nbytes > self.capacity:
+                return
+            self._memory[key] = value
+            self.memory_bytes += nbytes
+            while self.memory_bytes > self.capacity:
+                _, gone = self._memory.popitem(last=False)
+                self.memory_bytes -= int(getattr(gone, "nbytes", 0))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """The buffer under ``key`` from memory, else from the store, else ``default``."""
+        with self._lock:
+            value = self._memory.get(key, _MISSING)
+            if value is not _MISSING:
+                self._memory.move_to_end(key)
+                self._counts["hits"] += 1
+                self._counts["memory_hits"] += 1
+                self._counts["bytes_served"] += int(getattr(value, "nbytes", 0))
+                return value
+        value = _MISSING if self.store is None else self.store.get(key, _MISSING)
+        if value is _MISSING:
+            with self._lock:
+                self._counts["misses"] += 1
+            return default
+        self._keep(key, value)
+        with self._lock:
+            self._counts["hits"] += 1
+            self._counts["bytes_served"] += int(getattr(value, "nbytes", 0))
+        return value
+
+    def __getitem__(self, key: str) -> Any:
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if self.store is not None:
+            self.store[key] = value  # validates (TypeError) before memory changes
+        elif not isinstance(key, str):
+            raise TypeError(f"MemoryFront keys are str, got {type(key).__name__}: {key!r}")
+        self._keep(key, value)
+
+    def __delitem__(self, key: str) -> None:
+        with self._lock:
+            old = self._memory.pop(key, _MISSING)
+            if old is not _MISSING:
+                self.memory_bytes -= int(getattr(old, "nbytes", 0))
+        try:
+            if self.store is None:
+                raise KeyError(key)
+            del self.store[key]
+        except KeyError:
+            if old is _MISSING:
+                raise
+
+    def __contains__(self, key: object) -> bool:
+        with self._lock:
+            if key in self._memory:
+                return True
+        return self.store is not None and key in self.store
+
+    def __iter__(self) -> Iterator[str]:
+        with self._lock:
+            memory = list(self._memory)
+        seen = set(memory)
+        yield from memory
+        if self.store is not None:
+            for key in self.store:
+                if key not in seen:
+                    yield key
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def drop_memory(self) -> None:
+        """Forget the in-memory buffers (the store keeps its copies)."""
+        with self._lock:
+            self._memory.clear()
+            self.memory_bytes = 0
+
+    def stats(self) -> dict[str, int]:
+        """Counters of this front: ``hits`` (memory or disk), ``memory_hits``,
+        ``misses``, ``bytes_served``, and ``memory_bytes``/``memory_entries`` now."""
+        with self._lock:
+            return dict(
+                self._counts,
+                memory_bytes=self.memory_bytes,
+                memory_entries=len(self._memory),
+            )
+
+    def __repr__(self) -> str:
+        return (
+            f"<MemoryFront {len(self._memory)} buffers, {format_bytes(self.memory_bytes)}"
+            f" of {format_bytes(self.capacity)} over {self.store!r}>"
+        )
