@@ -404,9 +404,7 @@ class TorusPlacement:
             return []
         if self._balance is not None:
             return self._assign_balanced(st, bs)
-        x = _points(bs, self._seeds)
-        node_idx = st.point_node[self._nearest_points(st, x)]
-        return st.names_arr[node_idx].tolist()
+        return st.names_arr[self._nearest_nodes(st, bs)].tolist()
 
     def ranking(self, chunk_id: str | bytes, k: int) -> list[str]:
         """The ``k`` nearest distinct nodes of one chunk, nearest first.
@@ -460,13 +458,15 @@ class TorusPlacement:
 
     @staticmethod
     def _grid_order(x: np.ndarray) -> np.ndarray:
-        """Permutation sorting points by grid cell (row-major), for memory locality."""
+        """Permutation sorting points by grid cell (row-major, 16-bit cell key), so that
+        consecutive tree queries touch nearby tree nodes. A stable sort of 16-bit keys is
+        a radix sort in numpy: O(m)."""
         d = x.shape[1]
-        bits = max(1, min(4, 60 // d))
-        key = np.zeros(len(x), dtype=np.int64)
-        for i in range(min(d, 60 // bits)):
-            key <<= bits
-            key |= (x[:, i] * (1 << bits)).astype(np.int64)
+        bits = max(1, 16 // d)
+        key = np.zeros(len(x), dtype=np.uint16)
+        for i in range(min(d, 16 // bits)):
+            key <<= np.uint16(bits)
+            key |= (x[:, i] * (1 << bits)).astype(np.uint16)
         return np.argsort(key, kind="stable")
 
     def _query(self, st: _Nodes, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -482,8 +482,9 @@ class TorusPlacement:
             d, i = d[:, None], i[:, None]
         return d, i
 
-    def _nearest_points(self, st: _Nodes, x: np.ndarray) -> np.ndarray:
-        return self._query(st, x, 1)[1][:, 0]
+    def _nearest_nodes(self, st: _Nodes, bs: list[bytes]) -> np.ndarray:
+        """Node index of the nearest replica point of every chunk."""
+        return st.point_node[self._query(st, _points(bs, self._seeds), 1)[1][:, 0]]
 
     def _rank(self, st: _Nodes, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact rankings: ``(node index, distance)``, each ``(m, min(k, n))``.
@@ -570,6 +571,9 @@ class TorusPlacement:
     def _assign_balanced(self, st: _Nodes, bs: list[bytes]) -> list[str]:
         # one entry per distinct chunk: a cache serves the same id from the same node
         uniq = list(dict.fromkeys(bs))
+        if len(uniq) == 1:  # every cap is >= 1: the nearest node
+            node = self._rank(st, _points(uniq, self._seeds), 1)[0][0, 0]
+            return [st.names[node]] * len(bs)
         if len(uniq) == len(bs):
             inverse = None
         else:

@@ -143,8 +143,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.target: dict[Any, str] = {}
         #: cache node id -> keys of tasks meant for it
         self.node_tasks: defaultdict[str, set] = defaultdict(set)
-        #: chunk id -> cache node where the chunk was last processed
-        self.located: dict[str, str] = {}
+        #: chunk id -> (cache node that last processed it, node placement chose for it)
+        self.located: dict[str, tuple[str, str]] = {}
+        #: task key -> placement's node, for tasks the locator sent elsewhere
+        self.hashed: dict[Any, str] = {}
         #: Counters (also exported as metrics).
         self.counters: Counter[str] = Counter()
         #: cache node id -> per-node counters (placements, failovers, steals)
@@ -345,12 +347,22 @@ class CacheAffinityPlugin(SchedulerPlugin):
             return
         nodes = self.placement.assign([c for _, c in todo])
         per_node: Counter[str] = Counter()
+        located = 0
         for (ts, chunk), node in zip(todo, nodes):
+            reason = "hash"
+            loc = self.located.get(chunk)
+            if loc is not None and loc[1] == node and loc[0] != node and loc[0] in self.node_workers:
+                # Stolen last time, and its node is the same as then: the thief's
+                # node holds the chunk, its hash-preferred node does not.
+                self.hashed[ts.key] = node
+                node, reason = loc[0], "locator"
+                located += 1
             self._set_target(ts, node)
             per_node[node] += 1
             if task_logger.isEnabledFor(logging.DEBUG):
-                task_logger.debug("%s: chunk %s -> node %s (hash)", ts.key, chunk, node)
+                task_logger.debug("%s: chunk %s -> node %s (%s)", ts.key, chunk, node, reason)
         self.counters["placements"] += len(todo)
+        self.counters["located"] += located
         for node, n in per_node.items():
             self.node_counters[node]["placements"] += n
         self._event(
@@ -358,8 +370,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 "action": "place",
                 "tasks": len(todo),
                 "nodes": dict(per_node),
+                "located": located,
                 "reason": "nearest cache node on the torus"
-                + ("" if self.placement.balance is None else " with bounded loads"),
+                + ("" if self.placement.balance is None else " with bounded loads")
+                + (f"; {located} to the node that processed them last" if located else ""),
                 "stimulus_id": stimulus_id,
             }
         )
@@ -456,6 +470,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             return
         if finish == "forgotten":
             self.chunk_of.pop(key, None)
+            self.hashed.pop(key, None)
             node = self.target.pop(key, None)
             if node is not None:
                 tasks = self.node_tasks.get(node)
@@ -468,7 +483,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
             worker = kwargs.get("worker")
             node = self.worker_node.get(worker)
             if node is not None:
-                self.located[chunk] = node
+                meant = self.hashed.pop(key, None) or self.target.get(key, node)
+                self.located[chunk] = (node, meant)
                 if node == self.target.get(key):
                     self.counters["on-target"] += 1
                     self.node_counters[node]["on-target"] += 1
@@ -503,7 +519,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             chunk = self.chunk_of.get(ts.key)
             if chunk is None:
                 rank = 3
-            elif thief_node is not None and self.located.get(chunk) == thief_node:
+            elif thief_node is not None and self.located.get(chunk, ("",))[0] == thief_node:
                 rank = 0
             else:
                 rank = 2

@@ -66,14 +66,15 @@ def work_function(
             lambda: front,
         )  # fmt: skip
 
+    work_item = item[0] if processor_instance == "heavy" else item
     if (
         format != "root"
         or use_dataframes
         or checkpointer is not None
-        or item.preload is not None
+        or work_item.preload is not None
         or schema is None
         or not (isinstance(schema, type) and issubclass(schema, schemas.BaseSchema))
-        or not item.fileuuid
+        or not work_item.fileuuid
     ):
         return fallback()
 

@@ -1,0 +1,142 @@
+"""Generate a NanoAOD-like benchmark dataset (see :mod:`cacheaffinity.synthetic`).
+
+    python benchmarks/make_dataset.py OUTDIR --events 200000 --files 8 \\
+        [--codec lzma] [--level 9] [--seed 0] [--template PATH] [--branches 'Muon_*' ...]
+
+Writes OUTDIR/nano_000.root ... with a progress bar and prints a summary: files, events,
+branches, bytes on disk, compression ratio (uncompressed bytes of the baskets / file bytes),
+time, and the generation speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+
+from cacheaffinity.synthetic import CODECS, dataset_stats, file_name, make_dataset
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        description="Write NanoAOD-like ROOT files resampled from a real NanoAOD template.",
+    )
+    p.add_argument("outdir", type=Path, help="output directory (created if missing)")
+    p.add_argument("--events", type=int, required=True, help="total number of events")
+    p.add_argument("--files", type=int, default=1, help="number of files (default 1)")
+    p.add_argument(
+        "--codec",
+        default="lzma",
+        choices=[*sorted(CODECS), "none"],
+        help="basket compression (default lzma, as CMS NanoAOD)",
+    )
+    p.add_argument(
+        "--level",
+        type=int,
+        default=None,
+        help="compression level (default: lzma 9, zlib 1, lz4 4, zstd 5)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument(
+        "--template",
+        default=None,
+        help="NanoAOD template file (default: $CACHEAFFINITY_NANOAOD_TEMPLATE or "
+        "../shared/data/nanoaod/nano_dy.root)",
+    )
+    p.add_argument(
+        "--branches",
+        nargs="+",
+        default=None,
+        metavar="GLOB",
+        help="keep only these branches (glob patterns; counters and run/luminosityBlock/event "
+        "are kept automatically); default all",
+    )
+    p.add_argument(
+        "--basket-events",
+        type=int,
+        default=None,
+        help="events per basket (default: ~32 MiB per cluster, 1000..10000 events)",
+    )
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.add_argument("-v", "--verbose", action="store_true", help="log at debug level")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.WARNING,
+        format="%(levelname)s %(name)s: %(message)s",
+    )
+    if args.verbose:
+        logging.getLogger("cacheaffinity").setLevel(logging.DEBUG)
+
+    codec = None if args.codec == "none" else args.codec
+    start = time.perf_counter()
+    try:
+        paths = make_dataset(
+            args.outdir,
+            events=args.events,
+            files=args.files,
+            template=args.template,
+            codec=codec,
+            level=args.level,
+            seed=args.seed,
+            branches=args.branches,
+            basket_events=args.basket_events,
+            progress=not args.no_progress,
+        )
+    except (ValueError, TypeError, FileNotFoundError) as err:
+        print(f"make_dataset.py: error: {err}", file=sys.stderr)
+        return 2
+    elapsed = time.perf_counter() - start
+
+    stats = dataset_stats(paths)
+    summary = {
+        "outdir": str(args.outdir),
+        "codec": args.codec,
+        "level": args.level if args.level is not None else (CODECS[codec][1] if codec else None),
+        "seed": args.seed,
+        **stats,
+        "seconds": round(elapsed, 2),
+        "output_MB_per_s": round(stats["file_bytes"] / 1e6 / elapsed, 3),
+        "uncompressed_MB_per_s": round(stats["uncompressed_bytes"] / 1e6 / elapsed, 3),
+        "events_per_s": round(stats["events"] / elapsed, 1),
+    }
+    written = {Path(p).name for p in paths}
+    stale = sorted(
+        p.name for p in args.outdir.glob("nano_*.root") if p.name not in written
+    )
+    if args.json:
+        print(json.dumps({**summary, "other_nano_files": stale}))
+    else:
+        mb = 1e6
+        print(f"wrote {stats['files']} files to {args.outdir} ({file_name(0)} ...)")
+        print(f"  events             {stats['events']:,}")
+        print(f"  branches           {stats['branches']:,}")
+        print(f"  codec              {summary['codec']} (level {summary['level']})")
+        print(f"  bytes on disk      {stats['file_bytes']:,} ({stats['file_bytes'] / mb:.1f} MB)")
+        print(
+            f"  uncompressed       {stats['uncompressed_bytes']:,} "
+            f"({stats['uncompressed_bytes'] / mb:.1f} MB of baskets)"
+        )
+        print(f"  compression ratio  {stats['compression_ratio']:.2f}")
+        print(
+            f"  time               {elapsed:.1f} s ({summary['output_MB_per_s']:.2f} MB/s written, "
+            f"{summary['uncompressed_MB_per_s']:.1f} MB/s uncompressed, "
+            f"{summary['events_per_s']:,.0f} events/s)"
+        )
+        if stale:
+            print(
+                f"  note: {len(stale)} other nano_*.root files in {args.outdir} are not part of "
+                f"this dataset: {', '.join(stale[:5])}{' ...' if len(stale) > 5 else ''}"
+            )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,673 @@
+"""Synthetic NanoAOD-like ROOT files for tests, the demo and benchmarks.
+
+:func:`make_dataset` writes ``files`` ROOT files holding ``events`` events in total, each with a
+TTree ``Events`` whose branch list, dtypes and value distributions are those of a real NanoAOD
+*template* file. Events are resampled whole, with replacement: every output event is a copy of
+one randomly drawn template event, all of its branches, with each jagged collection (``Muon_*``
+and its counter ``nMuon``, ...) copied together so that counters and collections stay consistent.
+Values are never altered (no noise is added); see the caveat on compression below.
+
+Layout, as CMS NanoAOD:
+
+* TTrees written with ``uproot`` ``mktree`` + ``extend`` (``file["Events"] = dict`` would write
+  an RNTuple), one ``extend`` per basket cluster of ``basket_events`` events, so every branch has
+  ``ceil(entries / basket_events)`` baskets;
+* jagged collections become a counter ``n<Collection>`` and branches ``<Collection>_<field>``
+  (a collection without fields, e.g. ``LHEPdfWeight``, is the branch ``LHEPdfWeight`` with counter
+  ``nLHEPdfWeight``), so that coffea's ``NanoAODSchema`` builds ``events.Muon.pt`` etc.;
+* LZMA level 9 by default (the NanoAOD setting); ZLIB, LZ4, ZSTD or uncompressed on request.
+
+Differences from a file written by CMSSW that a reader can see:
+
+* counters are ``int32`` (uproot always writes its generated counters so); NanoAOD's are
+  ``uint32``. Every other branch has the template's dtype;
+* string and other non-numeric template branches are left out (NanoAOD has none in ``Events``);
+  so is the ``Runs`` tree;
+* ``run``/``luminosityBlock``/``event`` are copied like every other branch, so event numbers repeat.
+
+Determinism: the event content depends only on (template, branches, events, files, seed): the
+same arguments give equal arrays in every file, whatever ``codec``, ``level``, ``basket_events``
+or ``progress``. The file *bytes* differ between two writes, because every ROOT file gets a new
+random UUID and the TKeys carry the write time: that is wanted, since the file UUID is part of a
+cached chunk's identity. Different files of one dataset, and different seeds, draw different
+events. With ``branches=[...]`` a file holds the same events as the full file of the same
+arguments, restricted to those branches.
+
+Caveat on compression: a template holds few events (40 in ``nano_dy.root``), so a generated basket
+repeats the same few value sequences many times, and a compressor with a long window (LZMA above
+all) finds those repeats. Generated data therefore compress far better than real NanoAOD: from
+``nano_dy.root``, LZMA-9 gives a ratio of about 12 and ZLIB-1 about 6 for the whole file (single
+columns: ``Jet_pt`` 11.5 with LZMA against 1.5 to 2 for the template's own events, ``GenPart_pt``
+34 against 2.3 to 2.6), and LZMA decompresses the generated data faster per decompressed byte than
+real NanoAOD. A larger template (``nano_tt_v15.root``, 200 events) helps little. Use
+:func:`dataset_stats` to measure the ratio of a generated dataset.
+
+Speed (2 cores, one used; ~1500 branches of ``nano_dy.root``): LZMA-9 fills about 500 to 600
+events/s (3 MB/s of uncompressed baskets, 0.2 to 0.3 MB/s written); ZLIB-1, ZSTD-5 and LZ4 fill
+12,000 to 30,000 events/s. On top, uproot's ``mktree`` costs about 6 s per file with 1500
+branches (it grows with the square of the branch count); few-branch test files are fast.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import math
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import awkward as ak
+import numpy as np
+import uproot
+
+__all__ = [
+    "CODECS",
+    "EVENT_ID_BRANCHES",
+    "TEMPLATE_ENV",
+    "TREE_NAME",
+    "Template",
+    "dataset_stats",
+    "default_template_path",
+    "file_name",
+    "load_template",
+    "make_dataset",
+    "resolve_template",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Environment variable that overrides the default template file.
+TEMPLATE_ENV = "CACHEAFFINITY_NANOAOD_TEMPLATE"
+
+#: Name of the tree that is read from the template and written to every file.
+TREE_NAME = "Events"
+
+#: codec name -> (uproot compression class, default level, (lowest, highest) level).
+#: Defaults: LZMA 9 as CMS writes NanoAOD; ZLIB 1, LZ4 4 and ZSTD 5 as ROOT's own defaults
+#: (compression settings 101, 404, 505).
+CODECS: dict[str, tuple[type, int, tuple[int, int]]] = {
+    "lzma": (uproot.LZMA, 9, (1, 9)),
+    "zlib": (uproot.ZLIB, 1, (1, 9)),
+    "lz4": (uproot.LZ4, 4, (1, 12)),
+    "zstd": (uproot.ZSTD, 5, (1, 22)),
+}
+
+#: Kept in every file, whatever ``branches`` says: coffea's NanoAODSchema refuses files without.
+EVENT_ID_BRANCHES = ("run", "luminosityBlock", "event")
+
+#: Target of uncompressed bytes per basket cluster (all branches, one ``extend``) when
+#: ``basket_events`` is not given; ROOT's default auto-flush is 30 MB.
+DEFAULT_CLUSTER_BYTES = 32 * 1024 * 1024
+#: Bounds of the default number of events per basket (NanoAOD: O(1e3 to 1e4)).
+MIN_DEFAULT_BASKET_EVENTS = 1_000
+MAX_DEFAULT_BASKET_EVENTS = 10_000
+
+# Template events are drawn in fixed blocks, each from its own random stream, so that the
+# content does not depend on basket_events and the index array stays small for huge files.
+_DRAW_BLOCK = 1 << 16
+
+# dtypes a TTree leaf written by uproot can hold (uproot.writing._cascadetree._dtype_to_char).
+_WRITABLE_KINDS = {
+    np.dtype(np.bool_),
+    np.dtype(np.int8),
+    np.dtype(np.uint8),
+    np.dtype(np.int16),
+    np.dtype(np.uint16),
+    np.dtype(np.int32),
+    np.dtype(np.uint32),
+    np.dtype(np.int64),
+    np.dtype(np.uint64),
+    np.dtype(np.float32),
+    np.dtype(np.float64),
+}
+
+
+def file_name(index: int) -> str:
+    """Name of the ``index``-th file of a dataset: ``nano_{index:03d}.root``."""
+    return f"nano_{index:03d}.root"
+
+
+# --------------------------------------------------------------------------------------------
+# template
+
+
+def default_template_path() -> Path:
+    """The template used when none is given: ``$CACHEAFFINITY_NANOAOD_TEMPLATE`` if set, else
+    ``<repository root>/../shared/data/nanoaod/nano_dy.root`` (may not exist)."""
+    env = os.environ.get(TEMPLATE_ENV)
+    if env:
+        return Path(env).expanduser()
+    repo_root = Path(__file__).resolve().parents[1]
+    return repo_root.parent / "shared" / "data" / "nanoaod" / "nano_dy.root"
+
+
+def resolve_template(template: str | os.PathLike | None = None) -> Path:
+    """The template file to use, checked to exist (FileNotFoundError naming the fix if not)."""
+    if template is not None:
+        path = Path(template).expanduser()
+        origin = "template= argument"
+    else:
+        path = default_template_path()
+        origin = (
+            f"${TEMPLATE_ENV}" if os.environ.get(TEMPLATE_ENV) else "default template location"
+        )
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"NanoAOD template file not found: {str(path)!r} (from the {origin}). "
+            f"Pass template=<path to a NanoAOD ROOT file with an {TREE_NAME!r} TTree> "
+            f"or set the environment variable {TEMPLATE_ENV}; the real sample files live in "
+            f"<repository root>/../shared/data/nanoaod/ (see its README.md)."
+        )
+    return path
+
+
+@dataclass(frozen=True)
+class _Collection:
+    """A jagged collection of the template: counter ``n<name>``, branches ``<name>_<field>``
+    (or the single branch ``<name>`` when ``fields == ("",)``)."""
+
+    name: str
+    fields: tuple[str, ...]
+    offsets: np.ndarray  # int64, num_entries + 1, starting at 0
+    contents: tuple[np.ndarray, ...]  # flat content of each field, in ``fields`` order
+
+    @property
+    def counter(self) -> str:
+        return "n" + self.name
+
+    def branch(self, field: str) -> str:
+        return self.name if field == "" else f"{self.name}_{field}"
+
+    @property
+    def branches(self) -> tuple[str, ...]:
+        return tuple(self.branch(f) for f in self.fields)
+
+    def select(self, keep: set[str]) -> _Collection | None:
+        pairs = [(f, c) for f, c in zip(self.fields, self.contents) if self.branch(f) in keep]
+        if not pairs:
+            return None
+        fields, contents = zip(*pairs)
+        return _Collection(self.name, tuple(fields), self.offsets, tuple(contents))
+
+
+@dataclass(frozen=True)
+class Template:
+    """The writable content of a template's ``Events`` tree, held in memory.
+
+    ``order`` lists every writable branch (counters included) in the template's order,
+    ``dtypes`` their dtypes in the template (generated counters are written as int32);
+    ``skipped`` the branches that cannot be written (strings, objects, unusual layouts).
+    """
+
+    path: str
+    num_entries: int
+    scalars: dict[str, np.ndarray]
+    collections: dict[str, _Collection]
+    order: tuple[str, ...]
+    dtypes: dict[str, np.dtype]
+    skipped: tuple[str, ...] = ()
+
+
+def load_template(template: str | os.PathLike | None = None) -> Template:
+    """Read the template's ``Events`` tree into memory (cached per path and modification time)."""
+    path = resolve_template(template).resolve()
+    stat = path.stat()
+    return _load_template_cached(str(path), stat.st_mtime_ns, stat.st_size)
+
+
+def _native(dtype: np.dtype) -> np.dtype:
+    """``dtype`` in native byte order (subarray dtypes too)."""
+    if dtype.subdtype is not None:
+        base, shape = dtype.subdtype
+        return np.dtype((_native(base), shape))
+    return dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
+
+
+@lru_cache(maxsize=4)
+def _load_template_cached(path: str, _mtime_ns: int, _size: int) -> Template:
+    with uproot.open(path) as f:
+        try:
+            tree = f[TREE_NAME]
+        except KeyError:
+            raise ValueError(f"template {path!r} has no {TREE_NAME!r} tree") from None
+        if tree.classname != "TTree":
+            raise ValueError(f"template {path!r}: {TREE_NAME!r} is a {tree.classname}, not a TTree")
+        num_entries = int(tree.num_entries)
+
+        skipped: list[str] = []
+        scalar_names: list[str] = []
+        # collection name -> member branch names (template order)
+        members: dict[str, list[str]] = {}
+        counters: set[str] = set()
+        for branch in tree.branches:
+            name = branch.name
+            interp = branch.interpretation
+            if branch.branches:  # split objects: not NanoAOD-like
+                skipped.append(name)
+                continue
+            if isinstance(interp, uproot.AsDtype):
+                if _native(interp.from_dtype).base in _WRITABLE_KINDS:
+                    scalar_names.append(name)
+                else:
+                    skipped.append(name)
+                continue
+            if isinstance(interp, uproot.AsJagged) and isinstance(interp.content, uproot.AsDtype):
+                count = branch.count_branch
+                dtype = _native(interp.content.from_dtype)
+                ok = (
+                    count is not None
+                    and count.name.startswith("n")
+                    and len(count.name) > 1
+                    and dtype.subdtype is None
+                    and dtype in _WRITABLE_KINDS
+                )
+                coll = count.name[1:] if ok else ""
+                if ok and (name == coll or name.startswith(coll + "_")):
+                    members.setdefault(coll, []).append(name)
+                    counters.add(count.name)
+                    continue
+            skipped.append(name)
+
+        # a collection is either one bare jagged branch "X" or fields "X_*", not both
+        for coll, names in list(members.items()):
+            if coll in names and len(names) > 1:
+                names.remove(coll)
+                skipped.append(coll)
+
+        # counters are read even when they are not writable scalars themselves
+        member_names = [n for names in members.values() for n in names]
+        wanted = list(dict.fromkeys([*scalar_names, *counters, *member_names]))
+        arrays = tree.arrays(wanted, library="ak", how=dict) if num_entries else {}
+        order_index = {b.name: i for i, b in enumerate(tree.branches)}
+        dtypes: dict[str, np.dtype] = {}
+
+        scalars: dict[str, np.ndarray] = {}
+        for name in scalar_names:
+            dtype = _native(tree[name].interpretation.from_dtype)
+            dtypes[name] = dtype
+            if num_entries:
+                scalars[name] = np.ascontiguousarray(ak.to_numpy(arrays[name]), dtype=dtype.base)
+            else:
+                scalars[name] = np.zeros(0, dtype)
+
+        collections: dict[str, _Collection] = {}
+        for coll, names in members.items():
+            counter = "n" + coll
+            if num_entries:
+                counts = np.asarray(ak.to_numpy(arrays[counter]), dtype=np.int64)
+            else:
+                counts = np.zeros(0, np.int64)
+            offsets = np.zeros(num_entries + 1, np.int64)
+            np.cumsum(counts, out=offsets[1:])
+            fields: list[str] = []
+            contents: list[np.ndarray] = []
+            for name in names:
+                dtype = _native(tree[name].interpretation.content.from_dtype)
+                if num_entries:
+                    layout = ak.to_layout(arrays[name])
+                    if not isinstance(layout, ak.contents.ListOffsetArray):
+                        layout = layout.to_ListOffsetArray64(True)
+                    branch_offsets = np.asarray(layout.offsets, dtype=np.int64)
+                    first = int(branch_offsets[0])
+                    if not np.array_equal(branch_offsets - first, offsets):
+                        logger.debug("template branch %s disagrees with %s: skipped", name, counter)
+                        skipped.append(name)
+                        continue
+                    content = np.ascontiguousarray(
+                        ak.to_numpy(layout.content[first : first + offsets[-1]]), dtype=dtype
+                    )
+                else:
+                    content = np.zeros(0, dtype)
+                fields.append("" if name == coll else name[len(coll) + 1 :])
+                contents.append(content)
+                dtypes[name] = dtype
+            if fields:
+                collections[coll] = _Collection(coll, tuple(fields), offsets, tuple(contents))
+                dtypes.setdefault(counter, _native(tree[counter].interpretation.from_dtype))
+
+        writable = set(scalars) | {c.counter for c in collections.values()}
+        writable |= {b for c in collections.values() for b in c.branches}
+        order = tuple(sorted(writable, key=lambda n: order_index.get(n, len(order_index))))
+        if skipped:
+            logger.debug(
+                "template %s: %d branches cannot be written and are skipped: %s",
+                path,
+                len(skipped),
+                ", ".join(skipped),
+            )
+        return Template(
+            path=path,
+            num_entries=num_entries,
+            scalars=scalars,
+            collections=collections,
+            order=order,
+            dtypes=dtypes,
+            skipped=tuple(skipped),
+        )
+
+
+# --------------------------------------------------------------------------------------------
+# selection of branches
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What to write, in output order: scalar branch names and collections."""
+
+    groups: tuple[str | _Collection, ...]
+    branch_types: dict[str, object]  # for mktree
+    bytes_per_event: float  # uncompressed, without basket overheads
+
+    @property
+    def num_branches(self) -> int:
+        return sum(1 if isinstance(g, str) else len(g.fields) + 1 for g in self.groups)
+
+
+def _select(template: Template, branches: list[str] | None) -> _Plan:
+    names = template.order
+    if branches is None:
+        keep = set(names)
+    else:
+        keep = set()
+        for pattern in branches:
+            matched = [name for name in names if fnmatch.fnmatchcase(name, pattern)]
+            if not matched:
+                raise ValueError(
+                    f"branch pattern {pattern!r} matches no writable branch of the template "
+                    f"{template.path!r}"
+                )
+            keep.update(matched)
+        keep.update(n for n in EVENT_ID_BRANCHES if n in template.scalars)
+
+    kept = {}
+    for coll in template.collections.values():
+        selected = coll.select(keep)
+        if selected is not None:
+            kept[coll.name] = selected
+    group_of = {b: c for c in kept.values() for b in (c.counter, *c.branches)}
+
+    n = max(template.num_entries, 1)
+    groups: list[str | _Collection] = []
+    branch_types: dict[str, object] = {}
+    bytes_per_event = 0.0
+    for name in names:  # template order; a collection goes where its first branch is
+        coll = group_of.get(name)
+        if coll is not None:
+            if coll.name not in branch_types:
+                groups.append(coll)
+                branch_types[coll.name] = _build_collection(coll, np.zeros(0, np.int64)).type
+                bytes_per_event += 4 + sum(c.nbytes for c in coll.contents) / n
+        elif name in keep and name in template.scalars:
+            scalar = template.scalars[name]
+            groups.append(name)
+            branch_types[name] = np.dtype((scalar.dtype, scalar.shape[1:]))
+            bytes_per_event += scalar.nbytes / n
+    return _Plan(tuple(groups), branch_types, bytes_per_event)
+
+
+# --------------------------------------------------------------------------------------------
+# resampling
+
+
+def _event_indices(
+    seed: int, file_index: int, start: int, stop: int, n_template: int
+) -> np.ndarray:
+    """Template event drawn for each output event ``start..stop`` of file ``file_index``."""
+    out = np.empty(stop - start, np.int64)
+    block = start // _DRAW_BLOCK
+    pos = start
+    while pos < stop:
+        block_start = block * _DRAW_BLOCK
+        block_stop = block_start + _DRAW_BLOCK
+        rng = np.random.default_rng([seed, file_index, block])
+        drawn = rng.integers(0, n_template, size=_DRAW_BLOCK, dtype=np.int64)
+        take_stop = min(stop, block_stop)
+        out[pos - start : take_stop - start] = drawn[pos - block_start : take_stop - block_start]
+        pos = take_stop
+        block += 1
+    return out
+
+
+def _build_collection(coll: _Collection, idx: np.ndarray) -> ak.Array:
+    counts = np.diff(coll.offsets)[idx]
+    offsets = np.zeros(len(idx) + 1, np.int64)
+    np.cumsum(counts, out=offsets[1:])
+    total = int(offsets[-1])
+    gather = np.repeat(coll.offsets[:-1][idx] - offsets[:-1], counts) + np.arange(total)
+    contents = [ak.contents.NumpyArray(c[gather]) for c in coll.contents]
+    if coll.fields == ("",):
+        inner = contents[0]
+    else:
+        inner = ak.contents.RecordArray(contents, list(coll.fields), length=total)
+    return ak.Array(ak.contents.ListOffsetArray(ak.index.Index64(offsets), inner))
+
+
+def _build_basket(plan: _Plan, template: Template, idx: np.ndarray) -> dict[str, object]:
+    data: dict[str, object] = {}
+    for group in plan.groups:
+        if isinstance(group, str):
+            data[group] = template.scalars[group][idx]
+        else:
+            data[group.name] = _build_collection(group, idx)
+    return data
+
+
+# --------------------------------------------------------------------------------------------
+# argument checks
+
+
+def _check_int(name: str, value: object, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__} {value!r}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return int(value)
+
+
+def _compression(codec: str | None, level: int | None):
+    if codec is None or (isinstance(codec, str) and codec.lower() in ("none", "uncompressed")):
+        if level is not None:
+            raise ValueError(f"level={level!r} given without a codec (codec=None is uncompressed)")
+        return None
+    if not isinstance(codec, str) or codec.lower() not in CODECS:
+        raise ValueError(
+            f"unknown codec {codec!r}; choose one of {sorted(CODECS)} or None (uncompressed)"
+        )
+    cls, default, (low, high) = CODECS[codec.lower()]
+    if level is None:
+        level = default
+    if isinstance(level, bool) or not isinstance(level, (int, np.integer)):
+        raise TypeError(f"level must be an int, got {type(level).__name__} {level!r}")
+    if not low <= level <= high:
+        raise ValueError(f"level for codec {codec!r} must be in {low}..{high}, got {level}")
+    return cls(int(level))
+
+
+def _split(events: int, files: int) -> list[int]:
+    base, extra = divmod(events, files)
+    return [base + (1 if i < extra else 0) for i in range(files)]
+
+
+# --------------------------------------------------------------------------------------------
+# public entry point
+
+
+def make_dataset(
+    directory: str | os.PathLike,
+    *,
+    events: int,
+    files: int,
+    template: str | os.PathLike | None = None,
+    codec: str | None = "lzma",
+    level: int | None = None,
+    seed: int = 0,
+    branches: Iterable[str] | str | None = None,
+    basket_events: int | None = None,
+    progress: bool = False,
+    allow_empty: bool = False,
+) -> list[str]:
+    """Write a NanoAOD-like dataset: ``events`` events in ``files`` files
+    ``directory/nano_000.root`` ... with a TTree ``Events``, resampled from a real NanoAOD file.
+
+    Args:
+        directory: output directory (created if missing). Existing files of the same names are
+            replaced (each is written under a temporary name and renamed when complete); other
+            files in the directory are left alone.
+        events: total number of events, >= 1 (>= 0 with ``allow_empty``).
+        files: number of files, 1 <= files <= events (unless ``allow_empty``); events are spread
+            as evenly as possible, the first ``events % files`` files get one more.
+        template: NanoAOD ROOT file to resample; default ``$CACHEAFFINITY_NANOAOD_TEMPLATE`` or
+            ``<repository root>/../shared/data/nanoaod/nano_dy.root``.
+        codec: ``"lzma"`` (default), ``"zlib"``, ``"lz4"``, ``"zstd"`` or ``None`` (uncompressed).
+        level: compression level; default LZMA 9, ZLIB 1, LZ4 4, ZSTD 5.
+        seed: non-negative int; equal arguments give equal event content (not equal file bytes:
+            the ROOT file UUID and key timestamps are new on every write).
+        branches: ``None`` for every writable template branch, or glob patterns
+            (``["Muon_*", "Jet_pt", "run"]``, matched case-sensitively against template branch
+            names). The counter ``nX`` of a kept collection branch ``X_*`` is kept automatically,
+            and so are ``run``, ``luminosityBlock`` and ``event`` (coffea's NanoAODSchema
+            requires them). A pattern that matches nothing is an error.
+        basket_events: events per basket (one ``extend`` call); default: about 32 MiB of
+            uncompressed data per cluster, clipped to 1,000..10,000 events.
+        progress: show a tqdm progress bar of events written.
+        allow_empty: allow ``events == 0`` and ``files > events``, which writes files whose
+            ``Events`` tree has no entries.
+
+    Returns:
+        The paths of the written files, in order.
+    """
+    events = _check_int("events", events, 0 if allow_empty else 1)
+    files = _check_int("files", files, 1)
+    seed = _check_int("seed", seed, 0)
+    if files > events and not allow_empty:
+        raise ValueError(
+            f"files ({files}) must be <= events ({events}): a file would have no events "
+            f"(pass allow_empty=True to write empty files)"
+        )
+    if basket_events is not None:
+        basket_events = _check_int("basket_events", basket_events, 1)
+    compression = _compression(codec, level)
+    if isinstance(branches, str):
+        branches = [branches]
+    elif branches is not None:
+        branches = list(branches)
+        if not branches:
+            raise ValueError("branches=[] selects nothing; pass None for all branches")
+        for pattern in branches:
+            if not isinstance(pattern, str):
+                raise TypeError(f"branches must be glob patterns (str), got {pattern!r}")
+
+    tmpl = load_template(template)
+    if tmpl.num_entries == 0:
+        raise ValueError(f"template {tmpl.path!r} has no events to resample")
+    plan = _select(tmpl, branches)
+    if not plan.groups:
+        raise ValueError(f"no writable branch selected from template {tmpl.path!r}")
+    if basket_events is None:
+        basket_events = int(
+            np.clip(
+                round(DEFAULT_CLUSTER_BYTES / max(plan.bytes_per_event, 1.0)),
+                MIN_DEFAULT_BASKET_EVENTS,
+                MAX_DEFAULT_BASKET_EVENTS,
+            )
+        )
+
+    outdir = Path(directory)
+    outdir.mkdir(parents=True, exist_ok=True)
+    counts = _split(events, files)
+    logger.info(
+        "writing %d events in %d files to %s "
+        "(template %s, %d branches, codec %s, %d events/basket)",
+        events,
+        files,
+        outdir,
+        tmpl.path,
+        plan.num_branches,
+        compression,
+        basket_events,
+    )
+
+    from tqdm.auto import tqdm
+
+    paths: list[str] = []
+    start_time = time.perf_counter()
+    bar = tqdm(
+        total=events, unit="evt", unit_scale=True, disable=not progress, desc="make_dataset"
+    )
+    with bar:
+        for index, n in enumerate(counts):
+            path = outdir / file_name(index)
+            bar.set_postfix_str(path.name, refresh=False)
+            _write_file(path, tmpl, plan, compression, seed, index, n, basket_events, bar)
+            paths.append(str(path))
+    elapsed = time.perf_counter() - start_time
+    size = sum(os.path.getsize(p) for p in paths)
+    logger.info(
+        "wrote %d files, %.1f MB in %.1f s (%.2f MB/s, %.0f events/s)",
+        files,
+        size / 1e6,
+        elapsed,
+        size / 1e6 / max(elapsed, 1e-9),
+        events / max(elapsed, 1e-9),
+    )
+    return paths
+
+
+def _write_file(path, tmpl, plan, compression, seed, index, n, basket_events, bar):
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    nbaskets = math.ceil(n / basket_events)
+    try:
+        with uproot.recreate(tmp, compression=compression) as f:
+            tree = f.mktree(
+                TREE_NAME,
+                plan.branch_types,
+                title=TREE_NAME,
+                initial_basket_capacity=max(nbaskets + 1, 10),
+            )
+            for start in range(0, n, basket_events):
+                stop = min(n, start + basket_events)
+                idx = _event_indices(seed, index, start, stop, tmpl.num_entries)
+                tree.extend(_build_basket(plan, tmpl, idx))
+                bar.update(stop - start)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+# --------------------------------------------------------------------------------------------
+# measurements
+
+
+def dataset_stats(paths: Iterable[str | os.PathLike]) -> dict[str, float]:
+    """Sizes of written files from their metadata (no basket is read).
+
+    Returns ``files``, ``events``, ``branches`` (of the first file), ``file_bytes`` (on disk),
+    ``basket_bytes`` (compressed baskets, with keys), ``uncompressed_bytes`` (baskets
+    uncompressed, with keys) and ``compression_ratio`` = uncompressed_bytes / file_bytes.
+    """
+    out = {
+        "files": 0,
+        "events": 0,
+        "branches": 0,
+        "file_bytes": 0,
+        "basket_bytes": 0,
+        "uncompressed_bytes": 0,
+    }
+    for path in paths:
+        out["files"] += 1
+        out["file_bytes"] += os.path.getsize(path)
+        with uproot.open(path) as f:
+            tree = f[TREE_NAME]
+            out["events"] += int(tree.num_entries)
+            out["branches"] = out["branches"] or len(tree.branches)
+            for branch in tree.branches:
+                out["basket_bytes"] += int(branch.compressed_bytes)
+                out["uncompressed_bytes"] += int(branch.uncompressed_bytes)
+    file_bytes = out["file_bytes"]
+    out["compression_ratio"] = out["uncompressed_bytes"] / file_bytes if file_bytes else 0.0
+    return out

@@ -1,0 +1,1 @@
+# Repository root on sys.path so tests import the examples package.

@@ -1,0 +1,217 @@
+"""The coffea executor end to end: real NanoAOD files, real clusters, real caches."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+import warnings
+
+import dask
+import pytest
+from coffea import processor
+from coffea.nanoevents import NanoAODSchema
+from distributed import Client, LocalCluster
+
+import cacheaffinity
+from cacheaffinity.synthetic import make_dataset
+from examples.analysis import DimuonJetProcessor, summary
+
+COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")
+REAL = ["nano_dy.root", "nano_dimuon.root", "nanoAOD_2015_CMS_Open_Data_ttbar.root"]
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
+
+
+def preload_config(cache_root):
+    return {
+        "distributed.scheduler.preload": ["cacheaffinity"],
+        "distributed.worker.preload": ["cacheaffinity"],
+        "cacheaffinity.worker.directory": str(cache_root / "node-{name}"),
+    }
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory):
+    root = tmp_path_factory.mktemp("caches")
+    with dask.config.set(preload_config(root)):
+        with LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
+        ) as cluster, Client(cluster) as c:
+            yield c
+
+
+@pytest.fixture(scope="module")
+def real_fileset(nanoaod_dir):
+    return {name.split(".")[0]: [str(nanoaod_dir / name)] for name in REAL}
+
+
+def run(executor, fileset, chunksize=50, **kwargs):
+    runner = processor.Runner(
+        executor=executor, schema=NanoAODSchema, chunksize=chunksize, **kwargs
+    )
+    return runner(fileset, processor_instance=DimuonJetProcessor(), treename="Events")
+
+
+def totals(client):
+    out = dict.fromkeys(COUNTERS, 0)
+    for node in cacheaffinity.cache_stats(client).values():
+        for k in COUNTERS:
+            out[k] += node.get(k, 0)
+    return out
+
+
+def run_counted(client, fileset, **kwargs):
+    before = totals(client)
+    out = run(cacheaffinity.CacheAffinityExecutor(client=client, status=False), fileset, **kwargs)
+    after = totals(client)
+    return out, {k: after[k] - before[k] for k in COUNTERS}
+
+
+def test_identical_to_coffea_executors_and_rerun_reads_nothing(client, real_fileset):
+    iterative = summary(run(processor.IterativeExecutor(), real_fileset))
+    plain = summary(run(processor.DaskExecutor(client=client, status=False), real_fileset))
+    assert iterative == plain
+    assert sum(d["muons"] for d in iterative.values()) > 0, "the analysis selects something"
+
+    out1, d1 = run_counted(client, real_fileset)
+    out2, d2 = run_counted(client, real_fileset)
+    assert summary(out1) == iterative
+    assert summary(out2) == iterative
+    assert d1["misses"] > 0 and d1["storage_bytes"] > 0
+    # run 2: every column from the node caches, nothing from storage
+    assert d2["misses"] == 0 and d2["hits"] > 0
+    assert d2["storage_bytes"] == 0 and d2["storage_opens"] == 0
+
+
+@pytest.mark.parametrize("codec", ["zlib", "lzma"])
+def test_generated_data(client, tmp_path, codec):
+    files = make_dataset(
+        tmp_path / codec, events=3000, files=2, codec=codec, seed=3,
+        branches=["Muon_*", "Jet_*", "nMuon", "nJet"],
+    )  # fmt: skip
+    fileset = {"gen": [str(f) for f in files]}
+    reference = summary(run(processor.IterativeExecutor(), fileset, chunksize=500))
+    out1, d1 = run_counted(client, fileset, chunksize=500)
+    # the data files go away: run 2 must not need them
+    shutil.move(tmp_path / codec, tmp_path / f"{codec}-moved")
+    out2, d2 = run_counted(client, fileset, chunksize=500)
+    assert summary(out1) == reference == summary(out2)
+    assert d2["misses"] == 0 and d2["storage_opens"] == 0 and d2["storage_bytes"] == 0
+
+
+def test_missing_column_falls_back_to_storage(client, tmp_path, nanoaod_dir):
+    src = tmp_path / "dy.root"
+    shutil.copy(nanoaod_dir / "nano_dy.root", src)
+    fileset = {"dy": [str(src)]}
+    reference = summary(run(processor.IterativeExecutor(), fileset))
+    run_counted(client, fileset)
+    # wipe every node's column cache but keep the forms: columns must come back
+    for node in cacheaffinity.cache_stats(client).values():
+        with cacheaffinity.ColumnCache(node["directory"]) as cache:
+            cache.clear()
+    out, d = run_counted(client, fileset)
+    assert summary(out) == reference
+    assert d["misses"] > 0 and d["storage_bytes"] > 0
+
+
+@pytest.mark.parametrize("skipbadfiles", [True, False], ids=["skipbadfiles", "strict"])
+def test_missing_and_corrupt_files_behave_as_in_coffea(client, tmp_path, nanoaod_dir, skipbadfiles):
+    corrupt = tmp_path / "corrupt.root"
+    data = (nanoaod_dir / "nano_dy.root").read_bytes()
+    corrupt.write_bytes(data[: len(data) // 3])
+    good = str(nanoaod_dir / "nano_dimuon.root")
+    fileset = {"mixed": [good, str(tmp_path / "missing.root"), str(corrupt)]}
+
+    def outcome(executor):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                # own metadata cache: coffea's shared default would let the second
+                # executor skip the good file's preprocessing (and then fail to
+                # reduce the bad files' empty results, a coffea quirk)
+                return summary(
+                    run(executor, fileset, skipbadfiles=skipbadfiles, metadata_cache={})
+                )
+        except Exception as e:
+            # which bad file fails first varies; both are OSErrors in the chain
+            chain = []
+            while e is not None:
+                chain.append(type(e))
+                e = e.__cause__ or e.__context__
+            return "error with OSError" if any(issubclass(t, OSError) for t in chain) else chain
+
+    coffea = outcome(processor.DaskExecutor(client=client, status=False))
+    ours = outcome(cacheaffinity.CacheAffinityExecutor(client=client, status=False))
+    assert ours == coffea
+    if skipbadfiles:
+        assert ours == summary(run(processor.IterativeExecutor(), {"mixed": [good]}))
+    else:
+        assert ours == "error with OSError"
+
+
+def test_refuses_a_scheduler_without_plugin():
+    with dask.config.set({"distributed.scheduler.preload": []}), LocalCluster(
+        n_workers=1, processes=False, dashboard_address=":0"
+    ) as cluster:
+        with Client(cluster) as c:
+            executor = cacheaffinity.CacheAffinityExecutor(client=c, status=False)
+            with pytest.raises(RuntimeError, match="no cacheaffinity plugin"):
+                executor([object()], lambda x: x, None)
+
+
+def test_refuses_worker_affinity(client):
+    executor = cacheaffinity.CacheAffinityExecutor(client=client, worker_affinity=True)
+    with pytest.raises(ValueError, match="drop worker_affinity"):
+        executor([object()], lambda x: x, None)
+
+
+def test_copy_keeps_fields(client):
+    ex = cacheaffinity.CacheAffinityExecutor(client=client, node_cache=False, retries=5)
+    copied = ex.copy(unit="chunk")
+    assert isinstance(copied, processor.DaskExecutor)
+    assert (copied.node_cache, copied.retries, copied.unit) == (False, 5, "chunk")
+
+
+class SlowProcessor(DimuonJetProcessor):
+    def process(self, events):
+        time.sleep(0.3)
+        return super().process(events)
+
+
+@pytest.mark.timeout(240)
+def test_worker_killed_mid_run_still_gives_correct_result(tmp_path, nanoaod_dir):
+    fileset = {"tt": [str(nanoaod_dir / "nanoAOD_2015_CMS_Open_Data_ttbar.root")]}
+    reference = summary(run(processor.IterativeExecutor(), fileset, chunksize=10))
+    with dask.config.set(preload_config(tmp_path)):
+        with LocalCluster(
+            n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address="127.0.0.1:0",
+        ) as cluster, Client(cluster) as c:  # fmt: skip
+            c.wait_for_workers(3)
+            result = {}
+
+            def analysis():
+                runner = processor.Runner(
+                    executor=cacheaffinity.CacheAffinityExecutor(client=c, status=False, retries=5),
+                    schema=NanoAODSchema,
+                    chunksize=10,
+                )
+                result["out"] = runner(fileset, processor_instance=SlowProcessor(), treename="Events")
+
+            t = threading.Thread(target=analysis)
+            t.start()
+            # wait until chunks are running, then kill one worker process hard
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                busy = [w for w, n in c.processing().items() if n]
+                if len(busy) == 3:
+                    break
+                time.sleep(0.05)
+            pid = c.run(os.getpid, workers=[busy[0]])[busy[0]]
+            os.kill(pid, signal.SIGKILL)
+            t.join(180)
+            assert not t.is_alive()
+    assert summary(result["out"]) == reference
