@@ -1,0 +1,109 @@
+"""The worker plugin: node identity, configuration on the worker, reporting, coffea hook."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+from distributed import get_worker
+from distributed.utils_test import async_poll_for, gen_cluster
+
+import cacheaffinity
+from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin
+from cacheaffinity.protocol import HOST_NODE_PREFIX
+from cacheaffinity.worker.node import read_or_create_node_id
+
+
+def store_columns(n):
+    front = cacheaffinity.cachestrategy()
+    for i in range(n):
+        front[f"uuid/Events/0-10/data/col{i}"] = np.arange(1000, dtype=np.float32) + i
+    return get_worker().plugins["cacheaffinity"].node_id
+
+
+def read_columns(n):
+    front = cacheaffinity.cachestrategy()
+    return [front.get(f"uuid/Events/0-10/data/col{i}") for i in range(n)]
+
+
+def node_id_of_worker():
+    return get_worker().plugins["cacheaffinity"].node_id
+
+
+def test_node_id_is_created_once_and_shared(tmp_path):
+    ids = {read_or_create_node_id(str(tmp_path / "cache")) for _ in range(3)}
+    assert len(ids) == 1
+    assert (tmp_path / "cache" / "node-id").read_text().strip() in ids
+
+
+def test_corrupt_node_id_names_the_file(tmp_path):
+    (tmp_path / "node-id").write_text("not a valid id !!\n")
+    with pytest.raises(ValueError, match="remove the file"):
+        read_or_create_node_id(str(tmp_path))
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_workers_sharing_a_directory_are_one_node(c, s, a, b, tmp_path):
+    await c.register_plugin(CacheAffinityPlugin())
+    await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "shared")))
+    plugin = s.plugins["cacheaffinity"]
+    await async_poll_for(lambda: len(plugin.worker_node) == 2, timeout=10)
+    (node,) = set(plugin.worker_node.values())
+    assert node == (tmp_path / "shared" / "node-id").read_text().strip()
+    assert plugin.node_workers[node] == {a.address, b.address}
+    assert plugin.node_weight(node) == 2  # total threads of the node
+
+
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1)] * 2,
+    config={"cacheaffinity.worker.capacity": "3 MiB", "cacheaffinity.worker.weight": 5},
+)
+async def test_config_resolves_on_worker_and_stats_reach_scheduler(c, s, a, b, tmp_path):
+    await c.register_plugin(CacheAffinityPlugin())
+    await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
+    plugin = s.plugins["cacheaffinity"]
+    await async_poll_for(lambda: len(plugin.node_workers) == 2, timeout=10)
+    assert a.plugins["cacheaffinity"].capacity == 3 * 2**20
+    assert {plugin.node_weight(n) for n in plugin.node_workers} == {5.0}
+
+    node = await c.submit(store_columns, 8, workers=[a.address])
+    values = await c.submit(read_columns, 8, workers=[a.address])
+    assert all(np.array_equal(v, np.arange(1000, dtype=np.float32) + i) for i, v in enumerate(values))
+    stats = await c.run(lambda dask_worker: dask_worker.plugins["cacheaffinity"].stats())
+    assert stats[a.address]["entries"] == 8 and stats[a.address]["hits"] >= 8
+    # the heartbeat carries them to the scheduler
+    await async_poll_for(
+        lambda: (plugin.info()["nodes"][node]["stats"].get("entries") or 0) == 8, timeout=10
+    )
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_cachestrategy_without_plugin_is_a_clear_error(c, s, a):
+    with pytest.raises(RuntimeError, match="no cacheaffinity plugin.*--preload cacheaffinity"):
+        await c.submit(cacheaffinity.cachestrategy)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_unusable_directory_runs_uncached_with_one_warning(c, s, a, tmp_path, caplog):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("x")
+    await c.register_plugin(CacheAffinityPlugin())
+    with caplog.at_level(logging.WARNING, logger="cacheaffinity.worker"):
+        await c.register_plugin(CacheWorkerPlugin(directory=str(not_a_dir / "cache")))
+    warnings = [r for r in caplog.records if "unusable" in r.getMessage()]
+    assert len(warnings) == 1 and "cacheaffinity.worker.directory" in warnings[0].getMessage()
+    assert await c.submit(store_columns, 2) is None  # tasks still run
+    assert await c.submit(read_columns, 2) == [None, None]  # a miss, not an error
+    plugin = s.plugins["cacheaffinity"]
+    await async_poll_for(lambda: a.address in plugin.worker_node, timeout=10)
+    assert plugin.worker_node[a.address] == HOST_NODE_PREFIX + "127.0.0.1"
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_plugin_teardown_removes_metric(c, s, a, tmp_path):
+    await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "n")))
+    assert "cacheaffinity" in a.metrics
+    await c.unregister_worker_plugin("cacheaffinity")
+    assert "cacheaffinity" not in a.metrics
