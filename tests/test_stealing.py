@@ -1,0 +1,166 @@
+"""Locality-preserving work stealing, driven deterministically.
+
+The policy's periodic callback is stopped and :meth:`LocalityStealing.balance`
+is called by the tests themselves; tasks block on ``distributed.Event``s.
+"""
+
+from __future__ import annotations
+
+from time import monotonic
+
+import pytest
+from distributed import Event, get_worker
+from distributed.utils_test import async_poll_for, gen_cluster
+
+import cacheaffinity
+from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin, LocalityStealing
+from cacheaffinity.protocol import HOST_NODE_PREFIX
+
+CHUNKS = [f"uuid-{f:02d}/Events/{i * 1000}-{(i + 1) * 1000}" for f in range(8) for i in range(16)]
+
+
+def blocked(_chunk, event_name):
+    Event(event_name).wait(timeout=60)
+    return get_worker().address
+
+
+async def setup(c, s, tmp_path, **stealing_kwargs):
+    await c.register_plugin(CacheAffinityPlugin())
+    await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
+    plugin = s.plugins["cacheaffinity"]
+    await async_poll_for(
+        lambda: len(plugin.node_workers) == len(s.workers)
+        and not any(n.startswith(HOST_NODE_PREFIX) for n in plugin.node_workers),
+        timeout=10,
+    )
+    ext = s.extensions["stealing"]
+    assert isinstance(ext, LocalityStealing)
+    await ext.stop()  # the tests call balance() themselves
+    for k, v in stealing_kwargs.items():
+        setattr(ext, k, v)
+    return plugin, ext
+
+
+async def fill_node(c, plugin, worker, n, event):
+    """Submit n chunk tasks that all belong to ``worker``'s node; wait until queued."""
+    node = plugin.worker_node[worker.address]
+    mine = [ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == node][:n]
+    assert len(mine) == n
+    futs = cacheaffinity.map_chunks(c, blocked, mine, [event.name] * n, chunk_ids=mine, pure=False)
+    await async_poll_for(lambda: len(worker.state.tasks) == n, timeout=10)
+    return mine, futs
+
+
+def make_idle_long_ago(ext, s, seconds):
+    for addr in s.idle:
+        ext.idle_since[addr] = monotonic() - seconds
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_backlog_at_or_below_threshold_is_never_stolen(c, s, a, b, tmp_path):
+    plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=3)
+    ev = Event("hold-a")
+    # 1 running + 3 queued on a single-thread worker: backlog 3, not above 3
+    _, futs = await fill_node(c, plugin, a, 4, ev)
+    make_idle_long_ago(ext, s, 10)
+    for _ in range(5):
+        ext.balance()
+    assert ext.steals == 0 and not ext.in_flight
+    await ev.set()
+    assert set(await c.gather(futs)) == {a.address}
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_idle_thief_gets_work_only_after_idle_time(c, s, a, b, tmp_path):
+    plugin, ext = await setup(c, s, tmp_path, idle_time=30.0, backlog=1)
+    ev = Event("hold-a2")
+    mine, futs = await fill_node(c, plugin, a, 6, ev)
+    ext.balance()  # b idle for less than idle_time: nothing moves
+    assert ext.steals == 0
+    make_idle_long_ago(ext, s, 31)
+    ext.balance()
+    assert ext.steals == 1 and len(ext.in_flight) == 1  # one thread idle: one task
+    await async_poll_for(lambda: len(b.state.tasks) == 1, timeout=10)
+    await ev.set()
+    results = await c.gather(futs)
+    assert results.count(b.address) == 1 and results.count(a.address) == 5
+    assert plugin.counters["steals"] == 1
+    # the stolen chunk is remembered where it was processed
+    (stolen,) = [ch for ch, addr in zip(mine, results) if addr == b.address]
+    assert plugin.located[stolen][0] == plugin.worker_node[b.address]
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_thief_takes_the_chunk_its_node_holds(c, s, a, b, tmp_path):
+    plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=0)
+    ev = Event("hold-a3")
+    mine, futs = await fill_node(c, plugin, a, 8, ev)
+    b_node = plugin.worker_node[b.address]
+    cached = mine[5]  # neither the first nor the last in a's queue
+    plugin.located[cached] = (b_node, plugin.worker_node[a.address])
+    make_idle_long_ago(ext, s, 10)
+    ext.balance()
+    (ts,) = list(ext.in_flight)
+    assert plugin.chunk_of[ts.key] == cached
+    await ev.set()
+    results = dict(zip(mine, await c.gather(futs)))
+    assert results[cached] == b.address
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_a_located_chunk_goes_to_its_holder_next_run(c, s, a, b, tmp_path):
+    plugin, ext = await setup(c, s, tmp_path)
+    a_node, b_node = plugin.worker_node[a.address], plugin.worker_node[b.address]
+    chunk = next(ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == a_node)
+    plugin.located[chunk] = (b_node, a_node)  # stolen by b last run
+    fut = cacheaffinity.map_chunks(c, blocked, [chunk], ["unused"], chunk_ids=[chunk], pure=False)
+    await Event("unused").set()
+    assert await c.gather(fut) == [b.address]
+    assert plugin.counters["located"] == 1
+
+
+@pytest.mark.parametrize(
+    "config",
+    [
+        pytest.param({"cacheaffinity.scheduler.stealing.enabled": False}, id="cacheaffinity-off"),
+        pytest.param({"distributed.scheduler.work-stealing": False}, id="dask-off"),
+    ],
+)
+def test_stealing_disabled_in_config_moves_nothing(config, tmp_path):
+    @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2, config=config)
+    async def run(c, s, a, b):
+        plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=0)
+        assert not ext.enabled
+        ev = Event("hold-off")
+        _, futs = await fill_node(c, plugin, a, 6, ev)
+        make_idle_long_ago(ext, s, 10)
+        ext.balance()
+        assert ext.steals == 0 and not ext.in_flight
+        await ev.set()
+        assert set(await c.gather(futs)) == {a.address}
+
+    run()
+
+
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1)] * 2,
+    scheduler_kwargs={"dashboard": True, "dashboard_address": "127.0.0.1:0"},
+)
+async def test_stock_stealing_metrics_and_page_still_answer(c, s, a, b, tmp_path):
+    from tornado.httpclient import AsyncHTTPClient
+
+    plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=0)
+    ev = Event("hold-metrics")
+    _, futs = await fill_node(c, plugin, a, 6, ev)
+    make_idle_long_ago(ext, s, 10)
+    ext.balance()
+    port = s.http_server.port
+    http = AsyncHTTPClient()
+    metrics = (await http.fetch(f"http://127.0.0.1:{port}/metrics")).body.decode()
+    line = [ln for ln in metrics.splitlines() if ln.startswith("dask_stealing_request_count_total")]
+    assert line and sum(float(ln.split()[-1]) for ln in line) == 1
+    page = await http.fetch(f"http://127.0.0.1:{port}/stealing")
+    assert page.code == 200 and b"bokeh" in page.body.lower()
+    await ev.set()
+    await c.gather(futs)
