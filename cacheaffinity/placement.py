@@ -58,10 +58,10 @@ _BRUTE_FORCE_FRACTION = 0.125
 _BRUTE_FORCE_MIN = 256
 #: Bound on the number of float64 distances held at once by the brute-force ranking.
 _BRUTE_FORCE_BLOCK = 4_000_000
+#: Upper bound of the replica points of all nodes (memory, tree build time).
+_MAX_POINTS = 20_000_000
 #: Rankings of at most this many chunks are computed row by row (less overhead).
 _SMALL_BATCH = 16
-#: Depth of the first ranking used by bounded loads (widened on demand).
-_BALANCE_DEPTH = 1
 
 _hash = xxhash.xxh3_64_intdigest
 
@@ -79,8 +79,16 @@ class _Nodes(NamedTuple):
     starts: np.ndarray  # (n,) index of each node's first point
 
 
-_EMPTY = _Nodes((), np.empty(0, object), {}, np.empty(0, np.int64), None,
-                np.empty((0, 1)), np.empty(0, np.int64), np.empty(0, np.int64))
+_EMPTY = _Nodes(
+    names=(),
+    names_arr=np.empty(0, dtype=object),
+    weights={},
+    counts=np.empty(0, dtype=np.int64),
+    tree=None,
+    points=np.empty((0, 1)),
+    point_node=np.empty(0, dtype=np.int64),
+    starts=np.empty(0, dtype=np.int64),
+)
 
 
 def _dimension_seeds(seed: int, dimensions: int) -> list[int]:
@@ -90,6 +98,9 @@ def _dimension_seeds(seed: int, dimensions: int) -> list[int]:
 def _points(identities: Sequence[bytes], seeds: Sequence[int]) -> np.ndarray:
     """Points in [0, 1)^D of byte-string identities, shape ``(len(identities), D)``."""
     m = len(identities)
+    if m <= _SMALL_BATCH:  # fewer numpy calls
+        rows = [[_hash(b, s) >> 11 for s in seeds] for b in identities]
+        return np.array(rows, dtype=np.float64).reshape(m, len(seeds)) * 2.0**-53
     out = np.empty((m, len(seeds)), dtype=np.float64)
     for i, s in enumerate(seeds):
         h = np.fromiter(map(_hash, identities, repeat(s, m)), dtype=np.uint64, count=m)
@@ -143,7 +154,9 @@ def _torus_l1(x: np.ndarray, points: np.ndarray) -> np.ndarray:
 
 def _check_int(name: str, value, minimum: int, hint: str) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{name}={value!r} is not allowed: {name} must be an integer >= {minimum}{hint}")
+        raise ValueError(
+            f"{name}={value!r} is not allowed: {name} must be an integer >= {minimum}{hint}"
+        )
     return int(value)
 
 
@@ -180,30 +193,37 @@ class TorusPlacement:
     -----
     *Ties.* :meth:`ranking` and :meth:`rankings` order nodes by (distance of the
     node's nearest replica, node id as a ``str``), exactly, including ties.
-    :meth:`assign` without ``balance`` returns the node of the replica point the
-    k-d tree reports as nearest; an exact tie between two nodes' points (two distinct
-    53-bit random positions at bit-identical float distances, probability ~1e-15 per
-    chunk) is then decided by the tree's traversal order, which is still a
-    deterministic function of the node set, but may differ from ``ranking()[0]``.
+    :meth:`assign` (and the first choice of a chunk under bounded loads) takes the node
+    of the replica point the k-d tree reports as nearest; an exact tie between two
+    nodes' points (distinct 53-bit random positions at bit-identical float distances,
+    probability ~1e-15 per chunk) is then decided by the tree's traversal order: still
+    a deterministic function of the node set, but it may differ from ``ranking()[0]``.
 
     *Cost.* Coordinates cost D xxh3 calls per chunk (Python level); the tree query is
-    C++. Batches of at least 10 000 chunks are sorted along a grid order first (better
-    memory locality) and queried on all CPU cores (scipy ``workers=-1``, the GIL is
-    released); neither changes the result. :meth:`set_nodes` keeps the replica points
-    of current nodes, so a membership change hashes only new replicas and rebuilds the
-    tree (~30 ms for 100 000 points).
+    C++. Batches of at least 10 000 chunks are first sorted by grid cell (better memory
+    locality) and queried on all CPU cores (scipy ``workers=-1``, the GIL is released);
+    neither changes the result. About 2 µs per chunk at 1000 nodes x 100 replicas, 4
+    dimensions, 2 cores (``benchmarks/placement.py``); bounded loads cost 2-3x that.
+    :meth:`set_nodes` keeps the replica points of current nodes, so a membership change
+    hashes only the new replicas and rebuilds the tree (~40 ms for 100 000 points).
 
     *Threads.* :meth:`set_nodes` builds the new state completely and then swaps it in
     with one attribute assignment, so a concurrent :meth:`assign` sees either the old
     or the new node set, never a mixture. Concurrent :meth:`set_nodes` calls must be
     serialised by the caller.
 
+    *Failure.* Nothing here does I/O; the only exceptions are for invalid arguments
+    (``ValueError``/``TypeError`` naming the value) and for placing chunks while there
+    are no nodes.
+
     Examples
     --------
     >>> p = TorusPlacement(dimensions=4, replicas=32)
-    >>> p.set_nodes({"node-a": 1, "node-b": 2})
-    >>> p.assign(["file-1/Events/0-100000"])  # doctest: +SKIP
-    ['node-b']
+    >>> p.set_nodes({"node-a": 1, "node-b": 2, "node-c": 1})
+    >>> p.assign(["file-1/Events/0-100000", "file-1/Events/100000-200000"])
+    ['node-b', 'node-c']
+    >>> p.ranking("file-1/Events/0-100000", 3)
+    ['node-b', 'node-c', 'node-a']
     """
 
     #: Dimension D of the torus.
@@ -299,7 +319,8 @@ class TorusPlacement:
         Raises
         ------
         ValueError
-            If a weight is not a finite number > 0 (the message names the node).
+            If a weight is not a finite number > 0 (the message names the node), or
+            the weights would need more than 20 million replica points in total.
         TypeError
             If ``weights`` is not a mapping or a node id is not a ``str``.
         """
@@ -331,6 +352,15 @@ class TorusPlacement:
         counts = np.array(
             [max(1, round(self._replicas * clean[n])) for n in names], dtype=np.int64
         )
+        if counts.sum() > _MAX_POINTS:
+            heaviest = max(clean, key=clean.__getitem__)
+            raise ValueError(
+                f"set_nodes() would create {int(counts.sum()):,} replica points "
+                f"(replicas={self._replicas} x total weight {math.fsum(clean.values()):g}; "
+                f"node {heaviest!r} has weight {clean[heaviest]:g}), more than "
+                f"{_MAX_POINTS:,}: weights are relative (e.g. threads per node), "
+                f"scale them down"
+            )
         cache = {n: self._cache[n] for n in names if n in self._cache}
         for n, c in zip(names, counts):
             have = cache.get(n)
@@ -484,7 +514,10 @@ class TorusPlacement:
 
     def _nearest_nodes(self, st: _Nodes, bs: list[bytes]) -> np.ndarray:
         """Node index of the nearest replica point of every chunk."""
-        return st.point_node[self._query(st, _points(bs, self._seeds), 1)[1][:, 0]]
+        x = _points(bs, self._seeds)
+        if len(bs) <= _SMALL_BATCH:
+            return st.point_node[st.tree.query(x, k=1, p=1)[1]]
+        return st.point_node[self._query(st, x, 1)[1][:, 0]]
 
     def _rank(self, st: _Nodes, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
         """Exact rankings: ``(node index, distance)``, each ``(m, min(k, n))``.
@@ -584,10 +617,11 @@ class TorusPlacement:
         n = len(st.names)
         caps = self._caps(st, c)
 
-        depth = min(n, _BALANCE_DEPTH)
-        tab_n, tab_d = self._rank(st, x, depth)
+        # first choice: the nearest point (one tree query; deeper rankings on demand)
+        d0, i0 = self._query(st, x, 1)
+        tab_n = st.point_node[i0]
         # priority: nearest-node distance, then coordinates (the digests), then id
-        keys = [x[:, i] for i in range(self._dimensions - 1, -1, -1)] + [tab_d[:, 0]]
+        keys = [x[:, i] for i in range(self._dimensions - 1, -1, -1)] + [d0[:, 0]]
         order = np.lexsort(keys)
         xs = x[order]
         same = np.flatnonzero(np.all(xs[1:] == xs[:-1], axis=1))
@@ -601,7 +635,7 @@ class TorusPlacement:
         prio = np.empty(c, dtype=np.int64)
         prio[order] = np.arange(c)
 
-        # rankings by level: level 0 has `depth` nodes for all chunks; a chunk that
+        # rankings by level: level 0 is the nearest node of every chunk; a chunk that
         # runs out of nodes gets a deeper ranking (whose prefix is the same ranking)
         tables = [tab_n]
         level = np.zeros(c, dtype=np.int64)

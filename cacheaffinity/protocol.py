@@ -12,9 +12,10 @@ PLUGIN_NAME = "cacheaffinity"
 #: Key of the worker metric (sent at registration and with every heartbeat)
 #: that carries the worker's cache-node id, weight and cache statistics.
 WORKER_METRIC = "cacheaffinity"
-#: Scheduler stream handler a worker plugin uses to report its cache node at
-#: once (when the plugin is registered after the worker connected).
-NODE_REPORT_OP = "cacheaffinity-node"
+#: Event topic a worker plugin logs its cache node to at once (when the plugin
+#: is set up after the worker registered).  An event, not a custom stream op,
+#: so that a scheduler without the plugin just stores it.
+NODE_REPORT_TOPIC = "cacheaffinity-node"
 #: Prefix of the fallback node id of a worker that reports no cache node.
 HOST_NODE_PREFIX = "host:"
 #: Worker statistics that describe a node's shared cache directory (the same

@@ -50,9 +50,12 @@ def test_every_schema_key_is_described():
 
 
 def test_defaults_are_loaded_into_dask_config():
-    assert dask.config.get("cacheaffinity.scheduler.dimensions") == 4
+    assert any("cacheaffinity" in d for d in dask.config.defaults)
+    with dask.config.set({"cacheaffinity.scheduler.dimensions": 3}):
+        assert config.get("scheduler.dimensions") == 3
+    assert config.get("scheduler.dimensions") == 4
     assert config.get_bytes("worker.capacity") == 10 * 2**30
-    assert config.get_seconds("scheduler.stealing.idle-time") == 0.5
+    assert config.get_seconds("scheduler.stealing.idle-time") == 1.0
 
 
 @pytest.mark.parametrize(

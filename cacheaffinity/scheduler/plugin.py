@@ -47,10 +47,11 @@ from cacheaffinity.protocol import (
     ANNOTATION,
     DIRECTORY_WIDE,
     HOST_NODE_PREFIX,
-    NODE_REPORT_OP,
+    NODE_REPORT_TOPIC,
     PLUGIN_NAME,
     WORKER_METRIC,
 )
+from cacheaffinity.scheduler.metrics import register_collector
 from cacheaffinity.scheduler.stealing import LocalityStealing, install_stealing
 
 if TYPE_CHECKING:
@@ -88,6 +89,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
         place of Dask's stealing (default: always; its policy is switched by
         ``cacheaffinity.scheduler.stealing.enabled``).  ``False`` keeps the
         scheduler's stealing extension as it is.
+    locator
+        ``cacheaffinity.scheduler.locator``: send a chunk that was stolen last
+        time to the node that processed it (and holds its columns), as long as
+        its placement is unchanged.
     """
 
     name = PLUGIN_NAME
@@ -102,6 +107,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         balance: float | None = None,
         weights: dict[str, float] | None = None,
         stealing: bool | None = None,
+        locator: bool | None = None,
     ):
         dimensions = config.get("scheduler.dimensions", dimensions)
         replicas = config.get("scheduler.replicas", replicas)
@@ -127,6 +133,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.weight_overrides: dict[str, float] = weights
         #: Whether to install the locality-preserving stealing extension.
         self.install_stealing: bool = True if stealing is None else bool(stealing)
+        #: Whether a stolen chunk goes, next time, to the node that processed it.
+        self.use_locator: bool = bool(config.get("scheduler.locator", locator))
 
         self.scheduler: Scheduler | None = None
         #: worker address -> cache node id
@@ -155,7 +163,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
     # ============================================================ lifecycle
     async def start(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
-        scheduler.stream_handlers[NODE_REPORT_OP] = self._handle_node_report
+        register_collector(scheduler)  # /metrics: dask_cacheaffinity_* (idempotent)
         if self.install_stealing:
             await install_stealing(scheduler, self)
         for addr in list(scheduler.workers):
@@ -253,9 +261,13 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
         self._sync_workers(kwargs.get("stimulus_id") or "cacheaffinity-remove")
 
-    def _handle_node_report(self, worker: str, node=None, weight=None, **kw) -> None:
-        """Stream handler: a worker plugin announces its cache node (None: unusable
-        cache directory, the worker is its host's node)."""
+    def log_event(self, topic: str, msg: Any) -> None:
+        if topic == NODE_REPORT_TOPIC and isinstance(msg, dict) and msg.get("worker"):
+            self._handle_node_report(msg["worker"], msg.get("node"), msg.get("weight"))
+
+    def _handle_node_report(self, worker: str, node=None, weight=None) -> None:
+        """A worker plugin announced its cache node (None: unusable cache
+        directory, the worker is its host's node)."""
         stimulus_id = f"cacheaffinity-node-{worker}"
         if self._learn_worker(worker, None if node is None else str(node), weight, reported=True):
             self._membership_changed("node-reported", worker=worker, stimulus_id=stimulus_id)
@@ -351,7 +363,13 @@ class CacheAffinityPlugin(SchedulerPlugin):
         for (ts, chunk), node in zip(todo, nodes):
             reason = "hash"
             loc = self.located.get(chunk)
-            if loc is not None and loc[1] == node and loc[0] != node and loc[0] in self.node_workers:
+            if (
+                self.use_locator
+                and loc is not None
+                and loc[1] == node
+                and loc[0] != node
+                and loc[0] in self.node_workers
+            ):
                 # Stolen last time, and its node is the same as then: the thief's
                 # node holds the chunk, its hash-preferred node does not.
                 self.hashed[ts.key] = node

@@ -36,7 +36,7 @@ from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from cacheaffinity import config
-from cacheaffinity.protocol import NODE_REPORT_OP, PLUGIN_NAME, WORKER_METRIC
+from cacheaffinity.protocol import NODE_REPORT_TOPIC, PLUGIN_NAME, WORKER_METRIC
 from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import read_or_create_node_id
 from cacheaffinity.worker.store import ColumnCache, MemoryFront
@@ -146,13 +146,15 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.directory,
             self.capacity,
         )
-        # A plugin registered after the worker connected must tell the scheduler
-        # (the message waits in the batched stream if it is not started yet); at
-        # start-up the metric above goes with the registration.
+        # A plugin set up after the worker registered must tell the scheduler now
+        # (the message waits in the batched stream if it is not started yet; a
+        # scheduler without cacheaffinity just stores the event); at start-up the
+        # metric above goes with the registration.
         bs = getattr(worker, "batched_stream", None)
         if bs is not None:
+            msg = {"node": self.node_id, "weight": self.weight}
             try:
-                bs.send({"op": NODE_REPORT_OP, "node": self.node_id, "weight": self.weight})
+                bs.send({"op": "log-event", "topic": NODE_REPORT_TOPIC, "msg": msg})
             except Exception as e:  # closed stream: the worker is going away
                 logger.debug("cacheaffinity: node report not sent: %r", e)
 

@@ -480,7 +480,9 @@ class ColumnCache(MutableMapping):
             or len(shape) > 64
             or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != nbytes
         ):
-            raise _Corrupt(f"inconsistent entry dtype={dtype_str} shape={shape_json} nbytes={nbytes}")
+            raise _Corrupt(
+                f"inconsistent entry dtype={dtype_str} shape={shape_json} nbytes={nbytes}"
+            )
         try:
             f = open(self._path(name), "rb", buffering=0)
         except FileNotFoundError:
