@@ -1,0 +1,377 @@
+"""The ``cacheaffinity`` command line (entry point ``cacheaffinity.cli:main``).
+
+Runs as its own process, started by an operator:
+
+- ``cacheaffinity cache info|verify|clear DIR`` on a cache node: a cache
+  directory is node-local, so these open it directly (no cluster needed);
+- ``cacheaffinity where SCHEDULER CHUNK...`` anywhere a Dask client can reach
+  the scheduler: a client that asks the scheduler plugin.
+
+Exit status: 0 on success; 1 when ``cache verify`` found (and removed) corrupt
+entries or a confirmation was declined; 2 for usage errors, a path that is not a
+cache directory, and a scheduler that cannot be reached or has no plugin.
+
+Notes
+-----
+A wrong path is never turned into a cache: ``info``, ``verify`` and ``clear``
+refuse a path that does not exist, is not a directory, or holds neither a
+``node-id`` nor a column index, before anything is opened.  The commands are
+safe while workers use the directory (see :class:`~cacheaffinity.ColumnCache`):
+``verify`` removes only entries it read as corrupt, ``clear`` turns the workers'
+next reads into misses, and the node id is never touched, so the node keeps its
+place (and its chunks) in the scheduler's placement.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import os
+import sys
+import time
+from typing import Any
+
+import click
+from dask.utils import format_bytes, format_time, parse_bytes, parse_timedelta
+
+from cacheaffinity import __version__, config
+from cacheaffinity.worker.forms import FormStore
+from cacheaffinity.worker.node import NODE_ID_FILE
+from cacheaffinity.worker.node import _read as _read_node_id
+from cacheaffinity.worker.store import INDEX_NAME, ColumnCache
+
+__all__ = ["main"]
+
+logger = logging.getLogger("cacheaffinity")
+
+
+class CommandError(click.ClickException):
+    """An error the user can fix (exit status 2), printed as ``Error: <message>``."""
+
+    exit_code = 2
+
+
+# ====================================================================== helpers
+def _cache_directory(path: str) -> str:
+    """``path`` as an absolute cache directory, or a :class:`CommandError` saying why not."""
+    directory = os.path.abspath(os.path.expanduser(path))
+    if not os.path.exists(directory):
+        raise CommandError(
+            f"{directory} does not exist; give the cache directory of a node (the "
+            "workers' --cache-directory or cacheaffinity.worker.directory)"
+        )
+    if not os.path.isdir(directory):
+        raise CommandError(
+            f"{directory} is not a directory; give the cache directory of a node (the "
+            "workers' --cache-directory or cacheaffinity.worker.directory), not a file in it"
+        )
+    if _is_cache(directory):
+        return directory
+    hint = "give the directory a worker caches in (its --cache-directory)"
+    try:
+        inside = sorted(e.name for e in os.scandir(directory) if e.is_dir() and _is_cache(e.path))
+    except OSError:
+        inside = []
+    if inside:
+        shown = ", ".join(os.path.join(directory, n) for n in inside[:5])
+        more = f" and {len(inside) - 5} more" if len(inside) > 5 else ""
+        hint = f"it holds cache directories, give one of them: {shown}{more}"
+    raise CommandError(
+        f"{directory} is not a cacheaffinity cache directory (it has neither "
+        f"{NODE_ID_FILE} nor {INDEX_NAME}); {hint}"
+    )
+
+
+def _is_cache(directory: str) -> bool:
+    return any(os.path.isfile(os.path.join(directory, n)) for n in (NODE_ID_FILE, INDEX_NAME))
+
+
+def _node_id(directory: str) -> tuple[str | None, str | None]:
+    """(node id, None), or (None, why there is none); never creates one."""
+    try:
+        return _read_node_id(os.path.join(directory, NODE_ID_FILE)), None
+    except FileNotFoundError:
+        return (
+            None,
+            f"no {NODE_ID_FILE} file (a worker creates it when it first uses the directory)",
+        )
+    except (OSError, ValueError) as e:
+        return None, str(e)
+
+
+def _capacity(capacity: str | None) -> tuple[int, str]:
+    """The capacity to report, and where it comes from."""
+    if capacity is not None:
+        try:
+            return parse_bytes(capacity), "--capacity"
+        except (TypeError, ValueError) as e:
+            raise CommandError(f'--capacity {capacity!r} is not a size; use e.g. "200 GiB"') from e
+    try:
+        return config.get_bytes("worker.capacity"), "this machine's cacheaffinity.worker.capacity"
+    except ValueError as e:
+        raise CommandError(f"{e}; or pass --capacity") from e
+
+
+class _ProgressCache(ColumnCache):
+    """A :class:`ColumnCache` that calls ``on_entry`` after each entry it reads.
+
+    :meth:`ColumnCache.verify` has no progress hook; it reads every entry with
+    ``_read``, so counting those calls gives a progress bar without a second
+    pass over the data.  (If ``_read`` is ever renamed, the bar stays still and
+    verification is unaffected.)
+    """
+
+    on_entry = staticmethod(lambda: None)
+
+    def _read(self, key, row):
+        try:
+            return super()._read(key, row)
+        finally:
+            self.on_entry()
+
+
+def _open(
+    directory: str, capacity: int, cls: type[ColumnCache] = ColumnCache
+) -> ColumnCache | None:
+    """The directory's column cache; None if it has no index yet (nothing cached)."""
+    if not os.path.isfile(os.path.join(directory, INDEX_NAME)):
+        return None
+    cache = cls(directory, capacity=capacity)
+    if cache.disabled:
+        cache.close()
+        raise CommandError(
+            f"cannot open the column cache in {directory}: {cache.disabled}; run the command "
+            "as the user the workers run as (it needs write access to the directory)"
+        )
+    return cache
+
+
+def _when(t: float | None) -> str:
+    if t is None:
+        return "-"
+    stamp = datetime.datetime.fromtimestamp(t).astimezone().isoformat(sep=" ", timespec="seconds")
+    age = time.time() - t
+    return f"{stamp} ({format_time(age)} ago)" if age >= 0 else stamp
+
+
+def _echo_json(obj: Any) -> None:
+    click.echo(json.dumps(obj, indent=2, sort_keys=True))
+
+
+# ====================================================================== commands
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="cacheaffinity")
+def cli() -> None:
+    """Inspect and maintain cacheaffinity cache directories; ask where chunks go."""
+
+
+@cli.group()
+def cache() -> None:
+    """A node's cache directory (run these on the node: the directory is local)."""
+
+
+_DIR = click.argument("directory", metavar="DIR", type=click.Path(file_okay=True, dir_okay=True))
+_JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output (JSON).")
+
+
+@cache.command()
+@_DIR
+@_JSON
+@click.option(
+    "--capacity",
+    metavar="SIZE",
+    help="The workers' cache capacity, e.g. '200 GiB' (the directory does not record it; "
+    "default: cacheaffinity.worker.capacity of this machine's Dask config).",
+)
+def info(directory: str, as_json: bool, capacity: str | None) -> None:
+    """Node id, entries, size, capacity, entry ages and forms of cache directory DIR."""
+    directory = _cache_directory(directory)
+    cap, cap_source = _capacity(capacity)
+    node, node_problem = _node_id(directory)
+    store = _open(directory, cap)
+    if store is None:
+        summary = {"size": 0, "entries": 0, "oldest": None, "newest": None}
+    else:
+        with store:
+            summary = store.info()
+    out = {
+        "directory": directory,
+        "node": node,
+        "node_problem": node_problem,
+        "entries": summary["entries"],
+        "size": summary["size"],
+        "capacity": cap,
+        "capacity_source": cap_source,
+        "oldest": summary["oldest"],
+        "newest": summary["newest"],
+        "forms": len(FormStore(directory)),
+    }
+    if as_json:
+        _echo_json(out)
+        return
+    used = f" ({out['size'] / cap:.1%} of capacity)" if cap else ""
+    rows = [
+        ("directory", directory),
+        ("node id", node if node is not None else f"none: {node_problem}"),
+        ("entries", f"{out['entries']:,}"),
+        ("size", f"{format_bytes(out['size'])}{used}"),
+        ("capacity", f"{format_bytes(cap)} (from {cap_source})"),
+        ("oldest entry", _when(out["oldest"])),
+        ("newest entry", _when(out["newest"])),
+        ("forms", f"{out['forms']:,}"),
+    ]
+    for name, value in rows:
+        click.echo(f"{name:<13} {value}")
+
+
+@cache.command()
+@_DIR
+@_JSON
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Show a progress bar (default: when stderr is a terminal).",
+)
+def verify(directory: str, as_json: bool, progress: bool | None) -> None:
+    """Check every entry of DIR against its checksum; remove corrupt ones.
+
+    Also deletes data files no entry refers to and abandoned temporaries.  Exit
+    status 1 if corrupt entries were found (they were removed: the next run
+    reads those columns from storage again).
+    """
+    from tqdm import tqdm
+    from tqdm.contrib.logging import logging_redirect_tqdm
+
+    directory = _cache_directory(directory)
+    store = _open(directory, _capacity(None)[0], cls=_ProgressCache)
+    if store is None:
+        result = dict.fromkeys(("checked", "ok", "corrupt", "missing", "orphans", "temporaries"), 0)
+    else:
+        with store:
+            bar = tqdm(
+                total=len(store),
+                unit="entries",
+                desc="verify",
+                disable=None if progress is None else not progress,
+                file=sys.stderr,
+            )
+            store.on_entry = bar.update
+            with bar, logging_redirect_tqdm(loggers=[logger]):
+                result = store.verify()
+    if as_json:
+        _echo_json(dict(result, directory=directory))
+    else:
+        click.echo(
+            f"{directory}: checked {result['checked']:,} entries: {result['ok']:,} good, "
+            f"{result['corrupt']:,} corrupt (removed), {result['missing']:,} missing "
+            f"(removed); deleted {result['orphans']:,} unreferenced data files and "
+            f"{result['temporaries']:,} abandoned temporaries"
+        )
+    if result["corrupt"]:
+        sys.exit(1)
+
+
+@cache.command()
+@_DIR
+@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+def clear(directory: str, yes: bool) -> None:
+    """Remove all cached columns and forms from DIR; keep the node id.
+
+    The node keeps its identity, so the scheduler keeps sending it the same
+    chunks; their next run reads them from storage and caches them again.  Safe
+    while workers use the directory.
+    """
+    directory = _cache_directory(directory)
+    node, _ = _node_id(directory)
+    forms = FormStore(directory)
+    store = _open(directory, _capacity(None)[0])
+    try:
+        entries = 0 if store is None else len(store)
+        size = 0 if store is None else store.volume()
+        if not yes:
+            click.confirm(
+                f"Remove {entries:,} entries ({format_bytes(size)}) and {len(forms):,} forms "
+                f"from {directory}? (node id {node or '-'} is kept)",
+                abort=True,
+                err=True,
+            )
+        if store is not None:
+            store.clear()
+        removed_forms = forms.clear()
+    finally:
+        if store is not None:
+            store.close()
+    click.echo(
+        f"{directory}: removed {entries:,} entries ({format_bytes(size)}) and "
+        f"{removed_forms:,} forms; node id {node or '-'} kept"
+    )
+
+
+@cli.command()
+@click.argument("scheduler")
+@click.argument("chunks", metavar="CHUNK...", nargs=-1, required=True)
+@_JSON
+@click.option(
+    "--timeout",
+    metavar="DURATION",
+    default="10s",
+    show_default=True,
+    help="How long to try to connect to the scheduler.",
+)
+def where(scheduler: str, chunks: tuple[str, ...], as_json: bool, timeout: str) -> None:
+    """Cache node and workers each CHUNK goes to now.
+
+    SCHEDULER is the scheduler's address (tcp://host:8786) or its scheduler
+    file.  The answer is each chunk's nearest live cache node (what a task of
+    that chunk submitted now gets, bounded loads aside).
+    """
+    from distributed import Client
+
+    import cacheaffinity
+
+    try:
+        seconds = parse_timedelta(timeout, default="s")
+    except (TypeError, ValueError, KeyError) as e:
+        raise CommandError(f"--timeout {timeout!r} is not a duration; use e.g. 10s") from e
+    if os.path.isfile(scheduler):
+        target: dict[str, Any] = {"scheduler_file": scheduler}
+    else:
+        target = {"address": scheduler}
+    try:
+        client = Client(**target, timeout=seconds, set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as e:
+        raise CommandError(
+            f"cannot connect to a Dask scheduler at {scheduler} ({e}); give its address "
+            "(e.g. tcp://scheduler:8786) or its --scheduler-file"
+        ) from e
+    with client:
+        try:
+            homes = cacheaffinity.where(client, chunks)
+        except RuntimeError as e:
+            raise CommandError(str(e)) from e
+    if as_json:
+        _echo_json(homes)
+        return
+    width = max(len("chunk"), *(len(c) for c in homes))
+    node_width = max(len("node"), *(len(h["node"] or "-") for h in homes.values()))
+    click.echo(f"{'chunk':<{width}}  {'node':<{node_width}}  workers")
+    for chunk, home in homes.items():
+        workers = " ".join(home["workers"]) or "-"
+        click.echo(f"{chunk:<{width}}  {home['node'] or '-':<{node_width}}  {workers}")
+    if any(h["node"] is None for h in homes.values()):
+        click.echo("no cache node is connected yet: chunks wait for one", err=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the command line (``argv`` defaults to ``sys.argv[1:]``)."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.WARNING)
+    logger.propagate = False
+    cli.main(args=argv, prog_name="cacheaffinity")
+
+
+if __name__ == "__main__":
+    main()

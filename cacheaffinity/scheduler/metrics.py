@@ -1,0 +1,211 @@
+"""Prometheus metrics of cacheaffinity on the scheduler's ``/metrics`` page.
+
+Runs in the **scheduler** process.  Defines :class:`CacheAffinityMetricCollector`,
+a :class:`distributed.http.prometheus.PrometheusCollector` that exports, per
+cache node (label ``node``), what :class:`~cacheaffinity.scheduler.CacheAffinityPlugin`
+knows, and :func:`register_collector`, which :meth:`CacheAffinityPlugin.start`
+calls.  With the default ``distributed.dashboard.prometheus.namespace`` the
+names are ``dask_cacheaffinity_*``:
+
+================================  =======  =============================================
+name                              type     source
+================================  =======  =============================================
+``hits_total``                    counter  workers: column cache hits
+``misses_total``                  counter  workers: column cache misses
+``served_bytes_total``            counter  workers: bytes served from the cache
+``evictions_total``               counter  workers: entries evicted
+``storage_read_bytes_total``      counter  workers: bytes requested from storage
+``storage_opens_total``           counter  workers: data files opened on storage
+``cached_bytes``                  gauge    workers: bytes in the node's cache directory
+``entries``                       gauge    workers: entries in the node's cache directory
+``capacity_bytes``                gauge    workers: the node's capacity setting
+``placements_total``              counter  scheduler: chunk tasks placed on the node
+``failovers_total``               counter  scheduler: tasks moved away after the node left
+``steals_total``                  counter  scheduler: chunk tasks stolen by the node
+``tasks_on_target_total``         counter  scheduler: chunk tasks finished on their node
+``tasks_off_target_total``        counter  scheduler: chunk tasks finished elsewhere
+================================  =======  =============================================
+
+Notes
+-----
+Where the numbers come from
+    Worker values arrive with each worker's heartbeat (the ``cacheaffinity``
+    worker metric; see :meth:`CacheAffinityPlugin.info`): per-process counters
+    are summed over the node's live workers, directory-wide sizes are the
+    node's.  They are exported for live nodes only and restart from zero with
+    a worker process, which Prometheus treats as a counter reset.  Scheduler
+    counters are exported for every node the scheduler has counted since it
+    started, live or not (a failover is counted against the node that left).
+
+One registry per process
+    ``prometheus_client`` keeps one global ``REGISTRY``.  Like distributed's own
+    collectors, one collector is registered per process, the first time a
+    plugin starts, and is pointed at the scheduler that started a plugin most
+    recently (several schedulers in one process happen in tests).  It holds
+    that scheduler weakly and exports nothing once it is closed or has no
+    cacheaffinity plugin.  Registering again (a plugin registered twice, a
+    second scheduler) never raises.
+
+Failures
+    Collection runs on the scheduler's event loop, during a ``/metrics``
+    request.  A failure is logged and exports nothing from cacheaffinity: it
+    never breaks the rest of the page.  Without ``prometheus_client`` nothing is
+    registered (distributed then serves no metrics either).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from distributed.core import Status
+from distributed.http.prometheus import PrometheusCollector
+
+from cacheaffinity.protocol import PLUGIN_NAME
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+logger = logging.getLogger("cacheaffinity.scheduler")
+
+__all__ = ["CacheAffinityMetricCollector", "register_collector"]
+
+#: Scheduler states in which nothing is exported.
+_GONE = frozenset({Status.closing, Status.closing_gracefully, Status.closed, Status.failed})
+#: Counters from the workers' statistics: (name, statistic, help).
+WORKER_COUNTERS = (
+    ("hits", "hits", "Column cache hits (verified reads from the node's disk)."),
+    ("misses", "misses", "Column cache misses."),
+    ("served_bytes", "bytes_served", "Bytes served from the node's column cache."),
+    ("evictions", "evictions", "Entries evicted from the node's column cache."),
+    ("storage_read_bytes", "storage_bytes", "Bytes chunk tasks requested from storage."),
+    ("storage_opens", "storage_opens", "Data files chunk tasks opened on storage."),
+)
+#: Gauges from the workers' statistics: (name, statistic, help).
+WORKER_GAUGES = (
+    ("cached_bytes", "bytes", "Bytes stored in the node's cache directory (whole blocks)."),
+    ("entries", "entries", "Entries in the node's cache directory."),
+    ("capacity_bytes", "capacity", "Capacity of the node's cache (its workers' setting)."),
+)
+#: Counters kept by the scheduler plugin per node: (name, counter, help).
+SCHEDULER_COUNTERS = (
+    ("placements", "placements", "Chunk tasks placed on the cache node."),
+    ("failovers", "failovers", "Chunk tasks re-targeted away after the cache node left."),
+    ("steals", "steals", "Chunk tasks the cache node's workers stole."),
+    ("tasks_on_target", "on-target", "Chunk tasks that finished on their cache node."),
+    ("tasks_off_target", "off-target", "Chunk tasks that finished on another cache node."),
+)
+
+
+class CacheAffinityMetricCollector(PrometheusCollector):
+    """Exports the cacheaffinity plugin of one scheduler to Prometheus.
+
+    Parameters
+    ----------
+    server : distributed.Scheduler
+        The scheduler whose ``plugins["cacheaffinity"]`` is read at each
+        collection; held weakly, rebound by :func:`register_collector`.
+    """
+
+    def __init__(self, server: Scheduler):
+        self._server: weakref.ref | None = None
+        super().__init__(server)
+        self.subsystem = PLUGIN_NAME
+
+    @property
+    def server(self) -> Scheduler | None:
+        """The scheduler to export, or None once it was garbage-collected."""
+        return None if self._server is None else self._server()
+
+    @server.setter
+    def server(self, value: Scheduler | None) -> None:
+        self._server = None if value is None else weakref.ref(value)
+
+    def _families(self) -> dict[str, CounterMetricFamily | GaugeMetricFamily]:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        out: dict[str, Any] = {}
+        for name, _, doc in (*WORKER_COUNTERS, *SCHEDULER_COUNTERS):
+            out[name] = CounterMetricFamily(self.build_name(name), doc, labels=["node"])
+        for name, _, doc in WORKER_GAUGES:
+            out[name] = GaugeMetricFamily(self.build_name(name), doc, labels=["node"])
+        return out
+
+    def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        """The metric families without samples (lets the registry check names
+        without collecting)."""
+        yield from self._families().values()
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        scheduler = self.server
+        if scheduler is None or scheduler.status in _GONE:
+            return
+        plugin = scheduler.plugins.get(PLUGIN_NAME)
+        if plugin is None or not hasattr(plugin, "info"):
+            return
+        try:
+            families = self._samples(plugin)
+        except Exception:
+            logger.exception("cacheaffinity: Prometheus metrics could not be collected")
+            return
+        yield from families
+
+    def _samples(self, plugin: Any) -> list[CounterMetricFamily | GaugeMetricFamily]:
+        families = self._families()
+        nodes = plugin.info()["nodes"]
+        for node, entry in sorted(nodes.items()):
+            stats = entry.get("stats") or {}
+            for name, key, _ in (*WORKER_COUNTERS, *WORKER_GAUGES):
+                value = stats.get(key)
+                if isinstance(value, (int, float)):
+                    families[name].add_metric([node], value)
+        counted = set(nodes) | set(plugin.node_counters)
+        for node in sorted(counted):
+            counters = plugin.node_counters.get(node) or {}
+            for name, key, _ in SCHEDULER_COUNTERS:
+                families[name].add_metric([node], counters.get(key, 0))
+        return list(families.values())
+
+
+_collector: CacheAffinityMetricCollector | None = None
+_lock = threading.Lock()
+
+
+def register_collector(scheduler: Scheduler) -> CacheAffinityMetricCollector | None:
+    """Export ``scheduler``'s cacheaffinity plugin on ``/metrics`` (idempotent).
+
+    The first call registers a :class:`CacheAffinityMetricCollector` with
+    ``prometheus_client.REGISTRY``; later calls point it at ``scheduler``.
+
+    Returns
+    -------
+    CacheAffinityMetricCollector or None
+        The process's collector; None if ``prometheus_client`` is not installed
+        or the registry refused it (logged).
+    """
+    global _collector
+    try:
+        import prometheus_client
+    except ImportError:
+        logger.debug("cacheaffinity: prometheus_client not installed; no metrics exported")
+        return None
+    with _lock:
+        if _collector is None:
+            collector = CacheAffinityMetricCollector(scheduler)
+            try:
+                prometheus_client.REGISTRY.register(collector)
+            except ValueError as e:  # names taken by another collector
+                logger.warning(
+                    "cacheaffinity: Prometheus metrics not registered (%s); /metrics "
+                    "shows no dask_cacheaffinity_* values",
+                    e,
+                )
+                return None
+            _collector = collector
+        else:
+            _collector.server = scheduler
+        return _collector

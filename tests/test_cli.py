@@ -1,0 +1,291 @@
+"""The ``cacheaffinity`` command, run as a real process on real cache directories
+and against real ``dask scheduler``/``dask worker`` processes."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from distributed import Client
+
+import cacheaffinity
+from cacheaffinity.worker.forms import FormStore
+from cacheaffinity.worker.node import read_or_create_node_id
+from cacheaffinity.worker.store import ColumnCache
+
+BIN = Path(sys.executable).parent
+CLI = BIN / "cacheaffinity"
+COLUMNS = 6
+CHUNKS = [f"uuid-{f}/Events/{i * 500}-{(i + 1) * 500}" for f in range(2) for i in range(3)]
+
+
+def run(*args, input=None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(CLI), *map(str, args)],
+        check=False,
+        capture_output=True,
+        text=True,
+        input=input,
+        timeout=120,
+    )
+
+
+def run_all(*commands) -> list[subprocess.CompletedProcess]:
+    """Run several commands at once (each one imports dask: seconds of CPU)."""
+    procs = [
+        subprocess.Popen(
+            [str(CLI), *map(str, args)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for args in commands
+    ]
+    out = []
+    for args, p in zip(commands, procs):
+        stdout, stderr = p.communicate(timeout=120)
+        out.append(subprocess.CompletedProcess(args, p.returncode, stdout, stderr))
+    return out
+
+
+@pytest.fixture
+def cache_dir(tmp_path) -> tuple[Path, str]:
+    """A node's cache directory as a worker leaves it: node id, columns, one form."""
+    directory = tmp_path / "node"
+    node = read_or_create_node_id(str(directory))
+    with ColumnCache(directory, capacity="1 MiB") as cache:
+        for i in range(COLUMNS):
+            cache[f"uuid/Events/0-10/data/col{i}"] = np.arange(1000, dtype=np.float32) + i
+    doc = {"base_form": {}, "object_path": "Events", "num_entries": 10, "file_uuid": "uuid"}
+    assert FormStore(str(directory)).put(FormStore.key("uuid", "Events"), doc)
+    return directory, node
+
+
+def test_version():
+    result = run("--version")
+    assert result.returncode == 0 and cacheaffinity.__version__ in result.stdout
+
+
+def test_info_on_a_populated_cache(cache_dir):
+    directory, node = cache_dir
+    machine, human = run_all(
+        ("cache", "info", directory, "--json", "--capacity", "1 MiB"), ("cache", "info", directory)
+    )
+    assert machine.returncode == 0, machine.stderr
+    info = json.loads(machine.stdout)
+    assert info["node"] == node and info["directory"] == str(directory)
+    assert info["entries"] == COLUMNS and info["size"] == COLUMNS * 4096  # whole blocks
+    assert info["capacity"] == 2**20 and info["capacity_source"] == "--capacity"
+    assert info["forms"] == 1
+    assert time.time() - 600 < info["oldest"] <= info["newest"] <= time.time()
+
+    assert human.returncode == 0, human.stderr
+    lines = {line[:13].strip(): line[14:] for line in human.stdout.splitlines()}
+    assert lines["node id"] == node
+    assert lines["entries"] == str(COLUMNS) and lines["forms"] == "1"
+    assert lines["size"].startswith("24.00 kiB")
+    assert time.strftime("%Y-") in lines["oldest entry"] and "ago)" in lines["newest entry"]
+
+
+def test_verify_detects_a_flipped_byte(cache_dir):
+    directory, _ = cache_dir
+    clean = run("cache", "verify", directory)
+    assert clean.returncode == 0, clean.stderr
+    assert f"checked {COLUMNS} entries: {COLUMNS} good, 0 corrupt" in clean.stdout
+
+    data = sorted((directory / "columns").rglob("*"))
+    victim = next(p for p in data if p.is_file())
+    raw = bytearray(victim.read_bytes())
+    raw[100] ^= 0x01
+    victim.write_bytes(bytes(raw))
+
+    found = run("cache", "verify", directory, "--json")
+    assert found.returncode == 1
+    result = json.loads(found.stdout)
+    assert (result["checked"], result["ok"], result["corrupt"]) == (COLUMNS, COLUMNS - 1, 1)
+    assert "corrupt cache entry" in found.stderr and "checksum" in found.stderr
+    assert not victim.exists()  # removed with its entry
+
+    again = run("cache", "verify", directory)
+    assert again.returncode == 0 and f"{COLUMNS - 1} good, 0 corrupt" in again.stdout
+
+
+def test_clear_keeps_the_node_id(cache_dir):
+    directory, node = cache_dir
+    declined = run("cache", "clear", directory, input="n\n")
+    assert declined.returncode == 1
+    assert f"Remove {COLUMNS} entries" in declined.stderr and node in declined.stderr
+    with ColumnCache(directory) as cache:
+        assert len(cache) == COLUMNS  # nothing removed
+
+    cleared = run("cache", "clear", directory, "--yes")
+    assert cleared.returncode == 0, cleared.stderr
+    assert f"removed {COLUMNS} entries" in cleared.stdout and "1 forms" in cleared.stdout
+    assert (directory / "node-id").read_text().strip() == node
+    assert read_or_create_node_id(str(directory)) == node
+    with ColumnCache(directory) as cache:
+        assert len(cache) == 0 and cache.volume() == 0
+    assert len(FormStore(str(directory))) == 0
+    assert not [p for p in (directory / "columns").rglob("*") if p.is_file()]
+
+
+def _missing(tmp_path):
+    return tmp_path / "nope" / "cache", "does not exist"
+
+
+def _file(tmp_path):
+    path = tmp_path / "node-id"
+    path.write_text("somehost-0123456789ab\n")
+    return path, "is not a directory"
+
+
+def _empty(tmp_path):
+    path = tmp_path / "scratch"
+    path.mkdir()
+    (path / "results.json").write_text("{}")
+    return path, "is not a cacheaffinity cache directory"
+
+
+def _parent_of_caches(tmp_path):
+    read_or_create_node_id(str(tmp_path / "caches" / "worker-0"))
+    return tmp_path / "caches", "give one of them: " + str(tmp_path / "caches" / "worker-0")
+
+
+ALL_COMMANDS = (("info",), ("verify",), ("clear", "--yes"))
+
+
+@pytest.mark.parametrize(
+    "make_path, commands",
+    [
+        pytest.param(_missing, ALL_COMMANDS, id="does-not-exist"),
+        pytest.param(_file, [("info",)], id="a-file"),
+        pytest.param(_empty, ALL_COMMANDS, id="not-a-cache"),
+        pytest.param(_parent_of_caches, [("verify",)], id="parent-of-caches"),
+    ],
+)
+def test_wrong_path_is_a_clear_error_and_creates_nothing(tmp_path, make_path, commands):
+    path, message = make_path(tmp_path)
+    before = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*"))
+    results = run_all(*[("cache", *command, path) for command in commands])
+    for result in results:
+        assert result.returncode == 2, (result.args, result.stdout, result.stderr)
+        assert str(path) in result.stderr and message in result.stderr
+        assert "give" in result.stderr  # ... and what to give instead
+        assert not result.stdout
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*")) == before
+
+
+# ============================================================== where, on real processes
+class Processes:
+    """``dask`` processes started by a test, stopped (SIGINT, then SIGKILL) at the end."""
+
+    def __init__(self, directory: Path):
+        self.directory = directory
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self, *args: str, log: str) -> subprocess.Popen:
+        with open(self.directory / log, "w") as f:
+            p = subprocess.Popen([str(BIN / "dask"), *args], stdout=f, stderr=subprocess.STDOUT)
+        self.procs.append(p)
+        return p
+
+    def scheduler(self, name: str, *extra: str) -> Path:
+        scheduler_file = self.directory / f"{name}.json"
+        self.start(
+            "scheduler", "--host", "127.0.0.1", "--port", "0",
+            "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(scheduler_file),
+            *extra, log=f"{name}.log",
+        )  # fmt: skip
+        return scheduler_file
+
+    def close(self) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGINT)
+        for p in self.procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+
+def _address(scheduler_file: Path, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            return json.loads(scheduler_file.read_text())["address"]
+        except (FileNotFoundError, ValueError, KeyError):  # not (completely) written yet
+            time.sleep(0.1)
+    raise TimeoutError(f"no scheduler wrote {scheduler_file}")
+
+
+@pytest.fixture(scope="module")
+def schedulers(tmp_path_factory):
+    """A scheduler with the plugin and one cache node, and one without the plugin."""
+    tmp = tmp_path_factory.mktemp("where")
+    procs = Processes(tmp)
+    try:
+        with_plugin = procs.scheduler("with-plugin", "--preload", "cacheaffinity")
+        without_plugin = procs.scheduler("without-plugin")
+        address = _address(with_plugin)
+        cache = tmp / "cache-n1"
+        procs.start(
+            "worker", address, "--name", "n1", "--nthreads", "1", "--no-nanny",
+            "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0",
+            "--preload", "cacheaffinity", "--cache-directory", str(cache),
+            log="worker-n1.log",
+        )  # fmt: skip
+        with Client(address, timeout=60) as client:
+            client.wait_for_workers(1, timeout=60)
+            (worker,) = client.scheduler_info()["workers"]
+            node = (cache / "node-id").read_text().strip()
+            deadline = time.monotonic() + 30
+            while set(cacheaffinity.check(client)["nodes"]) != {node}:
+                assert time.monotonic() < deadline, "the worker's cache node never registered"
+                time.sleep(0.1)
+        _address(without_plugin)
+        yield {
+            "address": address,
+            "node": node,
+            "worker": worker,
+            "without_plugin": without_plugin,
+        }
+    finally:
+        procs.close()
+
+
+def test_where_names_node_and_workers(schedulers):
+    text, machine = run_all(
+        ("where", schedulers["address"], *CHUNKS),
+        ("where", "--json", schedulers["address"], CHUNKS[0]),
+    )
+    assert text.returncode == 0, text.stderr
+    header, *rows = text.stdout.splitlines()
+    assert header.split() == ["chunk", "node", "workers"]
+    assert [row.split() for row in rows] == [
+        [chunk, schedulers["node"], schedulers["worker"]] for chunk in CHUNKS
+    ]
+    assert machine.returncode == 0, machine.stderr
+    assert json.loads(machine.stdout) == {
+        CHUNKS[0]: {"node": schedulers["node"], "workers": [schedulers["worker"]]}
+    }
+
+
+def test_where_without_plugin_or_scheduler_is_a_clear_error(schedulers):
+    no_plugin, unreachable = run_all(
+        ("where", schedulers["without_plugin"], CHUNKS[0]),  # a scheduler file works too
+        ("where", "--timeout", "1s", "tcp://127.0.0.1:1", CHUNKS[0]),
+    )
+    assert no_plugin.returncode == 2 and not no_plugin.stdout
+    assert "has no cacheaffinity plugin" in no_plugin.stderr
+    assert "dask scheduler --preload cacheaffinity" in no_plugin.stderr
+    assert unreachable.returncode == 2 and not unreachable.stdout
+    assert "cannot connect to a Dask scheduler at tcp://127.0.0.1:1" in unreachable.stderr
