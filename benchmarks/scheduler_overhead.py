@@ -10,7 +10,10 @@ own cache node).  The same N trivial tasks go to both, alternately, R times:
 - unrestricted: one plain ``client.map`` (Dask places the tasks), for reference.
 
 Scheduler CPU (user + system, from /proc via psutil) is read before and after
-each batch, so client and worker CPU are not counted.
+each batch, so client and worker CPU are not counted.  The process-level numbers
+are noisy on a shared machine, so the plugin scheduler also runs
+``benchmarks._hook_timer``, which measures the CPU time spent inside the plugin's
+hooks exactly: that is what the plugin adds per task.
 
     python benchmarks/scheduler_overhead.py [--tasks 20000] [--rounds 3] [--workers 4]
 
@@ -36,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cacheaffinity  # noqa: E402
 from benchmarks._common import pyplot, save_png, write_json  # noqa: E402
+from benchmarks._hook_timer import hook_seconds  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -47,12 +51,13 @@ def noop(x):
 def start_cluster(tmp: Path, name: str, workers: int, preload: bool):
     sched_file = tmp / f"{name}.json"
     pre = ["--preload", "cacheaffinity"] if preload else []
+    sched_pre = pre + (["--preload", "benchmarks._hook_timer"] if preload else [])
     env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parent.parent))
     logs = open(tmp / f"{name}.log", "w")
     procs = [
         subprocess.Popen(
             [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-             "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file), *pre],
+             "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(sched_file), *sched_pre],
             stdout=logs, stderr=subprocess.STDOUT, env=env,
         )  # fmt: skip
     ]
@@ -111,6 +116,7 @@ def main(argv=None):
     }
     runners = {"unrestricted": run_unrestricted, "plain": run_plain, "plugin": run_plugin}
     results: dict[str, list[float]] = {m: [] for m in runners}
+    hooks: list[float] = []
     try:
         cacheaffinity.check(clusters["plugin"][0])
         for r in range(args.rounds + 1):  # round 0 warms up
@@ -118,11 +124,15 @@ def main(argv=None):
             for mode in runners:
                 client, procs = clusters["plugin" if mode == "plugin" else "plain"]
                 sched = psutil.Process(procs[0].pid)
+                h0 = sum(client.run_on_scheduler(hook_seconds).values()) if mode == "plugin" else 0
                 c0 = cpu(sched)
                 runners[mode](client, chunks)
                 c1 = cpu(sched)
+                h1 = sum(client.run_on_scheduler(hook_seconds).values()) if mode == "plugin" else 0
                 if r:
                     results[mode].append((c1 - c0) / args.tasks * 1e6)
+                    if mode == "plugin":
+                        hooks.append((h1 - h0) / args.tasks * 1e6)
                     print(f"round {r} {mode:12s}: {results[mode][-1]:7.1f} us scheduler CPU per task")
     finally:
         for client, procs in clusters.values():
@@ -141,6 +151,10 @@ def main(argv=None):
           f"plain restricted {med['plain']:.1f} us, plugin {med['plugin']:.1f} us")
     print(f"plugin vs plain restricted tasks: {overhead:+.1%}; "
           f"vs unrestricted tasks: {vs_unrestricted:+.1%}")  # fmt: skip
+    hook_med = sorted(hooks)[len(hooks) // 2]
+    hook_share = hook_med / med["plugin"]
+    print(f"time inside the plugin's hooks: {hook_med:.1f} us per task = {hook_share:.1%} "
+          f"of the plugin scheduler's CPU")  # fmt: skip
     out = Path(args.out)
     write_json(
         str(out / "scheduler_overhead.json"),
@@ -150,6 +164,8 @@ def main(argv=None):
             "median_us_per_task": med,
             "overhead_vs_plain_restricted": overhead,
             "overhead_vs_unrestricted": vs_unrestricted,
+            "hook_us_per_task": hooks,
+            "hook_share_of_scheduler_cpu": hook_share,
         },
     )
     fig, ax = pyplot().subplots(figsize=(6, 4))

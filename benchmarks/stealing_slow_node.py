@@ -124,6 +124,9 @@ def main(argv=None):
     p.add_argument("--chunksize", type=int, default=500)
     p.add_argument("--workdir", default=str(ROOT / ".bench-data" / "stealing"))
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--modes", nargs="+", default=["stock", "cacheaffinity"])
+    p.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="cacheaffinity config for the run, e.g. scheduler.stealing.idle-time=250ms")
     args = p.parse_args(argv)
     workdir = Path(args.workdir)
     data = workdir / "data"
@@ -133,13 +136,17 @@ def main(argv=None):
             branches=["Muon_*", "Jet_*", "Electron_*", "nMuon", "nJet", "nElectron"],
         )  # fmt: skip
     files = sorted(str(f) for f in data.glob("nano_*.root"))
-    results = {mode: run_mode(mode, args, files, workdir) for mode in ("stock", "cacheaffinity")}
+    overrides = {f"cacheaffinity.{k}": v for k, v in (kv.split("=", 1) for kv in args.set)}
+    with dask.config.set(overrides):
+        results = {mode: run_mode(mode, args, files, workdir) for mode in args.modes}
 
     print(f"\n{'mode':14s} {'run':>4s} {'wall [s]':>9s} {'hit rate':>9s} {'off node':>9s}")
     for mode, rows in results.items():
         for r in rows:
             hit = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
             print(f"{mode:14s} {r['run']:4d} {r['wall_s']:9.2f} {hit:>9s} {r['off_target']:9d}")
+    if set(results) != {"stock", "cacheaffinity"}:
+        return
     later = {m: rows[1:] for m, rows in results.items()}
     wall_ratio = sum(r["wall_s"] for r in later["cacheaffinity"]) / sum(
         r["wall_s"] for r in later["stock"]

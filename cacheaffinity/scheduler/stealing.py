@@ -170,7 +170,9 @@ class LocalityStealing(WorkStealing):
         moves = 0
         log = []
         for thief in thieves:
-            wanted = thief.nthreads - len(thief.processing) - self.in_flight_tasks[thief]
+            # fill the thief's threads and one task of queue, so that it does not
+            # fall idle (and wait idle-time again) between two stolen tasks
+            wanted = thief.nthreads + 1 - len(thief.processing) - self.in_flight_tasks[thief]
             while wanted > 0 and moves < self.max_moves and victims:
                 victim = max(victims, key=lambda ws: queued(ws) / ws.nthreads)
                 if queued(victim) <= self.backlog * victim.nthreads:
