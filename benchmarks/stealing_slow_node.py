@@ -94,7 +94,12 @@ def run_mode(mode, args, files, workdir):
             after, c1 = totals(client), cacheaffinity.check(client)["counters"]
             hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
             steal_log = client.get_events("stealing")
+            outcomes = {}
+            for _, m in steal_log:
+                if isinstance(m, (tuple, list)) and m and m[0] != "request":
+                    outcomes[m[0]] = outcomes.get(m[0], 0) + 1
             row = {
+                "steal_outcomes_total": outcomes,
                 "run": run,
                 "wall_s": wall,
                 "hit_rate": hits / (hits + misses) if hits + misses else None,
@@ -108,7 +113,7 @@ def run_mode(mode, args, files, workdir):
             rows.append(row)
             print(f"{mode:14s} run {run}: {wall:6.2f} s, hit rate "
                   f"{row['hit_rate'] if row['hit_rate'] is None else round(row['hit_rate'], 4)}, "
-                  f"off node {row['off_target']}", flush=True)  # fmt: skip
+                  f"off node {row['off_target']}, steals so far {outcomes}", flush=True)  # fmt: skip
             reference = reference or summary(out)
             assert summary(out) == reference
     return rows
@@ -145,7 +150,7 @@ def main(argv=None):
         for r in rows:
             hit = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
             print(f"{mode:14s} {r['run']:4d} {r['wall_s']:9.2f} {hit:>9s} {r['off_target']:9d}")
-    if set(results) != {"stock", "cacheaffinity"}:
+    if set(results) != {"stock", "cacheaffinity"} or args.runs < 2:
         return
     later = {m: rows[1:] for m, rows in results.items()}
     wall_ratio = sum(r["wall_s"] for r in later["cacheaffinity"]) / sum(

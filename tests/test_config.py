@@ -55,7 +55,7 @@ def test_defaults_are_loaded_into_dask_config():
         assert config.get("scheduler.dimensions") == 3
     assert config.get("scheduler.dimensions") == 4
     assert config.get_bytes("worker.capacity") == 10 * 2**30
-    assert config.get_seconds("scheduler.stealing.idle-time") == 1.0
+    assert config.get_seconds("scheduler.stealing.idle-time") == 0.25
 
 
 @pytest.mark.parametrize(

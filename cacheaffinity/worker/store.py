@@ -100,7 +100,7 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Iterator, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
@@ -869,11 +869,16 @@ class ColumnCache(MutableMapping):
                 _unlink(self._path(name))
 
     # ------------------------------------------------------------ maintenance
-    def verify(self) -> dict[str, int]:
+    def verify(self, on_entry: Callable[[], Any] | None = None) -> dict[str, int]:
         """Check every entry's data against its checksum and tidy the directory.
 
         Corrupt entries are removed and logged; data files that no entry
         references and temporaries, both older than ``stale_after``, are deleted.
+
+        Parameters
+        ----------
+        on_entry : callable, optional
+            Called with no arguments after each entry is checked (a progress bar).
 
         Returns
         -------
@@ -892,7 +897,7 @@ class ColumnCache(MutableMapping):
         for key, *row in rows:
             out["checked"] += 1
             try:
-                ok = self._read(key, tuple(row)) is not None
+                value = self._read(key, tuple(row))
             except _Corrupt as e:
                 logger.warning(
                     "cacheaffinity: corrupt cache entry %r in %s (%s); removed",
@@ -902,13 +907,17 @@ class ColumnCache(MutableMapping):
                 )
                 self._remove_entry(key, row[0])
                 out["corrupt"] += 1
-                continue
-            if ok:
-                out["ok"] += 1
-                continue
-            out["missing"] += 1
-            # Evicted meanwhile, or the file is really gone: drop that entry.
-            self._remove_entry(key, row[0])
+            else:
+                if value is not None:
+                    out["ok"] += 1
+                else:
+                    # Evicted meanwhile, or the file is really gone: drop that entry.
+                    out["missing"] += 1
+                    self._remove_entry(key, row[0])
+            finally:
+                if on_entry is not None:
+                    on_entry()
+            value = None
         known = {n for (n,) in self._query("SELECT file FROM entries")}
         cutoff = time.time() - self.stale_after
         with os.scandir(self._data) as subdirs:

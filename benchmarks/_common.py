@@ -1,0 +1,217 @@
+"""Small helpers shared by the benchmark scripts in this folder (run on the client).
+
+- :func:`parser`: the common command line (``--quick``, ``--out``);
+- :func:`machine_info`: what the numbers were measured on (CPU, load, versions);
+- :func:`write_json`: results with the config used and the machine, written atomically;
+- :func:`pyplot` and :func:`save_png`: matplotlib with the Agg backend (no display),
+  PNG written atomically;
+- :func:`print_table`: a plain-text table for the terminal;
+- :func:`best_of`: wall and CPU time of a callable, best and median of a few runs.
+
+Files are written under a temporary name in the target directory and renamed into
+place, so an interrupted benchmark never leaves a truncated result behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from importlib import metadata
+from typing import Any, NamedTuple
+
+__all__ = [
+    "parser",
+    "machine_info",
+    "write_json",
+    "pyplot",
+    "save_png",
+    "print_table",
+    "best_of",
+    "Timing",
+]
+
+DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+
+def parser(description: str) -> argparse.ArgumentParser:
+    """An argument parser with ``--quick`` and ``--out`` (add your own options)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument(
+        "--quick", action="store_true", help="small sizes: a smoke test in under a minute"
+    )
+    p.add_argument(
+        "--out",
+        default=DEFAULT_OUT,
+        help=f"directory for the JSON and PNG results (default: {DEFAULT_OUT})",
+    )
+    return p
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def machine_info(packages: Sequence[str] = ("numpy", "scipy", "xxhash")) -> dict[str, Any]:
+    """CPU, memory, current load, Python and package versions."""
+    versions = {}
+    for name in ("cacheaffinity", *packages):
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = None
+    try:
+        load = list(os.getloadavg())
+    except OSError:
+        load = None
+    return {
+        "time": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "hostname": platform.node(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "cpus_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "memory_bytes": _memory_bytes(),
+        "load_average_1_5_15": load,
+        "python": sys.version.split()[0],
+        "versions": versions,
+    }
+
+
+def _atomic_write(path: str, write: Callable[[str], None]) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=os.path.basename(path))
+    os.close(fd)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def write_json(path: str, config: dict[str, Any], results: Any, **extra: Any) -> None:
+    """Write ``{"config", "machine", "results", **extra}`` as indented JSON."""
+    doc = {"config": config, "machine": machine_info(), "results": results, **extra}
+
+    def write(tmp: str) -> None:
+        with open(tmp, "w") as f:
+            json.dump(doc, f, indent=1, default=_json_default)
+            f.write("\n")
+
+    _atomic_write(path, write)
+
+
+def _json_default(o: Any) -> Any:
+    # numpy scalars and arrays without importing numpy here
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    raise TypeError(f"{type(o).__name__} is not JSON serialisable")
+
+
+def pyplot():
+    """``matplotlib.pyplot`` with the non-interactive Agg backend."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_png(fig, path: str, dpi: int = 120) -> None:
+    """Save a matplotlib figure as PNG (atomically) and close it."""
+    _atomic_write(path, lambda tmp: fig.savefig(tmp, dpi=dpi, format="png", bbox_inches="tight"))
+    pyplot().close(fig)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        if v != v:
+            return "nan"
+        if v == 0:
+            return "0"
+        if abs(v) >= 1000:
+            return f"{v:,.0f}"
+        if abs(v) >= 100:
+            return f"{v:.1f}"
+        return f"{v:.3g}" if abs(v) < 0.01 else f"{v:.2f}"
+    return str(v)
+
+
+def print_table(
+    rows: Sequence[dict[str, Any]],
+    columns: Sequence[str] | None = None,
+    title: str | None = None,
+    file=None,
+) -> str:
+    """Print rows (dicts) as an aligned text table; return the text."""
+    if columns is None:
+        columns = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    lines = []
+    if title:
+        lines.append(title)
+    lines.append("  ".join(c.ljust(w) for c, w in zip(columns, widths)))
+    lines.append("  ".join("-" * w for w in widths))
+    for row in cells:
+        lines.append(
+            "  ".join(
+                v.ljust(w) if i == 0 else v.rjust(w) for i, (v, w) in enumerate(zip(row, widths))
+            )
+        )
+    text = "\n".join(lines)
+    print(text, file=file or sys.stdout, flush=True)
+    return text
+
+
+class Timing(NamedTuple):
+    """Result of :func:`best_of` (seconds)."""
+
+    best: float  #: shortest wall time
+    median: float  #: median wall time
+    cpu: float  #: shortest process CPU time (all threads): less sensitive to other load
+    result: Any  #: what the last call returned
+
+
+def best_of(fn: Callable[[], Any], repeat: int = 3) -> Timing:
+    """Run ``fn`` ``repeat`` times and time it (wall and process CPU)."""
+    walls, cpus = [], []
+    result = None
+    for _ in range(max(1, repeat)):
+        c = time.process_time()
+        t = time.perf_counter()
+        result = fn()
+        walls.append(time.perf_counter() - t)
+        cpus.append(time.process_time() - c)
+    return Timing(min(walls), statistics.median(walls), min(cpus), result)
