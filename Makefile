@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench venv clean
+.PHONY: demo test test-slow bench venv clean system-deps
 
 venv: $(STAMP)
 
@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 demo: $(STAMP)
 	$(PY) -m examples.demo
 
-test: $(STAMP)
+test: $(STAMP) system-deps
 	$(PY) -m pytest -q
 
 test-slow: $(STAMP)
@@ -30,6 +30,14 @@ test-slow: $(STAMP)
 bench: $(STAMP)
 	$(PY) benchmarks/placement.py
 	$(PY) benchmarks/cache_read.py
+	$(PY) benchmarks/scheduler_overhead.py
+	$(PY) benchmarks/executor_runs.py
+	$(PY) benchmarks/stealing_slow_node.py
+
+# XRootD server and network-namespace tools for the storage tests (needs root; the
+# tests that need them skip with the reason when they are missing).
+system-deps:
+	@bash .ci/install-system-deps || echo "warning: system packages missing (run as root: bash .ci/install-system-deps)"
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -21,7 +21,7 @@ Every chunk and every *replica* of a cache node gets a point in the periodic uni
 i.e. the top 53 bits of a 64-bit xxh3 digest with a per-dimension seed, which is exactly
 representable as a float64 in [0, 1). A chunk id ``str`` is encoded as UTF-8 (so ``"a"``
 and ``b"a"`` are the same chunk); replica ``j`` of node ``n`` has the identity
-``f"{n}\\x00{j}".encode()``.
+``f"{n}\\x00{j}".encode()`` (UTF-8; lone surrogates pass through, as in chunk ids).
 
 A chunk belongs to the node of the replica point at the smallest periodic L1 (torus)
 distance, ``sum_i min(|c_i - w_i|, 1 - |c_i - w_i|)``, found in batch with
