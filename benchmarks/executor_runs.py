@@ -68,7 +68,7 @@ def main(argv=None):
 
     data = Path(args.data)
     stamp = data / "params.json"
-    params = {"events": args.events, "files": args.files, "codec": args.codec, "seed": 1}
+    params = {"events": args.events, "files": args.files, "codec": args.codec, "seed": 1, "jitter": 0.02}
     if not stamp.exists() or json.loads(stamp.read_text()) != params:
         shutil.rmtree(data, ignore_errors=True)
         make_dataset(data, events=args.events, files=args.files, codec=args.codec, seed=1, progress=True)

@@ -5,7 +5,12 @@ TTree ``Events`` whose branch list, dtypes and value distributions are those of 
 *template* file. Events are resampled whole, with replacement: every output event is a copy of
 one randomly drawn template event, all of its branches, with each jagged collection (``Muon_*``
 and its counter ``nMuon``, ...) copied together so that counters and collections stay consistent.
-Values are never altered (no noise is added); see the caveat on compression below.
+By default (``jitter``) floating-point values then get a small random relative change (sigma 2 %)
+and are rounded to the template's precision of their branch, so that generated baskets do not
+repeat the template's few value sequences (see "Compression" below); integers, bools, counters,
+indices and special float values are copied exactly, so per-event physics stays that of the
+template (the Z peak, multiplicities, flags, leading objects). ``jitter=0`` copies events
+exactly.
 
 Layout, as CMS NanoAOD:
 
@@ -23,34 +28,48 @@ Differences from a file written by CMSSW that a reader can see:
   ``uint32``. Every other branch has the template's dtype;
 * string and other non-numeric template branches are left out (NanoAOD has none in ``Events``);
   so is the ``Runs`` tree;
-* ``run``/``luminosityBlock``/``event`` are copied like every other branch, so event numbers repeat.
+* ``run``/``luminosityBlock`` are the template event's; ``event`` numbers the events of the
+  dataset 1, 2, ... (unique), or, with ``jitter=0``, is the template's (so event numbers repeat).
 
-Determinism: the event content depends only on (template, branches, events, files, seed): the
-same arguments give equal arrays in every file, whatever ``codec``, ``level``, ``basket_events``
-or ``progress``. The file *bytes* differ between two writes, because every ROOT file gets a new
-random UUID and the TKeys carry the write time: that is wanted, since the file UUID is part of a
-cached chunk's identity. Different files of one dataset, and different seeds, draw different
-events. With ``branches=[...]`` a file holds the same events as the full file of the same
-arguments, restricted to those branches.
+Determinism: the event content depends only on (template, branches, events, files, seed,
+jitter): the same arguments give equal arrays in every file, whatever ``codec``, ``level``,
+``basket_events`` or ``progress``. The file *bytes* differ between two writes, because every
+ROOT file gets a new random UUID and the TKeys carry the write time: that is wanted, since the
+file UUID is part of a cached chunk's identity. Different files of one dataset, and different
+seeds, draw different events. With ``branches=[...]`` a file holds the same events as the full
+file of the same arguments, restricted to those branches (jittered alike). The events drawn do
+not depend on ``jitter``: ``jitter=0`` gives the same events, unjittered.
 
-Caveat on compression: a template holds few events (40 in ``nano_dy.root``), so a generated basket
-repeats the same few value sequences many times, and a compressor with a long window (LZMA above
-all) finds those repeats. Generated data therefore compress far better than real NanoAOD: from
-``nano_dy.root``, LZMA-9 gives a ratio of about 12 and ZLIB-1 about 6 for the whole file (single
-columns: ``Jet_pt`` 11.5 with LZMA against 1.5 to 2 for the template's own events, ``GenPart_pt``
-34 against 2.3 to 2.6), and LZMA decompresses the generated data faster per decompressed byte than
-real NanoAOD. A larger template (``nano_tt_v15.root``, 200 events) helps little. Use
-:func:`dataset_stats` to measure the ratio of a generated dataset.
+Compression: a template holds few events (40 in ``nano_dy.root``), so exact copies repeat the
+same few value sequences many times, and a compressor with a long window (LZMA above all) finds
+those repeats. Without jitter, generated data compress far better than real NanoAOD: 20,000
+events from ``nano_dy.root`` give a whole-file ratio of about 12 with LZMA-9 and 6 with ZLIB-1
+(single columns: ``Jet_pt`` 11.5 with LZMA against 1.5 to 2 for the template's own events,
+``GenPart_pt`` 34 against 2.3 to 2.6), and LZMA decompresses them faster per decompressed byte
+than real NanoAOD. A larger template (``nano_tt_v15.root``, 200 events) helps little. The
+default jitter (sigma 0.02) breaks the repeats of floating-point values, which hold most of the
+bytes: the same file compresses by about 5.7 with LZMA-9 and 3.5 with ZLIB-1, and its float
+columns compress and decompress like real ones (same number of values, LZMA-9: ``Jet_pt`` 2.1,
+``Jet_eta`` 1.6, ``GenPart_pt`` 3.0 against 2.1, 1.6, 2.6 for ``nano_tt_v15.root``'s own
+events; liblzma decompresses the float columns at 31 MB/s of output per core against 36 for
+the real ones, 56 without jitter). What keeps the whole-file ratio above real NanoAOD's (2 to
+4) are the exactly copied integers and bools, nearly half of the uncompressed bytes of
+``nano_dy.root`` events: their per-event sequences (ids, pdgIds, flags, indices) repeat, and
+LZMA-9 compresses them by about 15 in baskets of 8,000 events (real NanoAOD columns of 200
+events: 4 to 7). Use :func:`dataset_stats` to measure the ratio of a generated dataset.
 
 Speed (2 cores, one used; ~1500 branches of ``nano_dy.root``): LZMA-9 fills about 500 to 600
 events/s (3 MB/s of uncompressed baskets, 0.2 to 0.3 MB/s written); ZLIB-1, ZSTD-5 and LZ4 fill
 12,000 to 30,000 events/s. On top, uproot's ``mktree`` costs about 6 s per file with 1500
-branches (it grows with the square of the branch count); few-branch test files are fast.
+branches (it grows with the square of the branch count); few-branch test files are fast. These
+are without jitter; jitter itself costs about 20 us of CPU per event of all branches, and the
+less repetitive data take the compressors longer: LZMA-9 and ZLIB-1 need 20 to 30 % more CPU.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import hashlib
 import logging
 import math
 import os
@@ -66,7 +85,9 @@ import uproot
 
 __all__ = [
     "CODECS",
+    "DEFAULT_JITTER",
     "EVENT_ID_BRANCHES",
+    "MAX_JITTER",
     "TEMPLATE_ENV",
     "TREE_NAME",
     "Template",
@@ -105,6 +126,12 @@ DEFAULT_CLUSTER_BYTES = 32 * 1024 * 1024
 #: Bounds of the default number of events per basket (NanoAOD: O(1e3 to 1e4)).
 MIN_DEFAULT_BASKET_EVENTS = 1_000
 MAX_DEFAULT_BASKET_EVENTS = 10_000
+
+#: Default relative jitter of floating-point values: each value is multiplied by 1 + N(0, sigma)
+#: with this sigma (see :func:`make_dataset`, ``jitter``).
+DEFAULT_JITTER = 0.02
+#: Largest accepted ``jitter``; the factor 1 + sigma * z stays positive (|z| < 6.8).
+MAX_JITTER = 0.1
 
 # Template events are drawn in fixed blocks, each from its own random stream, so that the
 # content does not depend on basket_events and the index array stays small for huge files.
@@ -432,13 +459,28 @@ def _event_indices(
     return out
 
 
-def _build_collection(coll: _Collection, idx: np.ndarray) -> ak.Array:
+def _build_collection(
+    coll: _Collection, idx: np.ndarray, jitter: _Jitter | None = None, start: int = 0
+) -> ak.Array:
     counts = np.diff(coll.offsets)[idx]
     offsets = np.zeros(len(idx) + 1, np.int64)
     np.cumsum(counts, out=offsets[1:])
     total = int(offsets[-1])
     gather = np.repeat(coll.offsets[:-1][idx] - offsets[:-1], counts) + np.arange(total)
-    contents = [ak.contents.NumpyArray(c[gather]) for c in coll.contents]
+    values = [c[gather] for c in coll.contents]
+    if jitter is not None and total and jitter.touches(coll):
+        local = np.repeat(np.arange(len(idx), dtype=np.int64), counts)  # event in the basket
+        index_in_event = np.arange(total, dtype=np.int64) - offsets[:-1][local]
+        counters = ((local + start).astype(np.uint64) << np.uint64(_INNER_BITS)) | (
+            index_in_event.astype(np.uint64)
+        )
+        for i, field in enumerate(coll.fields):
+            name = coll.branch(field)
+            values[i] = jitter.apply(name, values[i], counters)
+            if name in jitter.sort_descending:
+                # keep the template's pt order within each event (leading object first)
+                values[i] = values[i][np.lexsort((-values[i], local))]
+    contents = [ak.contents.NumpyArray(v) for v in values]
     if coll.fields == ("",):
         inner = contents[0]
     else:
@@ -446,14 +488,211 @@ def _build_collection(coll: _Collection, idx: np.ndarray) -> ak.Array:
     return ak.Array(ak.contents.ListOffsetArray(ak.index.Index64(offsets), inner))
 
 
-def _build_basket(plan: _Plan, template: Template, idx: np.ndarray) -> dict[str, object]:
+def _build_basket(
+    plan: _Plan,
+    template: Template,
+    idx: np.ndarray,
+    jitter: _Jitter | None = None,
+    start: int = 0,
+    first_event: int = 0,
+) -> dict[str, object]:
+    """Branch arrays of output events ``start .. start + len(idx)`` of a file (template events
+    ``idx``); ``first_event``: number of events in the dataset's earlier files."""
     data: dict[str, object] = {}
+    counters = None
     for group in plan.groups:
         if isinstance(group, str):
-            data[group] = template.scalars[group][idx]
+            values = template.scalars[group][idx]
+            if jitter is not None:
+                if group == "event" and values.ndim == 1 and values.dtype.kind in "iu":
+                    # unique, increasing event numbers: 1, 2, ... over the whole dataset
+                    first = first_event + start + 1
+                    values = np.arange(first, first + len(idx), dtype=np.uint64).astype(
+                        values.dtype
+                    )
+                elif group in jitter.specs:
+                    if counters is None:
+                        counters = np.arange(start, start + len(idx), dtype=np.uint64)
+                        counters <<= np.uint64(_INNER_BITS)
+                    if values.ndim == 1:
+                        values = jitter.apply(group, values, counters)
+                    else:  # fixed-size array per event
+                        inner = np.arange(values[0].size, dtype=np.uint64)
+                        values = jitter.apply(group, values, counters[:, None] | inner)
+            data[group] = values
         else:
-            data[group.name] = _build_collection(group, idx)
+            data[group.name] = _build_collection(group, idx, jitter, start)
     return data
+
+
+# --------------------------------------------------------------------------------------------
+# jitter: small random changes of floating-point values that break exact repeats
+
+# A value's random number depends on (seed, file, branch, event position in the file, position
+# in the event's collection): counter = event position << _INNER_BITS | index in the event.
+_INNER_BITS = 24
+_U64 = np.uint64
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+_MIX1 = _U64(0xBF58476D1CE4E5B9)
+_MIX2 = _U64(0x94D049BB133111EB)
+
+# Branch-level and value-level rules (see make_dataset's docstring), from the template's values:
+# a value occurring at least this often in a branch is a special value, copied exactly...
+_FREQUENT_MIN_COUNT = 3
+_FREQUENT_MIN_FRACTION = 0.05
+# ... a branch with at most this many distinct values per value is discrete, copied exactly...
+_DISCRETE_MAX_UNIQUE_FRACTION = 0.25
+# ... and values are rounded to the branch's mantissa precision, at least this many bits.
+_MIN_MANTISSA_BITS = 6
+
+_MANTISSA = {np.dtype(np.float32): (23, np.uint32), np.dtype(np.float64): (52, np.uint64)}
+
+
+def _normal(key: int, counters: np.ndarray) -> np.ndarray:
+    """Standard normal numbers, one per counter, from a counter-based hash (splitmix64 of
+    ``key + (counter + 1) * golden``, Box-Muller on its two 32-bit halves; |z| < 6.8)."""
+    x = counters.astype(np.uint64)  # a copy; uint64 arithmetic wraps around
+    x += _U64(1)
+    x *= _GOLDEN
+    x += _U64(key)
+    x ^= x >> _U64(30)
+    x *= _MIX1
+    x ^= x >> _U64(27)
+    x *= _MIX2
+    x ^= x >> _U64(31)
+    u1 = ((x >> _U64(32)).astype(np.float64) + 0.5) * 2.0**-32
+    u2 = (x & _U64(0xFFFFFFFF)).astype(np.float64) * (2.0 * np.pi * 2.0**-32)
+    return np.sqrt(-2.0 * np.log(u1)) * np.cos(u2)
+
+
+def _mantissa_bits(values: np.ndarray) -> np.ndarray:
+    """Mantissa bits in use by each float (23 or 52 minus the trailing zero bits)."""
+    nbits, utype = _MANTISSA[values.dtype]
+    mantissa = values.view(utype) & utype((1 << nbits) - 1)
+    lowest = mantissa & (~mantissa + utype(1))  # lowest set bit (0 for a zero mantissa)
+    trailing = np.where(mantissa == 0, nbits, np.log2(np.maximum(lowest, 1)).astype(np.int64))
+    return nbits - trailing
+
+
+def _round_mantissa(values: np.ndarray, bits: int) -> np.ndarray:
+    """Round floats (in place) to ``bits`` mantissa bits, to nearest (halves away from zero; a
+    carry goes into the exponent), like NanoAOD's reduced precision
+    (CMSSW ``MiniFloatConverter::reduceMantissaToNbitsRounding``)."""
+    nbits, utype = _MANTISSA[values.dtype]
+    if bits >= nbits:
+        return values
+    shift = nbits - bits
+    width = 8 * np.dtype(utype).itemsize
+    u = values.view(utype)
+    u += utype(1 << (shift - 1))
+    u &= utype(((1 << width) - 1) >> shift << shift)
+    return values
+
+
+@dataclass(frozen=True)
+class _JitterSpec:
+    """How one floating-point branch is jittered."""
+
+    bits: int  # mantissa bits kept (>= 23 or 52: full precision)
+    exact: np.ndarray  # special values copied exactly (sorted)
+    wrap_phi: bool  # an angle in [-pi, pi]: wrapped back into it
+    unit: bool  # template values in [-1, 1]: clipped to it
+
+
+def _jitter_specs(template: Template, plan: _Plan) -> tuple[dict[str, _JitterSpec], set[str]]:
+    """Jitter rules of the plan's floating-point branches, learnt from the template's values;
+    and the ``pt`` branches of collections whose objects the template sorts by decreasing pt."""
+    arrays: dict[str, np.ndarray] = {}
+    sort_descending: set[str] = set()
+    for group in plan.groups:
+        if isinstance(group, str):
+            arrays[group] = template.scalars[group]
+            continue
+        for field, content in zip(group.fields, group.contents):
+            arrays[group.branch(field)] = content
+        if "pt" in group.fields:
+            pt = group.contents[group.fields.index("pt")]
+            offsets = group.offsets
+            same_event = np.ones(max(len(pt) - 1, 0), bool)
+            inner = offsets[(offsets > 0) & (offsets < len(pt))]
+            same_event[inner - 1] = False  # pairs across an event boundary
+            if pt.dtype.kind == "f" and np.all(np.diff(pt)[same_event] <= 0):
+                sort_descending.add(group.branch("pt"))
+
+    specs: dict[str, _JitterSpec] = {}
+    for name, array in arrays.items():
+        if array.dtype not in _MANTISSA:
+            continue
+        values = array.ravel()
+        values = values[np.isfinite(values)]
+        if values.size == 0:
+            continue
+        unique, counts = np.unique(values, return_counts=True)
+        if len(unique) <= _DISCRETE_MAX_UNIQUE_FRACTION * values.size:
+            continue  # discrete values (a constant mass, a grid of areas, weights +-w)
+        threshold = max(_FREQUENT_MIN_COUNT, _FREQUENT_MIN_FRACTION * values.size)
+        exact = unique[counts >= threshold]
+        jittered = values[~np.isin(values, exact)] if exact.size else values
+        jittered = jittered[jittered != 0]
+        if jittered.size == 0:
+            continue
+        bits = max(int(_mantissa_bits(jittered).max()), _MIN_MANTISSA_BITS)
+        lowest, highest = float(values.min()), float(values.max())
+        wrap_phi = name.lower().endswith("phi") and -3.2 < lowest and highest < 3.2
+        unit = -1.0 <= lowest and highest <= 1.0
+        specs[name] = _JitterSpec(bits, exact, wrap_phi, unit)
+    sort_descending &= set(specs)
+    return specs, sort_descending
+
+
+class _Jitter:
+    """Jitter of one file: ``apply`` multiplies the values of a branch by 1 + N(0, sigma)."""
+
+    def __init__(
+        self,
+        sigma: float,
+        seed: int,
+        file_index: int,
+        specs: dict[str, _JitterSpec],
+        sort_descending: set[str],
+    ):
+        self.sigma = sigma
+        self.specs = specs
+        self.sort_descending = sort_descending
+        self.keys = {
+            name: int.from_bytes(
+                hashlib.blake2b(f"{seed}/{file_index}/{name}".encode(), digest_size=8).digest(),
+                "little",
+            )
+            for name in specs
+        }
+
+    def touches(self, coll: _Collection) -> bool:
+        return any(b in self.specs for b in coll.branches)
+
+    def apply(self, name: str, values: np.ndarray, counters: np.ndarray) -> np.ndarray:
+        """``values`` (a fresh array, changed in place) jittered; ``counters`` identify them."""
+        spec = self.specs.get(name)
+        if spec is None or values.size == 0:
+            return values
+        flat = values.reshape(-1)  # a view: values is contiguous
+        todo = np.isfinite(flat)
+        todo &= flat != 0
+        if spec.exact.size:
+            todo &= ~np.isin(flat, spec.exact)
+        where = np.flatnonzero(todo)
+        if where.size == 0:
+            return values
+        z = _normal(self.keys[name], counters.reshape(-1)[where])
+        new = flat[where].astype(np.float64)
+        new *= 1.0 + self.sigma * z
+        if spec.wrap_phi:
+            new[new > np.pi] -= 2.0 * np.pi
+            new[new < -np.pi] += 2.0 * np.pi
+        if spec.unit:
+            np.clip(new, -1.0, 1.0, out=new)
+        flat[where] = _round_mantissa(new.astype(values.dtype), spec.bits)
+        return values
 
 
 # --------------------------------------------------------------------------------------------
@@ -487,6 +726,19 @@ def _compression(codec: str | None, level: int | None):
     return cls(int(level))
 
 
+def _check_jitter(jitter: object) -> float:
+    if isinstance(jitter, (bool, np.bool_)):
+        return DEFAULT_JITTER if jitter else 0.0
+    if not isinstance(jitter, (int, float, np.integer, np.floating)):
+        raise TypeError(
+            f"jitter must be a bool or a float (relative sigma), got {type(jitter).__name__} "
+            f"{jitter!r}"
+        )
+    if not 0.0 <= float(jitter) <= MAX_JITTER:  # NaN fails too
+        raise ValueError(f"jitter must be in 0..{MAX_JITTER} (relative sigma), got {jitter!r}")
+    return float(jitter)
+
+
 def _split(events: int, files: int) -> list[int]:
     base, extra = divmod(events, files)
     return [base + (1 if i < extra else 0) for i in range(files)]
@@ -509,6 +761,7 @@ def make_dataset(
     basket_events: int | None = None,
     progress: bool = False,
     allow_empty: bool = False,
+    jitter: float | bool = True,
 ) -> list[str]:
     """Write a NanoAOD-like dataset: ``events`` events in ``files`` files
     ``directory/nano_000.root`` ... with a TTree ``Events``, resampled from a real NanoAOD file.
@@ -536,6 +789,31 @@ def make_dataset(
         progress: show a tqdm progress bar of events written.
         allow_empty: allow ``events == 0`` and ``files > events``, which writes files whose
             ``Events`` tree has no entries.
+        jitter: relative sigma (``0 .. MAX_JITTER``) of a random change of floating-point values
+            that breaks the exact repeats of template values, so that the files compress and
+            decompress like real NanoAOD; ``True`` (default) is :data:`DEFAULT_JITTER` (0.02),
+            ``False`` or ``0`` writes exact copies of template events (and template event
+            numbers), as before jitter existed. With jitter:
+
+            * every value of a jittered float branch is multiplied by ``1 + N(0, sigma)``
+              (``|N| < 6.8``), then rounded to the branch's precision in the template (the most
+              mantissa bits its values use, at least 6: NanoAOD stores most floats with 6 to 16
+              bits); an angle ``*phi`` is wrapped back into [-pi, pi], a branch whose template
+              values lie in [-1, 1] (scores, fractions) is clipped to it, and the ``pt`` of a
+              collection the template sorts by decreasing pt (``Jet``, ``Muon``...) is sorted
+              again within each event, so the leading object stays first;
+            * copied exactly: integers, bools, counters, indices; a float branch with few distinct
+              values (distinct values <= 1/4 of its template values: ``Muon_mass``,
+              ``GenPart_mass``, ``Jet_area``, ``genWeight``...); zeros, NaN and infinities; and a
+              float branch's frequent values (at least 3 times and 5 % of its template values:
+              defaults and sentinels such as ``-1``, ``-2``, ``1.0``);
+            * ``event`` is the event's number in the dataset, 1, 2, ... (unique, as in real data);
+              ``run`` and ``luminosityBlock`` are the template's.
+
+            A value's random number is a hash of (seed, file, branch, event position in the file,
+            index in the event): the content does not depend on ``basket_events`` or ``codec``,
+            a branch subset holds the same values as the full file, and the events drawn are
+            those of ``jitter=0``.
 
     Returns:
         The paths of the written files, in order.
@@ -550,6 +828,7 @@ def make_dataset(
         )
     if basket_events is not None:
         basket_events = _check_int("basket_events", basket_events, 1)
+    jitter = _check_jitter(jitter)
     compression = _compression(codec, level)
     if isinstance(branches, str):
         branches = [branches]
@@ -598,11 +877,17 @@ def make_dataset(
     bar = tqdm(
         total=events, unit="evt", unit_scale=True, disable=not progress, desc="make_dataset"
     )
+    specs = _jitter_specs(tmpl, plan) if jitter else None
     with bar:
         for index, n in enumerate(counts):
             path = outdir / file_name(index)
             bar.set_postfix_str(path.name, refresh=False)
-            _write_file(path, tmpl, plan, compression, seed, index, n, basket_events, bar)
+            file_jitter = _Jitter(jitter, seed, index, *specs) if specs is not None else None
+            first_event = sum(counts[:index])
+            _write_file(
+                path, tmpl, plan, compression, seed, index, n, basket_events, bar,
+                file_jitter, first_event,
+            )  # fmt: skip
             paths.append(str(path))
     elapsed = time.perf_counter() - start_time
     size = sum(os.path.getsize(p) for p in paths)
@@ -617,7 +902,9 @@ def make_dataset(
     return paths
 
 
-def _write_file(path, tmpl, plan, compression, seed, index, n, basket_events, bar):
+def _write_file(
+    path, tmpl, plan, compression, seed, index, n, basket_events, bar, jitter, first_event
+):
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     nbaskets = math.ceil(n / basket_events)
     try:
@@ -631,7 +918,7 @@ def _write_file(path, tmpl, plan, compression, seed, index, n, basket_events, ba
             for start in range(0, n, basket_events):
                 stop = min(n, start + basket_events)
                 idx = _event_indices(seed, index, start, stop, tmpl.num_entries)
-                tree.extend(_build_basket(plan, tmpl, idx))
+                tree.extend(_build_basket(plan, tmpl, idx, jitter, start, first_event))
                 bar.update(stop - start)
         os.replace(tmp, path)
     except BaseException:

@@ -53,7 +53,7 @@ def dataset(args) -> list[str]:
     """Generate the data once; reuse it when the parameters match."""
     data = Path(args.workdir) / "data"
     stamp = data / "dataset.json"
-    want = {"events": args.events, "files": args.files, "codec": args.codec, "seed": 0}
+    want = {"events": args.events, "files": args.files, "codec": args.codec, "seed": 0, "jitter": 0.02}
     if stamp.exists() and json.loads(stamp.read_text()).get("params") == want:
         return json.loads(stamp.read_text())["files"]
     shutil.rmtree(data, ignore_errors=True)
