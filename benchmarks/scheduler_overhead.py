@@ -117,6 +117,7 @@ def main(argv=None):
     runners = {"unrestricted": run_unrestricted, "plain": run_plain, "plugin": run_plugin}
     results: dict[str, list[float]] = {m: [] for m in runners}
     hooks: list[float] = []
+    by_hook: dict[str, float] = {}
     try:
         cacheaffinity.check(clusters["plugin"][0])
         for r in range(args.rounds + 1):  # round 0 warms up
@@ -128,7 +129,8 @@ def main(argv=None):
                 c0 = cpu(sched)
                 runners[mode](client, chunks)
                 c1 = cpu(sched)
-                h1 = sum(client.run_on_scheduler(hook_seconds).values()) if mode == "plugin" else 0
+                hs = client.run_on_scheduler(hook_seconds) if mode == "plugin" else {}
+                h1 = sum(hs.values())
                 if r:
                     results[mode].append((c1 - c0) / args.tasks * 1e6)
                     if mode == "plugin":
@@ -151,6 +153,9 @@ def main(argv=None):
           f"plain restricted {med['plain']:.1f} us, plugin {med['plugin']:.1f} us")
     print(f"plugin vs plain restricted tasks: {overhead:+.1%}; "
           f"vs unrestricted tasks: {vs_unrestricted:+.1%}")  # fmt: skip
+    by_hook = {k: v / (args.tasks * (args.rounds + 1)) * 1e6 for k, v in hs.items()}
+    print("per hook, us per task (all rounds): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_hook.items())))  # fmt: skip
     hook_med = sorted(hooks)[len(hooks) // 2]
     hook_share = hook_med / med["plugin"]
     print(f"time inside the plugin's hooks: {hook_med:.1f} us per task = {hook_share:.1%} "
@@ -165,6 +170,7 @@ def main(argv=None):
             "overhead_vs_plain_restricted": overhead,
             "overhead_vs_unrestricted": vs_unrestricted,
             "hook_us_per_task": hooks,
+            "hook_us_per_task_by_hook": by_hook,
             "hook_share_of_scheduler_cpu": hook_share,
         },
     )

@@ -10,6 +10,8 @@ The same consecutive runs, side by side in one invocation:
   (throttled, cache-aware, with the locator that remembers where a chunk was processed).
 
 Per run: wall time, column-cache hit rate, steals, chunks processed off their node.
+Both clusters are up at once and their runs alternate, so drifts in the load of
+the (shared, 2-core) machine hit both modes alike.
 
     python benchmarks/stealing_slow_node.py [--workers 4] [--runs 3] [--slowdown 3]
 
@@ -61,21 +63,21 @@ def totals(client):
     return out
 
 
-def run_mode(mode, args, files, workdir):
+def mode_runs(mode, args, files, workdir):
+    """Generator: one cluster for ``mode``; each ``next()`` does one run, returns its row."""
     cache_root = workdir / f"caches-{mode}"
     shutil.rmtree(cache_root, ignore_errors=True)
     settings = {
         "distributed.worker.preload": ["cacheaffinity"],
         "cacheaffinity.worker.directory": str(cache_root / "node-{name}"),
     }
-    rows = []
     with dask.config.set(settings), LocalCluster(
         n_workers=args.workers, threads_per_worker=1, processes=True, host="127.0.0.1",
         dashboard_address="127.0.0.1:0",
     ) as cluster, Client(cluster) as client:  # fmt: skip
         client.wait_for_workers(args.workers)
         # stock: keep Dask's WorkStealing; cacheaffinity: install LocalityStealing
-        # (and no locator: the paper's situation)
+        # (and no locator for stock: the paper's situation)
         client.register_plugin(
             cacheaffinity.CacheAffinityPlugin(stealing=mode != "stock", locator=mode != "stock")
         )
@@ -93,30 +95,24 @@ def run_mode(mode, args, files, workdir):
             wall = time.perf_counter() - t0
             after, c1 = totals(client), cacheaffinity.check(client)["counters"]
             hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
-            steal_log = client.get_events("stealing")
             outcomes = {}
-            for _, m in steal_log:
+            for _, m in client.get_events("stealing"):
                 if isinstance(m, (tuple, list)) and m and m[0] != "request":
                     outcomes[m[0]] = outcomes.get(m[0], 0) + 1
             row = {
-                "steal_outcomes_total": outcomes,
                 "run": run,
                 "wall_s": wall,
                 "hit_rate": hits / (hits + misses) if hits + misses else None,
                 "off_target": c1.get("off-target", 0) - c0.get("off-target", 0),
                 "on_target": c1.get("on-target", 0) - c0.get("on-target", 0),
-                "steal_requests_total": sum(
-                    len(m[1]) if isinstance(m, tuple) and m and m[0] == "request" else 0
-                    for _, m in steal_log
-                ),
+                "steal_outcomes_total": outcomes,
             }
-            rows.append(row)
             print(f"{mode:14s} run {run}: {wall:6.2f} s, hit rate "
                   f"{row['hit_rate'] if row['hit_rate'] is None else round(row['hit_rate'], 4)}, "
-                  f"off node {row['off_target']}, steals so far {outcomes}", flush=True)  # fmt: skip
+                  f"off node {row['off_target']}, steal outcomes so far {outcomes}", flush=True)  # fmt: skip
             reference = reference or summary(out)
             assert summary(out) == reference
-    return rows
+            yield row
 
 
 def main(argv=None):
@@ -142,8 +138,16 @@ def main(argv=None):
         )  # fmt: skip
     files = sorted(str(f) for f in data.glob("nano_*.root"))
     overrides = {f"cacheaffinity.{k}": v for k, v in (kv.split("=", 1) for kv in args.set)}
+    results: dict[str, list] = {mode: [] for mode in args.modes}
     with dask.config.set(overrides):
-        results = {mode: run_mode(mode, args, files, workdir) for mode in args.modes}
+        # both clusters stay up; their runs alternate, so a change in the machine's
+        # load affects both modes alike (an idle cluster costs next to nothing)
+        gens = {mode: mode_runs(mode, args, files, workdir) for mode in args.modes}
+        for _ in range(args.runs):
+            for mode, gen in gens.items():
+                results[mode].append(next(gen))
+        for gen in gens.values():
+            gen.close()
 
     print(f"\n{'mode':14s} {'run':>4s} {'wall [s]':>9s} {'hit rate':>9s} {'off node':>9s}")
     for mode, rows in results.items():

@@ -358,27 +358,38 @@ class CacheAffinityPlugin(SchedulerPlugin):
             )
             return
         nodes = self.placement.assign([c for _, c in todo])
-        per_node: Counter[str] = Counter()
+        per_node: Counter[str] = Counter(nodes)
         located = 0
-        for (ts, chunk), node in zip(todo, nodes):
-            reason = "hash"
-            loc = self.located.get(chunk)
-            if (
-                self.use_locator
-                and loc is not None
-                and loc[1] == node
-                and loc[0] != node
-                and loc[0] in self.node_workers
-            ):
-                # Stolen last time, and its node is the same as then: the thief's
-                # node holds the chunk, its hash-preferred node does not.
-                self.hashed[ts.key] = node
-                node, reason = loc[0], "locator"
-                located += 1
-            self._set_target(ts, node)
-            per_node[node] += 1
-            if task_logger.isEnabledFor(logging.DEBUG):
+        if self.use_locator and self.located:
+            # Stolen last time, and placed on the same node as then: the thief's
+            # node holds the chunk, its hash-preferred node does not.
+            live, where = self.node_workers, self.located
+            for i, ((ts, chunk), node) in enumerate(zip(todo, nodes)):
+                loc = where.get(chunk)
+                if loc is not None and loc[1] == node and loc[0] != node and loc[0] in live:
+                    self.hashed[ts.key] = node
+                    nodes[i] = loc[0]
+                    per_node[node] -= 1
+                    per_node[loc[0]] += 1
+                    located += 1
+        # One restriction set per node, shared by its tasks of this batch (the
+        # scheduler replaces restriction sets, it never changes them in place).
+        restrictions = {node: set(self.node_workers[node]) for node in per_node}
+        target, node_tasks = self.target, self.node_tasks
+        for (ts, _), node in zip(todo, nodes):
+            key = ts.key
+            old = target.get(key)
+            if old is not None and old != node:
+                node_tasks[old].discard(key)
+            target[key] = node
+            node_tasks[node].add(key)
+            ts.worker_restrictions = restrictions[node]
+            ts.loose_restrictions = True
+        if task_logger.isEnabledFor(logging.DEBUG):
+            for (ts, chunk), node in zip(todo, nodes):
+                reason = "locator" if ts.key in self.hashed else "hash"
                 task_logger.debug("%s: chunk %s -> node %s (%s)", ts.key, chunk, node, reason)
+        per_node = +per_node  # drop nodes that lost all their chunks to the locator
         self.counters["placements"] += len(todo)
         self.counters["located"] += located
         for node, n in per_node.items():
