@@ -46,12 +46,6 @@ from examples.analysis import DimuonJetProcessor, summary  # noqa: E402
 COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")
 
 
-def totals(client):
-    out = dict.fromkeys(COUNTERS, 0)
-    for node in cacheaffinity.cache_stats(client).values():
-        for k in COUNTERS:
-            out[k] += node.get(k, 0)
-    return out
 
 
 def main(argv=None):
@@ -99,12 +93,12 @@ def main(argv=None):
         client.wait_for_workers(args.workers)
 
         def timed(name, executor, **kw):
-            before = totals(client)
+            before = cacheaffinity.cache_totals(client)
             t0 = time.perf_counter()
             out = runner(executor, **kw)(fileset, DimuonJetProcessor(), treename="Events")
             wall = time.perf_counter() - t0
-            after = totals(client)
-            d = {k: after[k] - before[k] for k in COUNTERS}
+            after = cacheaffinity.cache_totals(client)
+            d = {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
             lookups = d["hits"] + d["misses"]
             rows[name] = {
                 "wall_s": wall,

@@ -55,12 +55,6 @@ class SlowNodeProcessor(DimuonJetProcessor):
         return out
 
 
-def totals(client):
-    out = {"hits": 0, "misses": 0}
-    for node in cacheaffinity.cache_stats(client).values():
-        for k in out:
-            out[k] += node.get(k, 0)
-    return out
 
 
 def mode_runs(mode, args, files, workdir):
@@ -87,14 +81,15 @@ def mode_runs(mode, args, files, workdir):
         executor = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
         reference = None
         for run in range(1, args.runs + 1):
-            before, c0 = totals(client), cacheaffinity.check(client)["counters"]
+            before, c0 = cacheaffinity.cache_totals(client), cacheaffinity.check(client)["counters"]
             t0 = time.perf_counter()
             out = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=args.chunksize)(
                 {"gen": files}, proc, treename="Events"
             )
             wall = time.perf_counter() - t0
-            after, c1 = totals(client), cacheaffinity.check(client)["counters"]
-            hits, misses = after["hits"] - before["hits"], after["misses"] - before["misses"]
+            after, c1 = cacheaffinity.cache_totals(client), cacheaffinity.check(client)["counters"]
+            hits = after.get("hits", 0) - before.get("hits", 0)
+            misses = after.get("misses", 0) - before.get("misses", 0)
             outcomes = {}
             for _, m in client.get_events("stealing"):
                 if isinstance(m, (tuple, list)) and m and m[0] != "request":

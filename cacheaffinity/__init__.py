@@ -26,7 +26,16 @@ __version__ = "0.1.0"
 import click
 
 from cacheaffinity import config
-from cacheaffinity.client import ChunkIds, cache_stats, check, chunk, chunks, map_chunks, where
+from cacheaffinity.client import (
+    ChunkIds,
+    cache_stats,
+    cache_totals,
+    check,
+    chunk,
+    chunks,
+    map_chunks,
+    where,
+)
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.protocol import ANNOTATION, PLUGIN_NAME
 from cacheaffinity.scheduler import CacheAffinityPlugin, LocalityStealing
@@ -50,6 +59,7 @@ __all__ = [
     "MemoryFront",
     "TorusPlacement",
     "cache_stats",
+    "cache_totals",
     "cachestrategy",
     "check",
     "chunk",

@@ -32,7 +32,7 @@ from dask.utils import funcname
 
 from cacheaffinity.protocol import ANNOTATION, DIRECTORY_WIDE, PLUGIN_NAME
 
-__all__ = ["ChunkIds", "cache_stats", "check", "chunk", "chunks", "map_chunks", "where"]
+__all__ = ["ChunkIds", "cache_stats", "cache_totals", "check", "chunk", "chunks", "map_chunks", "where"]
 
 
 def chunk(chunk_id: str) -> contextlib.AbstractContextManager:
@@ -222,3 +222,18 @@ def cache_stats(client) -> dict[str, dict]:
                 continue
             node[k] = max(node.get(k, 0), v) if k in DIRECTORY_WIDE else node.get(k, 0) + v
     return nodes
+
+
+def cache_totals(client) -> dict[str, int]:
+    """Per-process cache counters summed over every node (see :func:`cache_stats`).
+
+    ``hits``, ``misses``, ``bytes_served``, ``storage_bytes``, ``storage_opens``,
+    ``evictions`` ... since the workers started: take the difference of two calls
+    around a run for that run's figures.
+    """
+    out: dict[str, int] = {}
+    for node in cache_stats(client).values():
+        for k, v in node.items():
+            if isinstance(v, (int, float)) and k not in DIRECTORY_WIDE:
+                out[k] = out.get(k, 0) + v
+    return out

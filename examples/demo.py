@@ -67,12 +67,6 @@ def dataset(args) -> list[str]:
     return [str(f) for f in files]
 
 
-def totals(client) -> dict:
-    out = dict.fromkeys(COUNTERS, 0)
-    for node in cacheaffinity.cache_stats(client).values():
-        for k in COUNTERS:
-            out[k] += node.get(k, 0)
-    return out
 
 
 def placement_counters(client) -> dict:
@@ -128,10 +122,10 @@ def main(argv=None) -> int:
             executor = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
             identical = True
             for run in range(1, args.runs + 1):
-                before, pc0 = totals(client), placement_counters(client)
+                before, pc0 = cacheaffinity.cache_totals(client), placement_counters(client)
                 out, wall = run_once(client, fileset, executor)
-                after, pc1 = totals(client), placement_counters(client)
-                d = {k: after[k] - before[k] for k in COUNTERS}
+                after, pc1 = cacheaffinity.cache_totals(client), placement_counters(client)
+                d = {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
                 lookups = d["hits"] + d["misses"]
                 on = pc1.get("on-target", 0) - pc0.get("on-target", 0)
                 off = pc1.get("off-target", 0) - pc0.get("off-target", 0)

@@ -58,19 +58,13 @@ def run(executor, fileset, chunksize=50, **kwargs):
     return runner(fileset, processor_instance=DimuonJetProcessor(), treename="Events")
 
 
-def totals(client):
-    out = dict.fromkeys(COUNTERS, 0)
-    for node in cacheaffinity.cache_stats(client).values():
-        for k in COUNTERS:
-            out[k] += node.get(k, 0)
-    return out
 
 
 def run_counted(client, fileset, **kwargs):
-    before = totals(client)
+    before = cacheaffinity.cache_totals(client)
     out = run(cacheaffinity.CacheAffinityExecutor(client=client, status=False), fileset, **kwargs)
-    after = totals(client)
-    return out, {k: after[k] - before[k] for k in COUNTERS}
+    after = cacheaffinity.cache_totals(client)
+    return out, {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
 
 
 def test_identical_to_coffea_executors_and_rerun_reads_nothing(client, real_fileset):
