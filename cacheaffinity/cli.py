@@ -37,8 +37,7 @@ from dask.utils import format_bytes, format_time, parse_bytes, parse_timedelta
 
 from cacheaffinity import __version__, config
 from cacheaffinity.worker.forms import FormStore
-from cacheaffinity.worker.node import NODE_ID_FILE
-from cacheaffinity.worker.node import _read as _read_node_id
+from cacheaffinity.worker.node import NODE_ID_FILE, read_node_id
 from cacheaffinity.worker.store import INDEX_NAME, ColumnCache
 
 __all__ = ["main"]
@@ -90,7 +89,7 @@ def _is_cache(directory: str) -> bool:
 def _node_id(directory: str) -> tuple[str | None, str | None]:
     """(node id, None), or (None, why there is none); never creates one."""
     try:
-        return _read_node_id(os.path.join(directory, NODE_ID_FILE)), None
+        return read_node_id(os.path.join(directory, NODE_ID_FILE)), None
     except FileNotFoundError:
         return (
             None,
@@ -113,31 +112,11 @@ def _capacity(capacity: str | None) -> tuple[int, str]:
         raise CommandError(f"{e}; or pass --capacity") from e
 
 
-class _ProgressCache(ColumnCache):
-    """A :class:`ColumnCache` that calls ``on_entry`` after each entry it reads.
-
-    :meth:`ColumnCache.verify` has no progress hook; it reads every entry with
-    ``_read``, so counting those calls gives a progress bar without a second
-    pass over the data.  (If ``_read`` is ever renamed, the bar stays still and
-    verification is unaffected.)
-    """
-
-    on_entry = staticmethod(lambda: None)
-
-    def _read(self, key, row):
-        try:
-            return super()._read(key, row)
-        finally:
-            self.on_entry()
-
-
-def _open(
-    directory: str, capacity: int, cls: type[ColumnCache] = ColumnCache
-) -> ColumnCache | None:
+def _open(directory: str, capacity: int) -> ColumnCache | None:
     """The directory's column cache; None if it has no index yet (nothing cached)."""
     if not os.path.isfile(os.path.join(directory, INDEX_NAME)):
         return None
-    cache = cls(directory, capacity=capacity)
+    cache = ColumnCache(directory, capacity=capacity)
     if cache.disabled:
         cache.close()
         raise CommandError(
@@ -244,7 +223,7 @@ def verify(directory: str, as_json: bool, progress: bool | None) -> None:
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     directory = _cache_directory(directory)
-    store = _open(directory, _capacity(None)[0], cls=_ProgressCache)
+    store = _open(directory, _capacity(None)[0])
     if store is None:
         result = dict.fromkeys(("checked", "ok", "corrupt", "missing", "orphans", "temporaries"), 0)
     else:
@@ -256,9 +235,8 @@ def verify(directory: str, as_json: bool, progress: bool | None) -> None:
                 disable=None if progress is None else not progress,
                 file=sys.stderr,
             )
-            store.on_entry = bar.update
             with bar, logging_redirect_tqdm(loggers=[logger]):
-                result = store.verify()
+                result = store.verify(on_entry=bar.update)
     if as_json:
         _echo_json(dict(result, directory=directory))
     else:

@@ -19,7 +19,7 @@ import re
 import socket
 import uuid
 
-__all__ = ["NODE_ID_FILE", "read_or_create_node_id"]
+__all__ = ["NODE_ID_FILE", "read_node_id", "read_or_create_node_id"]
 
 NODE_ID_FILE = "node-id"
 _VALID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
@@ -39,7 +39,7 @@ def read_or_create_node_id(directory: str) -> str:
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, NODE_ID_FILE)
     try:
-        return _read(path)
+        return read_node_id(path)
     except FileNotFoundError:
         pass
     host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60] or "node"
@@ -59,10 +59,11 @@ def read_or_create_node_id(directory: str) -> str:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
-    return _read(path)
+    return read_node_id(path)
 
 
-def _read(path: str) -> str:
+def read_node_id(path: str) -> str:
+    """The node id in the ``node-id`` file ``path`` (never creates one)."""
     with open(path) as f:
         value = f.read().strip()
     if not _VALID.match(value):
