@@ -165,6 +165,12 @@ class LocalityStealing(WorkStealing):
             if ws not in thieves and queued(ws) > self.backlog * ws.nthreads
         ]
         if not victims:
+            if logger.isEnabledFor(logging.DEBUG):
+                logger.debug(
+                    "no victim for %d idle thieves; queues %s",
+                    len(thieves),
+                    {ws.name: queued(ws) for ws in s.workers.values()},
+                )
             return
         thieves.sort(key=lambda ws: self.idle_since[ws.address])
         moves = 0
