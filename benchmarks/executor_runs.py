@@ -11,7 +11,9 @@ worker processes (W cache nodes), side by side in one invocation:
   is the analysis itself plus coffea/Dask overhead.
 
 Warm disk-cache runs and floor runs alternate (``--repeats``); the ratio uses the
-best of each, so warm-up effects in the worker processes do not count.
+best of each, so warm-up effects in the worker processes do not count.  To compare
+the cache with the floor alone, switch stealing off (a stolen chunk is a miss in
+both): ``DASK_CACHEAFFINITY__SCHEDULER__STEALING__ENABLED=False``.
 
     python benchmarks/executor_runs.py [--events 60000] [--files 4] [--workers 2]
 
@@ -139,7 +141,11 @@ def main(argv=None):
     out = Path(args.out)
     write_json(
         str(out / "executor_runs.json"),
-        config={**vars(args), "dataset": stats},
+        config={
+            **vars(args),
+            "dataset": stats,
+            "stealing_enabled": cacheaffinity.config.get("scheduler.stealing.enabled"),
+        },
         results={"runs": rows, "ratios": ratios, "identical": identical},
     )
     fig, ax = pyplot().subplots(figsize=(7, 4))
