@@ -39,7 +39,10 @@ class Procs:
         self.procs: list[subprocess.Popen] = []
         # the workers import this test module to run its task functions
         path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
-        self.env = dict(os.environ, PYTHONPATH=path)
+        # placement alone: no stealing moves chunk tasks here (stealing has its tests)
+        self.env = dict(
+            os.environ, PYTHONPATH=path, DASK_CACHEAFFINITY__SCHEDULER__STEALING__ENABLED="False"
+        )
 
     def start(self, *args, log):
         f = open(self.tmp / log, "w")
@@ -127,5 +130,7 @@ def test_preloaded_scheduler_and_workers_place_chunks_stably(procs, tmp_path):
         run2 = client.gather(
             cacheaffinity.map_chunks(client, where_am_i, CHUNKS, chunk_ids=CHUNKS, pure=False)
         )
-        assert [node_of_addr[a] for a in run2] == run1_nodes
+        events = client.get_events("cacheaffinity")
+        assert run1_nodes == [homes[ch]["node"] for ch in CHUNKS], events
+        assert [node_of_addr[a] for a in run2] == run1_nodes, "\n".join(map(str, events))
         assert info["placement"]["dimensions"] == 4

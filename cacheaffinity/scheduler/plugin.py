@@ -155,6 +155,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.located: dict[str, tuple[str, str]] = {}
         #: task key -> placement's node, for tasks the locator sent elsewhere
         self.hashed: dict[Any, str] = {}
+        #: keys of chunk tasks the stealing policy moved (until they finish)
+        self.stolen: set = set()
         #: Counters (also exported as metrics).
         self.counters: Counter[str] = Counter()
         #: cache node id -> per-node counters (placements, failovers, steals)
@@ -500,6 +502,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if finish == "forgotten":
             self.chunk_of.pop(key, None)
             self.hashed.pop(key, None)
+            self.stolen.discard(key)
             node = self.target.pop(key, None)
             if node is not None:
                 tasks = self.node_tasks.get(node)
@@ -511,10 +514,18 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if start == "processing" and finish == "memory":
             worker = kwargs.get("worker")
             node = self.worker_node.get(worker)
+            stolen = key in self.stolen
+            self.stolen.discard(key)
+            meant = self.hashed.pop(key, None)
             if node is not None:
-                meant = self.hashed.pop(key, None) or self.target.get(key, node)
-                self.located[chunk] = (node, meant)
-                if node == self.target.get(key):
+                target = self.target.get(key)
+                if meant is not None:  # sent by the locator: keep what placement chose
+                    self.located[chunk] = (node, meant)
+                elif stolen and target is not None:  # the thief's node holds it now
+                    self.located[chunk] = (node, target)
+                else:  # on its placement's node (or moved by a membership change)
+                    self.located.pop(chunk, None)
+                if node == target:
                     self.counters["on-target"] += 1
                     self.node_counters[node]["on-target"] += 1
                 else:
@@ -527,6 +538,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
 
     def note_steal(self, ts: TaskState, victim: WorkerState, thief: WorkerState) -> None:
         """Called by the stealing policy when it moves a chunk task."""
+        if ts.key in self.chunk_of:
+            self.stolen.add(ts.key)
         self.counters["steals"] += 1
         node = self.worker_node.get(thief.address)
         if node is not None:
