@@ -51,9 +51,9 @@ def test_every_schema_key_is_described():
 
 def test_defaults_are_loaded_into_dask_config():
     assert any("cacheaffinity" in d for d in dask.config.defaults)
-    with dask.config.set({"cacheaffinity.scheduler.dimensions": 3}):
-        assert config.get("scheduler.dimensions") == 3
-    assert config.get("scheduler.dimensions") == 4
+    with dask.config.set({"cacheaffinity.scheduler.dimensions": 5}):
+        assert config.get("scheduler.dimensions") == 5
+    assert config.get("scheduler.dimensions") == 3
     assert config.get_bytes("worker.capacity") == 10 * 2**30
     assert config.get_seconds("scheduler.stealing.idle-time") == 0.25
 

@@ -133,4 +133,4 @@ def test_preloaded_scheduler_and_workers_place_chunks_stably(procs, tmp_path):
         events = client.get_events("cacheaffinity")
         assert run1_nodes == [homes[ch]["node"] for ch in CHUNKS], events
         assert [node_of_addr[a] for a in run2] == run1_nodes, "\n".join(map(str, events))
-        assert info["placement"]["dimensions"] == 4
+        assert info["placement"]["dimensions"] == 3
