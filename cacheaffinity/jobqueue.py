@@ -1,0 +1,375 @@
+"""dask-jobqueue recipes: batch-system workers that are cacheaffinity cache nodes (client side).
+
+:func:`slurm_cluster` and :func:`htcondor_cluster` (and :func:`jobqueue_cluster` for any other
+``dask_jobqueue`` cluster class: PBS, SGE, LSF ...) return ordinary dask-jobqueue clusters with
+
+* the cacheaffinity scheduler plugin: dask-jobqueue runs the scheduler inside the client
+  process, and the recipe adds ``preload=["cacheaffinity"]`` to its ``scheduler_options``;
+* workers started as ``dask worker ... --preload cacheaffinity --cache-directory DIR``
+  (appended to ``worker_extra_args``), DIR on the node's local disk.
+
+>>> from cacheaffinity.jobqueue import slurm_cluster            # doctest: +SKIP
+>>> cluster = slurm_cluster(cores=8, memory="32 GiB", processes=2,
+...                         cache_directory="/scratch/$USER/cacheaffinity",
+...                         cache_capacity="500 GiB")
+>>> cluster.scale(jobs=10)
+>>> client = Client(cluster)    # then CacheAffinityExecutor(client=client)
+
+The cache directory
+-------------------
+A cache node *is* its directory: the ``node-id`` file inside it names the node, so a worker
+restarted by the batch system on the same node with the same directory is the same cache node
+(and finds its columns again), whatever its job id, port or address.  Hence the directory must
+
+* be on **node-local disk**: a directory on the shared file system would be one "node" for every
+  machine (each worker would open every other worker's cache over the network);
+* **outlive the job**: not the per-job scratch directory that HTCondor (``$TMPDIR`` =
+  ``$_CONDOR_SCRATCH_DIR``) or Slurm's ``job_container/tmpfs`` delete when the job ends;
+* **not depend on the job** (no ``$SLURM_JOB_ID`` in it) nor on the worker name, so that every
+  job that lands on a node uses that node's one cache.
+
+The default, ``/tmp/cacheaffinity-<user>`` (user name taken where the cluster object is
+created), is right on plain nodes; sites with a large local ``/scratch`` should point there.
+Shell variables in the path (``$USER``, ``$LOCAL_SCRATCH`` ...) are expanded on the node when
+the job starts (the worker command line runs in the job's shell; the worker plugin expands
+whatever is left).  ``{name}`` is replaced by the Dask worker name: only useful to emulate
+several nodes on one machine (tests), since dask-jobqueue resubmits a lost job under its old
+name but not necessarily on its old node.
+
+Whether a path is on a shared file system can only be known on the node; the recipe refuses
+paths under ``~`` and paths that are on a network file system where the cluster object is
+created (login nodes mount the shared file systems that the worker nodes mount), and
+:func:`cache_filesystems` asks the running workers.
+
+Restarts
+--------
+``cluster.scale(n)`` resubmits jobs that the batch system ended (walltime, preemption,
+``scancel``) under their old names once Dask has noticed that their workers left
+(``distributed.deploy.lost-worker-timeout``, 15 s); a new job on the same node reads the same
+``node-id``, so the scheduler sends it the same chunks as before.
+
+dask-jobqueue is an optional dependency: ``pip install cacheaffinity[jobqueue]``.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import dask.config
+from dask.utils import parse_bytes
+
+__all__ = [
+    "NETWORK_FILESYSTEMS",
+    "cache_filesystems",
+    "cluster_kwargs",
+    "default_cache_directory",
+    "filesystem_of",
+    "htcondor_cluster",
+    "jobqueue_cluster",
+    "scheduler_options",
+    "slurm_cluster",
+    "worker_extra_args",
+]
+
+#: File system types (``/proc/mounts``) that are shared between machines.
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "ceph", "fuse.ceph",
+        "fuse.ceph-fuse", "afs", "beegfs", "glusterfs", "fuse.glusterfs", "panfs", "9p",
+        "fuse.eosxd", "fuse.cvmfs2", "fuse.sshfs", "fuse.gcsfuse", "fuse.s3fs", "orangefs",
+        "pvfs2", "ocfs2", "gfs2", "fuse.dcache",
+    }
+)  # fmt: skip
+
+_INSTALL = (
+    "cacheaffinity.jobqueue needs dask-jobqueue: pip install cacheaffinity[jobqueue] "
+    "(or pip install dask-jobqueue)"
+)
+# Our own worker options: refused in worker_extra_args (pass them as arguments instead).
+_OURS = ("--preload", "--cache-directory", "--cache-capacity", "--cache-memory", "--node-weight")
+# Characters that would break out of the double quotes in the job script or the HTCondor
+# submit file, or run commands: a cache path needs none of them.
+_FORBIDDEN = ('"', "`", "\\", "\n", "\r", "$(")
+
+
+def default_cache_directory() -> str:
+    """``/tmp/cacheaffinity-<user>``: node-local, persistent across jobs on plain nodes."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # no user name in some containers
+        user = str(os.getuid())
+    return f"/tmp/cacheaffinity-{user}"
+
+
+def _import_jobqueue():
+    try:
+        import dask_jobqueue
+    except ImportError as e:
+        raise ImportError(_INSTALL) from e
+    return dask_jobqueue
+
+
+def _quote(value: str) -> str:
+    # Double quotes: the job's shell still expands $VARS, spaces stay in one argument.
+    return f'"{value}"'
+
+
+def _check_directory(directory: Any, allow_shared_filesystem: bool) -> str:
+    if not isinstance(directory, (str, os.PathLike)):
+        raise TypeError(
+            f"cache_directory must be a path string, got {type(directory).__name__}; "
+            'e.g. cache_directory="/scratch/$USER/cacheaffinity"'
+        )
+    d = os.fspath(directory).strip()
+    if not d:
+        raise ValueError(
+            'cache_directory is empty; give an absolute node-local path such as '
+            '"/scratch/$USER/cacheaffinity"'
+        )
+    bad = [c for c in _FORBIDDEN if c in d]
+    if bad:
+        raise ValueError(
+            f"cache_directory {d!r} contains {bad[0]!r}, which cannot be passed safely through "
+            "a job script; use a plain path (shell variables as $NAME or ${NAME} are fine)"
+        )
+    if d.startswith("~"):
+        raise ValueError(
+            f"cache_directory {d!r} is in a home directory, which batch clusters keep on the "
+            "shared file system: every node would share one cache over the network. Use "
+            'node-local disk, e.g. "/scratch/$USER/cacheaffinity" or "/tmp/cacheaffinity-$USER"'
+        )
+    if not d.startswith(("/", "$")):
+        raise ValueError(
+            f"cache_directory {d!r} is relative: the worker would resolve it against its job's "
+            "working directory, usually on the shared file system. Give an absolute node-local "
+            'path, e.g. "/scratch/$USER/cacheaffinity" (or one starting with a variable such '
+            'as "$LOCAL_SCRATCH/cacheaffinity" that holds an absolute path on the node)'
+        )
+    if not allow_shared_filesystem and "$" not in d:
+        fs = filesystem_of(d.replace("{name}", "x"))
+        if fs["shared"]:
+            raise ValueError(
+                f"cache_directory {d!r} is on a {fs['fstype']} file system (mounted at "
+                f"{fs['mount']}) here, i.e. shared between machines: one cache would serve "
+                "every node over the network. Use node-local disk, or pass "
+                "allow_shared_filesystem=True if the worker nodes mount it locally"
+            )
+    return d
+
+
+def worker_extra_args(
+    cache_directory: str | os.PathLike | None = None,
+    *,
+    cache_capacity: str | int | None = None,
+    cache_memory: str | int | None = None,
+    node_weight: float | None = None,
+    allow_shared_filesystem: bool = False,
+) -> list[str]:
+    """The ``dask worker`` arguments that make a job's workers cacheaffinity cache nodes.
+
+    ``["--preload", "cacheaffinity", "--cache-directory", '"DIR"', ...]``; the quotes keep a
+    path with spaces in one argument and let the job's shell expand ``$VARS``.  They must come
+    last on the ``dask worker`` command line (the preload takes the remaining options).
+    """
+    d = _check_directory(
+        default_cache_directory() if cache_directory is None else cache_directory,
+        allow_shared_filesystem,
+    )
+    args = ["--preload", "cacheaffinity", "--cache-directory", _quote(d)]
+    for option, value in (("--cache-capacity", cache_capacity), ("--cache-memory", cache_memory)):
+        if value is None:
+            continue
+        try:
+            n = parse_bytes(value)
+        except (ValueError, TypeError) as e:
+            raise ValueError(
+                f"{option.lstrip('-').replace('-', '_')}={value!r} is not a size; "
+                'give bytes or a string such as "200 GiB"'
+            ) from e
+        if n <= 0:
+            raise ValueError(f"{option.lstrip('-').replace('-', '_')}={value!r} must be > 0")
+        args += [option, str(n)]
+    if node_weight is not None:
+        w = float(node_weight)
+        if not w > 0 or w == float("inf"):
+            raise ValueError(f"node_weight={node_weight!r} must be a finite number > 0")
+        args += ["--node-weight", repr(w)]
+    return args
+
+
+def scheduler_options(
+    options: Mapping[str, Any] | None = None, *, balance: float | None = None
+) -> dict[str, Any]:
+    """``scheduler_options`` with the cacheaffinity preload added (others kept)."""
+    out = dict(options or {})
+    preload = out.get("preload") or []
+    preload = [preload] if isinstance(preload, str) else list(preload)
+    argv = out.get("preload_argv") or []
+    if argv and isinstance(argv[0], str):  # one argv for every preload
+        argv = [list(argv)] * len(preload)
+    argv = [list(a) for a in argv] or [[] for _ in preload]
+    if len(argv) != len(preload):
+        raise ValueError(
+            f"scheduler_options has {len(preload)} preloads but {len(argv)} preload_argv lists"
+        )
+    if balance is not None:
+        if isinstance(balance, bool) or not isinstance(balance, (int, float)) or not (
+            1.0 < balance < float("inf")
+        ):
+            raise ValueError(
+                f"balance={balance!r} must be a number > 1 (a node's cap in fair shares of a "
+                "batch, e.g. 1.05); a failing scheduler preload would only be logged"
+            )
+    ours = [] if balance is None else ["--balance", repr(float(balance))]
+    if "cacheaffinity" in preload:
+        argv[preload.index("cacheaffinity")] = ours or argv[preload.index("cacheaffinity")]
+    else:
+        preload.append("cacheaffinity")
+        argv.append(ours)
+    out["preload"] = preload
+    out["preload_argv"] = argv
+    return out
+
+
+def cluster_kwargs(
+    *,
+    cache_directory: str | os.PathLike | None = None,
+    cache_capacity: str | int | None = None,
+    cache_memory: str | int | None = None,
+    node_weight: float | None = None,
+    balance: float | None = None,
+    allow_shared_filesystem: bool = False,
+    jobqueue_config: str | None = None,
+    **kwargs: Any,
+) -> dict[str, Any]:
+    """Keyword arguments for any ``dask_jobqueue`` cluster class, with cacheaffinity added.
+
+    ``kwargs`` are the cluster's own (``cores``, ``memory``, ``queue``, ``walltime`` ...);
+    ``worker_extra_args`` given there are kept, before ours.  ``jobqueue_config`` (``"slurm"``,
+    ``"htcondor"`` ...) names the ``jobqueue.<name>`` config section whose
+    ``worker-extra-args`` and ``scheduler-options`` apply when the arguments are not given
+    (passing them explicitly would otherwise hide the user's dask-jobqueue config).
+    """
+    if jobqueue_config:
+        for arg, key in (
+            ("worker_extra_args", "worker-extra-args"),
+            ("scheduler_options", "scheduler-options"),
+        ):
+            if kwargs.get(arg) is None:
+                kwargs[arg] = dask.config.get(f"jobqueue.{jobqueue_config}.{key}", None)
+    extra = list(kwargs.pop("worker_extra_args", None) or [])
+    clash = [a for a in extra if str(a).split("=")[0] in _OURS]
+    if clash:
+        raise ValueError(
+            f"worker_extra_args contains {clash[0]!r}: cacheaffinity adds the preload and its "
+            "options itself; pass cache_directory=, cache_capacity=, cache_memory=, "
+            "node_weight= instead"
+        )
+    extra += worker_extra_args(
+        cache_directory,
+        cache_capacity=cache_capacity,
+        cache_memory=cache_memory,
+        node_weight=node_weight,
+        allow_shared_filesystem=allow_shared_filesystem,
+    )
+    kwargs["worker_extra_args"] = extra
+    kwargs["scheduler_options"] = scheduler_options(kwargs.get("scheduler_options"), balance=balance)
+    return kwargs
+
+
+def jobqueue_cluster(cluster_cls, **kwargs: Any):
+    """A ``dask_jobqueue`` cluster of class ``cluster_cls`` (``PBSCluster`` ...) whose scheduler
+    runs the cacheaffinity plugin and whose workers are cache nodes; see :func:`cluster_kwargs`."""
+    config = kwargs.get("config_name") or getattr(
+        getattr(cluster_cls, "job_cls", None), "config_name", None
+    )
+    return cluster_cls(**cluster_kwargs(jobqueue_config=config, **kwargs))
+
+
+def slurm_cluster(**kwargs: Any):
+    """``dask_jobqueue.SLURMCluster`` with cacheaffinity (arguments: :func:`cluster_kwargs`)."""
+    return jobqueue_cluster(_import_jobqueue().SLURMCluster, **kwargs)
+
+
+def htcondor_cluster(**kwargs: Any):
+    """``dask_jobqueue.HTCondorCluster`` with cacheaffinity (arguments: :func:`cluster_kwargs`).
+
+    HTCondor runs jobs with ``$TMPDIR`` set to the job's scratch directory, which it deletes
+    when the job ends: never put the cache there.
+    """
+    d = kwargs.get("cache_directory")
+    if d is not None and re.search(r"\$\{?(TMPDIR|_CONDOR_SCRATCH_DIR)\b", os.fspath(d)):
+        raise ValueError(
+            f"cache_directory {os.fspath(d)!r} is inside the HTCondor job's scratch directory, "
+            "which HTCondor deletes when the job ends: the node would lose its cache and its "
+            "identity with every job. Use a persistent node-local path such as "
+            '"/scratch/<user>/cacheaffinity"'
+        )
+    return jobqueue_cluster(_import_jobqueue().HTCondorCluster, **kwargs)
+
+
+# --------------------------------------------------------------------- file systems
+def _mounts() -> list[tuple[str, str]]:
+    out = []
+    try:
+        with open("/proc/mounts") as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) >= 3:
+                    mount = parts[1].replace("\\040", " ")
+                    out.append((mount, parts[2]))
+    except OSError:
+        pass
+    return out
+
+
+def filesystem_of(path: str | os.PathLike, mounts: Sequence[tuple[str, str]] | None = None) -> dict:
+    """The file system holding ``path`` (or its nearest existing ancestor) on this machine.
+
+    Returns ``{"path", "mount", "fstype", "shared"}``; ``shared`` is True for the network file
+    systems in :data:`NETWORK_FILESYSTEMS`.  ``mounts`` (``(mount point, type)`` pairs, later
+    entries winning as in ``/proc/mounts``) defaults to this machine's.
+    """
+    p = os.path.abspath(os.fspath(path))
+    # resolve symbolic links in the part that exists, keep the rest as written
+    head, rest = p, ""
+    while not os.path.exists(head) and head != os.path.dirname(head):
+        head, tail = os.path.split(head)
+        rest = os.path.join(tail, rest) if rest else tail
+    real = os.path.join(os.path.realpath(head), rest) if rest else os.path.realpath(head)
+    best, fstype = "", "unknown"
+    for mount, kind in _mounts() if mounts is None else mounts:
+        m = mount.rstrip("/") or "/"
+        if (real == m or real.startswith(m.rstrip("/") + "/")) and len(m) >= len(best):
+            best, fstype = m, kind
+    return {
+        "path": os.fspath(path),
+        "mount": best or "/",
+        "fstype": fstype,
+        "shared": fstype in NETWORK_FILESYSTEMS,
+    }
+
+
+def _worker_filesystem(dask_worker=None) -> dict | None:
+    from cacheaffinity.protocol import PLUGIN_NAME
+
+    plugin = dask_worker.plugins.get(PLUGIN_NAME)
+    directory = getattr(plugin, "directory", None)
+    if not directory:
+        return None
+    out = filesystem_of(directory)
+    out["node"] = getattr(plugin, "node_id", None)
+    return out
+
+
+def cache_filesystems(client) -> dict[str, dict]:
+    """Ask every worker where its cache directory is: ``{worker address: {"path", "node",
+    "mount", "fstype", "shared"}}`` (workers without the plugin are left out).
+
+    >>> bad = {w: f for w, f in cache_filesystems(client).items() if f["shared"]}  # doctest: +SKIP
+    """
+    return {a: v for a, v in client.run(_worker_filesystem).items() if v is not None}
