@@ -34,7 +34,7 @@ placement, which costs a cache miss, never a result.
 from __future__ import annotations
 
 import logging
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +52,11 @@ from cacheaffinity.protocol import (
     WORKER_METRIC,
 )
 from cacheaffinity.scheduler.metrics import register_collector
-from cacheaffinity.scheduler.stealing import LocalityStealing, install_stealing
+from cacheaffinity.scheduler.stealing import (
+    LocalityStealing,
+    choose_steal,
+    install_stealing,
+)
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler, TaskState, WorkerState
@@ -161,11 +165,18 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.counters: Counter[str] = Counter()
         #: cache node id -> per-node counters (placements, failovers, steals)
         self.node_counters: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        #: (chunk id, node) of the last chunks placed, newest last (dashboard page)
+        self.recent_placements: deque[tuple[str, str]] = deque(maxlen=5000)
+        #: nodes whose set of live workers changed since the last re-targeting
+        self.workers_changed: set[str] = set()
 
     # ============================================================ lifecycle
     async def start(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
         register_collector(scheduler)  # /metrics: dask_cacheaffinity_* (idempotent)
+        from cacheaffinity.scheduler.dashboard import install as install_dashboard
+
+        install_dashboard(scheduler)  # dashboard page /cacheaffinity (idempotent)
         if self.install_stealing:
             await install_stealing(scheduler, self)
         for addr in list(scheduler.workers):
@@ -228,12 +239,14 @@ class CacheAffinityPlugin(SchedulerPlugin):
             self._forget_worker(addr)
         self.worker_node[addr] = node
         self.node_workers.setdefault(node, set()).add(addr)
+        self.workers_changed.add(node)
         return True
 
     def _forget_worker(self, addr: str) -> str | None:
         self.pending_workers.discard(addr)
         node = self.worker_node.pop(addr, None)
         if node is not None:
+            self.workers_changed.add(node)
             members = self.node_workers.get(node)
             if members is not None:
                 members.discard(addr)
@@ -394,6 +407,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         per_node = +per_node  # drop nodes that lost all their chunks to the locator
         self.counters["placements"] += len(todo)
         self.counters["located"] += located
+        m = self.recent_placements.maxlen
+        self.recent_placements.extend(zip([c for _, c in todo[-m:]], nodes[-m:]))
         for node, n in per_node.items():
             self.node_counters[node]["placements"] += n
         self._event(
@@ -409,13 +424,19 @@ class CacheAffinityPlugin(SchedulerPlugin):
             }
         )
 
-    def _set_target(self, ts: TaskState, node: str) -> None:
+    def _set_target(self, ts: TaskState, node: str, restrictions: dict | None = None) -> None:
         old = self.target.get(ts.key)
         if old is not None and old != node:
             self.node_tasks[old].discard(ts.key)
         self.target[ts.key] = node
         self.node_tasks[node].add(ts.key)
-        ts.worker_restrictions = set(self.node_workers[node])
+        if restrictions is None:
+            ts.worker_restrictions = set(self.node_workers[node])
+        else:  # one set per node, shared by the tasks of one re-targeting
+            r = restrictions.get(node)
+            if r is None:
+                r = restrictions[node] = set(self.node_workers[node])
+            ts.worker_restrictions = r
         ts.loose_restrictions = True
 
     def _retarget(self, joined: set[str], left: set[str], stimulus_id: str) -> None:
@@ -423,9 +444,16 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if not self.node_workers:
             return
         stasks = self.scheduler.tasks
+        changed, self.workers_changed = self.workers_changed, set()
         # Tasks waiting for any node, and tasks of nodes whose workers changed.
+        # Without a joined node, a task whose node kept its workers keeps its
+        # target and its (equal) restrictions: only those of changed nodes are
+        # looked at. A joined node may take tasks from any node: all are.
         keys = [k for k in self.chunk_of if k not in self.target]
-        for node in set(self.node_tasks) - joined:
+        scan = set(self.node_tasks) - joined
+        if not joined:
+            scan &= changed | left
+        for node in scan:
             keys.extend(self.node_tasks[node])
         pending = []
         for k in keys:
@@ -437,11 +465,14 @@ class CacheAffinityPlugin(SchedulerPlugin):
         homes = self.home.assign([self.chunk_of[ts.key] for ts in pending])
         moved = failovers = requested = placed = 0
         stealing = self.stealing
+        restrictions: dict[str, set] = {}
         for ts, home in zip(pending, homes):
             old = self.target.get(ts.key)
             if old in self.node_workers and home != old and home not in joined:
                 # Unchanged node set for this chunk: keep it (e.g. balance spill).
                 home = old
+            if home == old and old not in changed and ts.processing_on is None:
+                continue  # same node, same workers: nothing to change
             victim = ts.processing_on
             if victim is not None and victim.address not in self.scheduler.workers:
                 # On a worker being removed: Dask releases it right after this.
@@ -468,7 +499,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 self.node_counters[old]["failovers"] += 1
             elif home != old:
                 moved += 1
-            self._set_target(ts, home)
+            self._set_target(ts, home, restrictions)
         self.counters["failovers"] += failovers
         self.counters["retargets"] += moved
         self.counters["placements"] += placed
@@ -555,31 +586,17 @@ class CacheAffinityPlugin(SchedulerPlugin):
         victim would run last.
         """
         thief_node = self.worker_node.get(thief.address)
-        best = None
-        best_rank = None
-        for ts in candidates:
-            chunk = self.chunk_of.get(ts.key)
-            if chunk is None:
-                rank = 3
-            elif thief_node is not None and self.located.get(chunk, ("",))[0] == thief_node:
-                rank = 0
-            else:
-                rank = 2
-            r = (rank, tuple(-x for x in ts.priority) if ts.priority else ())
-            if best_rank is None or r < best_rank:
-                best, best_rank = ts, r
-        if (
-            best_rank is not None
-            and best_rank[0] == 2
-            and thief_node is not None
-            and len(self.node_workers) > 1
-        ):
-            # Among uncached chunks, prefer one whose runner-up node is the thief's.
-            for ts in sorted(candidates, key=lambda t: t.priority, reverse=True)[:64]:
-                chunk = self.chunk_of.get(ts.key)
-                if chunk is not None and self.home.ranking(chunk, 2)[1:] == [thief_node]:
-                    return ts
-        return best
+        located, home = self.located, self.home
+        return choose_steal(
+            candidates,
+            priority=lambda ts: ts.priority,
+            chunk=lambda ts: self.chunk_of.get(ts.key),
+            thief_holds=lambda c: thief_node is not None
+            and located.get(c, ("",))[0] == thief_node,
+            runner_up_is_thief=None
+            if thief_node is None or len(self.node_workers) <= 1
+            else lambda c: home.ranking(c, 2)[1:] == [thief_node],
+        )
 
     # ============================================================ queries
     def where(self, chunks: Iterable[str]) -> dict[str, dict]:

@@ -33,6 +33,7 @@ nodes join (:meth:`move`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Iterable, Sequence
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -48,7 +49,120 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("cacheaffinity.scheduler")
 
-__all__ = ["LocalityStealing", "install_stealing"]
+__all__ = [
+    "LocalityStealing",
+    "choose_steal",
+    "install_stealing",
+    "plan_steals",
+    "track_idle",
+]
+
+
+# ---------------------------------------------------------------------------
+# The policy as pure functions of plain data.  LocalityStealing (below) calls
+# them with scheduler objects; benchmarks/simulate.py calls them with the
+# simulator's nodes and chunks, so both run the same decisions.
+# ---------------------------------------------------------------------------
+def track_idle(
+    idle_since: dict[Any, float], idle: Iterable[Any], now: float, idle_time: float
+) -> list[Any]:
+    """Update ``idle_since`` (worker -> time first seen idle) with the workers
+    idle now, and return the thieves: workers idle for at least ``idle_time``,
+    longest idle first (ties in the order of ``idle``)."""
+    idle = list(idle)
+    current = set(idle)
+    for w in list(idle_since):
+        if w not in current:
+            del idle_since[w]
+    for w in idle:
+        idle_since.setdefault(w, now)
+    thieves = [w for w in idle if now - idle_since[w] >= idle_time]
+    thieves.sort(key=idle_since.__getitem__)
+    return thieves
+
+
+def plan_steals(
+    thieves: Sequence[Any],
+    victims: Iterable[Any],
+    *,
+    nthreads: Callable[[Any], int],
+    queued: Callable[[Any], int],
+    wanted: Callable[[Any], int],
+    choose: Callable[[Any, Any], Any],
+    move: Callable[[Any, Any, Any], bool],
+    backlog: float,
+    max_moves: int,
+) -> list[tuple[Any, Any, Any]]:
+    """One round of the throttled policy; returns ``[(task, victim, thief)]``.
+
+    ``thieves`` in order (longest idle first); each asks for ``wanted(thief)``
+    tasks (its free threads plus one queued task), taken one at a time from the
+    victim with the most ``queued`` tasks per thread, as long as that victim has
+    more than ``backlog`` queued tasks per thread, ``choose(victim, thief)``
+    names a task (None: nothing to take) and ``move(task, victim, thief)``
+    succeeds (it must update what ``queued`` and ``wanted`` report); at most
+    ``max_moves`` moves in all.
+    """
+    victims = list(victims)
+    moves = 0
+    log: list[tuple[Any, Any, Any]] = []
+    for thief in thieves:
+        want = wanted(thief)
+        while want > 0 and moves < max_moves and victims:
+            victim = max(victims, key=lambda v: queued(v) / nthreads(v))
+            if queued(victim) <= backlog * nthreads(victim):
+                victims.remove(victim)
+                continue
+            task = choose(victim, thief)
+            if task is None or not move(task, victim, thief):
+                victims.remove(victim)
+                continue
+            moves += 1
+            want -= 1
+            log.append((task, victim, thief))
+        if moves >= max_moves:
+            break
+    return log
+
+
+def choose_steal(
+    candidates: Iterable[Any],
+    *,
+    priority: Callable[[Any], tuple | None],
+    chunk: Callable[[Any], str | None],
+    thief_holds: Callable[[str], bool],
+    runner_up_is_thief: Callable[[str], bool] | None,
+    look: int = 64,
+) -> Any:
+    """The cache-aware preference among a victim's queued tasks.
+
+    Chunks the thief's node is known to hold first (``thief_holds``), then,
+    among uncached chunks, one of the ``look`` tasks the victim would run last
+    whose runner-up node is the thief's (``runner_up_is_thief``; None: do not
+    look), then the task the victim would run last (largest ``priority``;
+    tasks without a chunk come after chunk tasks).
+    """
+    candidates = list(candidates)
+    best = None
+    best_rank = None
+    for t in candidates:
+        c = chunk(t)
+        if c is None:
+            rank = 3
+        elif thief_holds(c):
+            rank = 0
+        else:
+            rank = 2
+        pr = priority(t)
+        r = (rank, tuple(-x for x in pr) if pr else ())
+        if best_rank is None or r < best_rank:
+            best, best_rank = t, r
+    if best_rank is not None and best_rank[0] == 2 and runner_up_is_thief is not None:
+        for t in sorted(candidates, key=priority, reverse=True)[:look]:
+            c = chunk(t)
+            if c is not None and runner_up_is_thief(c):
+                return t
+    return best
 
 
 class LocalityStealing(WorkStealing):
@@ -141,16 +255,10 @@ class LocalityStealing(WorkStealing):
         s = self.scheduler
         now = monotonic()
         idle = s.idle
-        for addr in list(self.idle_since):
-            if addr not in idle:
-                del self.idle_since[addr]
-        for addr in idle:
-            self.idle_since.setdefault(addr, now)
         thieves = [
-            ws
-            for addr, ws in idle.items()
-            if now - self.idle_since[addr] >= self.idle_time
-            and ws.status.name == "running"
+            idle[a]
+            for a in track_idle(self.idle_since, idle, now, self.idle_time)
+            if idle[a].status.name == "running"
         ]
         if not thieves:
             return
@@ -172,34 +280,30 @@ class LocalityStealing(WorkStealing):
                     {ws.name: queued(ws) for ws in s.workers.values()},
                 )
             return
-        thieves.sort(key=lambda ws: self.idle_since[ws.address])
-        moves = 0
-        log = []
-        for thief in thieves:
+
+        def move(ts: TaskState, victim: WorkerState, thief: WorkerState) -> bool:
+            if not self.move(ts, thief, reason="steal"):
+                return False
+            self.steals += 1
+            self.metrics["request_count_total"][0] += 1
+            if self.plugin is not None:
+                self.plugin.note_steal(ts, victim, thief)
+            return True
+
+        moved = plan_steals(
+            thieves,
+            victims,
+            nthreads=lambda ws: ws.nthreads,
+            queued=queued,
             # fill the thief's threads and one task of queue, so that it does not
             # fall idle (and wait idle-time again) between two stolen tasks
-            wanted = thief.nthreads + 1 - len(thief.processing) - self.in_flight_tasks[thief]
-            while wanted > 0 and moves < self.max_moves and victims:
-                victim = max(victims, key=lambda ws: queued(ws) / ws.nthreads)
-                if queued(victim) <= self.backlog * victim.nthreads:
-                    victims.remove(victim)
-                    continue
-                ts = self._choose(victim, thief)
-                if ts is None:
-                    victims.remove(victim)
-                    continue
-                if not self.move(ts, thief, reason="steal"):
-                    victims.remove(victim)
-                    continue
-                self.steals += 1
-                moves += 1
-                wanted -= 1
-                self.metrics["request_count_total"][0] += 1
-                log.append((ts.key, victim.address, thief.address))
-                if self.plugin is not None:
-                    self.plugin.note_steal(ts, victim, thief)
-            if moves >= self.max_moves:
-                break
+            wanted=lambda ws: ws.nthreads + 1 - len(ws.processing) - self.in_flight_tasks[ws],
+            choose=self._choose,
+            move=move,
+            backlog=self.backlog,
+            max_moves=self.max_moves,
+        )
+        log = [(ts.key, victim.address, thief.address) for ts, victim, thief in moved]
         if log:
             self.log(("request", [(now, 0, k, 0, v, 0, t, 0) for k, v, t in log]))
             self.count += 1

@@ -1,0 +1,506 @@
+"""The cacheaffinity page of the Dask dashboard: the torus, the chunks, the caches.
+
+Runs in the **scheduler** process.  :func:`install` adds the page
+``/cacheaffinity`` (under the dashboard's prefix) to a running scheduler's
+dashboard and lists it as "Cache Affinity" in the dashboard's "More..." menu;
+:meth:`CacheAffinityPlugin.start <cacheaffinity.scheduler.CacheAffinityPlugin.start>`
+calls it, so the page is there however the plugin was added
+(``dask scheduler --preload cacheaffinity``, ``Scheduler.add_plugin`` before the
+scheduler starts, ``client.register_plugin`` on a running scheduler).
+
+The page shows, updated every second (:data:`UPDATE_MS`):
+
+* a 2-D projection of the torus (its first two coordinates, as in Fig. 2 of the
+  VISPA paper): every replica point of every live cache node (filled circles,
+  one colour per node) and the last :data:`MAX_CHUNKS` chunks placed (rings in
+  the colour of the node they were sent to; grey once that node has left).
+  With D > 2 the nearest replica is nearest in all D coordinates, so the colours
+  of neighbouring chunks in the projection mix: that is the projection, not an
+  error;
+* bars of the bytes cached and the hit rate of every node;
+* a table with one row per live node: workers, weight, replica points, recent
+  chunks, placements, queued chunk tasks, bytes cached, entries, capacity, hits,
+  misses, hit rate, evictions, steals, tasks finished on / off their node,
+  failovers.
+
+Where the numbers come from
+    The same places as the Prometheus metrics (:mod:`cacheaffinity.scheduler.metrics`):
+    :meth:`CacheAffinityPlugin.info` (the workers' heartbeats: per-process counters
+    summed over a node's workers, directory-wide sizes once) and the plugin's
+    per-node counters; replica points from the placement's current node set;
+    recent chunks from the plugin's bounded ``recent_placements``.
+
+How the page is added
+    The dashboard is a :class:`bokeh.server.tornado.BokehTornado` application that
+    distributed builds, from its fixed ``applications`` table, when the scheduler
+    is created, i.e. before any preload or plugin runs.  :func:`install` builds a
+    second Bokeh application for this one page with distributed's own
+    :func:`distributed.dashboard.core.BokehApplication` (same prefix, websocket
+    origins and ``distributed.scheduler.dashboard.bokeh-application`` settings),
+    adds it to the scheduler's HTTP application with
+    ``http_application.add_application`` (which is how distributed adds its
+    dashboard and Jupyter; distributed stops it when the scheduler closes), and
+    appends the menu entry to the scheduler's (memoised) template variables,
+    whose ``plots`` list every dashboard page renders on each request.
+
+Cost
+    Nothing runs while no browser shows the page.  Each open page costs one
+    update per second on the scheduler's event loop: :meth:`info` and the table
+    (O(nodes + workers)); replica points are sent again only when the node set
+    changes, chunk points only when new chunks were placed (coordinates of at most
+    :data:`MAX_CHUNKS` chunks, each hashed once).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections import Counter
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from cacheaffinity.protocol import PLUGIN_NAME
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler
+
+logger = logging.getLogger("cacheaffinity.scheduler")
+
+__all__ = ["MAX_CHUNKS", "PAGE", "TorusView", "install"]
+
+#: URL path of the page (under the dashboard's prefix).
+PAGE = "/cacheaffinity"
+#: Name of the page in the dashboard's "More..." menu.
+MENU_NAME = "Cache Affinity"
+#: Update period of an open page, milliseconds.
+UPDATE_MS = 1000
+#: Chunks drawn at most (the plugin keeps this many recent placements).
+MAX_CHUNKS = 5000
+#: Colour of chunks whose node is no longer live.
+GONE_COLOR = "#b0b0b0"
+
+#: Columns of the node table: (field, title, kind).
+TABLE_COLUMNS = (
+    ("node", "node", "str"),
+    ("workers", "workers", "int"),
+    ("weight", "weight", "num"),
+    ("replicas", "replicas", "int"),
+    ("recent", "drawn", "int"),
+    ("placements", "placed", "int"),
+    ("queued", "queued", "int"),
+    ("cached", "cached", "str"),
+    ("entries", "entries", "int"),
+    ("capacity", "capacity", "str"),
+    ("hits", "hits", "int"),
+    ("misses", "misses", "int"),
+    ("hit_rate", "hit rate", "pct"),
+    ("evictions", "evictions", "int"),
+    ("steals", "steals", "int"),
+    ("on_target", "on node", "int"),
+    ("off_target", "off node", "int"),
+    ("failovers", "failovers", "int"),
+)
+#: What the table's short titles mean (shown under the table).
+TABLE_NOTE = (
+    "replicas: the node's points on the torus; drawn: its chunks drawn on the torus; "
+    "placed: chunk tasks placed on the node; queued: its chunk tasks not finished; "
+    "cached/entries: its cache directory; hits/misses/evictions: its workers' "
+    "column cache since they started; steals: chunk tasks its workers stole; "
+    "on/off node: chunk tasks it finished that were / were not meant for it; "
+    "failovers: tasks moved away after it left."
+)
+
+
+def _num(x: Any) -> float:
+    return float(x) if isinstance(x, (int, float)) else 0.0
+
+
+def node_colors(nodes: list[str]) -> dict[str, str]:
+    """A distinct colour per node, by rank of its id (stable for a node set)."""
+    from bokeh.palettes import Category10, Category20, turbo
+
+    names = sorted(nodes)
+    n = len(names)
+    if n == 0:
+        return {}
+    if n <= 10:
+        palette = Category10[10]
+    elif n <= 20:
+        palette = Category20[20]
+    else:
+        palette = turbo(n)
+    return {name: palette[i] for i, name in enumerate(names)}
+
+
+class TorusView:
+    """The page's Bokeh models and the update that fills them from the plugin.
+
+    Parameters
+    ----------
+    scheduler : distributed.Scheduler
+        Held weakly; the plugin is looked up at every update
+        (``scheduler.plugins["cacheaffinity"]``), so a re-registered plugin is
+        shown and a removed one shows an empty page with a notice.
+    """
+
+    def __init__(self, scheduler: Scheduler):
+        from bokeh.core.properties import field as bokeh_field
+        from bokeh.layouts import column, row
+        from bokeh.models import (
+            ColumnDataSource,
+            DataTable,
+            Div,
+            FactorRange,
+            HoverTool,
+            Legend,
+            LegendItem,
+            NumberFormatter,
+            NumeralTickFormatter,
+            Range1d,
+            StringFormatter,
+            TableColumn,
+        )
+        from bokeh.plotting import figure
+
+        self._scheduler = weakref.ref(scheduler)
+        self.header = Div(text="", name="cacheaffinity-header", sizing_mode="stretch_width")
+        self.replicas = ColumnDataSource(
+            {"x": [], "y": [], "node": [], "replica": [], "color": []},
+            name="cacheaffinity-replica-points",
+        )
+        self.chunks = ColumnDataSource(
+            {"x": [], "y": [], "chunk": [], "node": [], "color": []},
+            name="cacheaffinity-chunk-points",
+        )
+        self.stats = ColumnDataSource(
+            {
+                **{field: [] for field, _, _ in TABLE_COLUMNS},
+                "color": [],
+                "cached_bytes": [],
+                "label": [],
+            },
+            name="cacheaffinity-node-stats",
+        )
+
+        torus = figure(
+            title="Torus (coordinates 1 and 2): cache-node replicas ● and chunks ○",
+            name="cacheaffinity-torus",
+            frame_width=500,
+            frame_height=500,
+            x_range=Range1d(0, 1, bounds=(0, 1)),
+            y_range=Range1d(0, 1, bounds=(0, 1)),
+            tools="pan,wheel_zoom,box_zoom,reset,save",
+        )
+        torus.xaxis.axis_label = "coordinate 1"
+        torus.yaxis.axis_label = "coordinate 2"
+        chunk_r = torus.scatter(
+            "x", "y", source=self.chunks, marker="circle", size=6,
+            fill_alpha=0.0, line_color="color", line_width=1.2, line_alpha=0.9,
+            name="cacheaffinity-chunks",
+        )
+        replica_r = torus.scatter(
+            "x", "y", source=self.replicas, marker="circle", size=11,
+            fill_color="color", line_color="black", line_width=1,
+            name="cacheaffinity-replicas",
+        )
+        torus.add_tools(
+            HoverTool(renderers=[replica_r], tooltips=[("node", "@node"), ("replica", "@replica")]),
+            HoverTool(renderers=[chunk_r], tooltips=[("chunk", "@chunk"), ("node", "@node")]),
+        )
+        # one entry per node, grouped in the browser from the replicas' "node" column
+        self.legend = Legend(
+            items=[LegendItem(label=bokeh_field("node"), renderers=[replica_r])],
+            location="top_left", label_text_font_size="9pt", name="cacheaffinity-legend",
+        )
+        torus.add_layout(self.legend, "right")
+        self.torus = torus
+
+        self.node_range = FactorRange(factors=[])
+        bars = {}
+        for field, title, name in (
+            ("cached_bytes", "Bytes cached per node", "cacheaffinity-bytes"),
+            ("hit_rate", "Hit rate per node", "cacheaffinity-hit-rate"),
+        ):
+            fig = figure(
+                title=title, name=name, y_range=self.node_range, x_range=Range1d(0, 1),
+                width=420, height=270, tools="", toolbar_location=None,
+            )
+            fig.hbar(
+                y="label", right=field, height=0.8, source=self.stats,
+                fill_color="color", line_color="black",
+            )
+            fig.add_tools(HoverTool(tooltips=[("node", "@node"), (title, f"@{field}")]))
+            fig.xaxis.formatter = NumeralTickFormatter(
+                format="0.0b" if field == "cached_bytes" else "0%"
+            )
+            fig.xaxis.ticker.desired_num_ticks = 4
+            bars[field] = fig
+        self.bars = bars
+
+        columns = []
+        for field, title, kind in TABLE_COLUMNS:
+            formatter = {
+                "int": NumberFormatter(format="0,0"),
+                "num": NumberFormatter(format="0.[00]"),
+                "pct": NumberFormatter(format="0.0%"),
+            }.get(kind, StringFormatter())
+            columns.append(
+                TableColumn(field=field, title=title, formatter=formatter,
+                            width=220 if field == "node" else 70)
+            )
+        self.table = DataTable(
+            source=self.stats, columns=columns, index_position=None,
+            name="cacheaffinity-table", width=1000, height=200, sizing_mode="stretch_width",
+        )
+        self.root = column(
+            self.header,
+            row(torus, column(bars["cached_bytes"], bars["hit_rate"])),
+            self.table,
+            Div(text=TABLE_NOTE, sizing_mode="stretch_width", styles={"font-size": "85%"}),
+            sizing_mode="stretch_width",
+        )
+
+        self._state_seen: Any = None  # placement node set last drawn
+        self._colors_seen: dict[str, str] | None = None
+        self._recent_seen: list | None = None
+        self._coords: dict[str, tuple[float, float]] = {}
+        self._table_version = 0
+        #: chunks drawn per node
+        self.shown: Counter[str] = Counter()
+        self.update()
+
+    # ------------------------------------------------------------------ update
+    def update(self) -> None:
+        """Refresh every source from the scheduler's plugin (event loop only)."""
+        scheduler = self._scheduler()
+        plugin = None if scheduler is None else scheduler.plugins.get(PLUGIN_NAME)
+        if plugin is None or not hasattr(plugin, "info") or getattr(plugin, "home", None) is None:
+            self._clear(
+                "<b>cacheaffinity</b>: the scheduler has no cacheaffinity plugin "
+                "(start it with <code>--preload cacheaffinity</code> or "
+                "<code>client.register_plugin(cacheaffinity.CacheAffinityPlugin())</code>)"
+            )
+            return
+        info = plugin.info()
+        nodes: dict[str, dict] = info["nodes"]
+        colors = node_colors(list(nodes))
+        self._update_replicas(plugin, colors)
+        self.legend.visible = len(colors) <= 20  # the table names every node
+        placed = getattr(plugin, "recent_placements", ())
+        recent = list(placed)
+        self._update_chunks(plugin, recent, colors)
+        self._update_stats(plugin, info, colors, recent, getattr(placed, "maxlen", None))
+        self._colors_seen = colors
+
+    def _clear(self, message: str) -> None:
+        self.header.text = message
+        for source in (self.replicas, self.chunks, self.stats):
+            if len(next(iter(source.data.values()), ())):
+                source.data = {k: [] for k in source.data}
+        self.node_range.factors = []
+        self._state_seen = self._recent_seen = self._colors_seen = None
+        self.shown = Counter()
+
+    def _update_replicas(self, plugin, colors: dict[str, str]) -> None:
+        # The placement's node set is an immutable snapshot swapped in as a whole
+        # (TorusPlacement._state): redraw only when it or the colours changed.
+        state = plugin.home._state
+        if state is self._state_seen and colors == self._colors_seen:
+            return
+        self._state_seen = state
+        points, point_node, names = state.points, state.point_node, state.names
+        keep = np.fromiter((n in colors for n in names), dtype=bool, count=len(names))
+        mask = keep[point_node] if len(point_node) else np.zeros(0, dtype=bool)
+        xs, ys = self._project(points[mask])
+        node_of_point = [names[i] for i in point_node[mask].tolist()]
+        replica = (np.arange(len(point_node)) - state.starts[point_node])[mask].tolist()
+        self.replicas.data = {
+            "x": np.asarray(xs, dtype=np.float64),
+            "y": np.asarray(ys, dtype=np.float64),
+            "node": node_of_point,
+            "replica": replica,
+            "color": [colors[n] for n in node_of_point],
+        }
+
+    def _update_chunks(self, plugin, recent: list, colors: dict[str, str]) -> None:
+        if recent == self._recent_seen and colors == self._colors_seen:
+            return
+        self._recent_seen = recent
+        from cacheaffinity.placement import _points  # the placement's own hashing
+
+        latest = list(dict(recent).items())  # a chunk placed again: its latest node
+        coords = self._coords
+        new = [c for c, _ in latest if c not in coords]
+        if new:
+            pts = _points(
+                [c.encode("utf-8", "surrogatepass") for c in new], plugin.home._seeds
+            )
+            xs, ys = self._project(pts)
+            coords.update(zip(new, zip(xs, ys)))
+        if len(coords) > 2 * MAX_CHUNKS:  # forget chunks no longer shown
+            shown = {c for c, _ in latest}
+            self._coords = coords = {c: xy for c, xy in coords.items() if c in shown}
+        self.chunks.data = {  # coordinates as arrays: sent in binary
+            "x": np.array([coords[c][0] for c, _ in latest], dtype=np.float64),
+            "y": np.array([coords[c][1] for c, _ in latest], dtype=np.float64),
+            "chunk": [c for c, _ in latest],
+            "node": [n for _, n in latest],
+            "color": [colors.get(n, GONE_COLOR) for _, n in latest],
+        }
+        self.shown = Counter(n for _, n in latest)
+
+    def _project(self, points: np.ndarray) -> tuple[list[float], list[float]]:
+        """First two coordinates (a 1-D torus is drawn on the line y = 1/2)."""
+        if points.shape[0] == 0:
+            return [], []
+        xs = points[:, 0].tolist()
+        ys = points[:, 1].tolist() if points.shape[1] > 1 else [0.5] * len(xs)
+        return xs, ys
+
+    def _update_stats(
+        self, plugin, info: dict, colors: dict[str, str], recent: list, maxlen: int | None
+    ) -> None:
+        from dask.utils import format_bytes
+
+        nodes: dict[str, dict] = info["nodes"]
+        names = sorted(nodes)
+        state = plugin.home._state
+        counts = dict(zip(state.names, state.counts.tolist()))
+        rows: dict[str, list] = {k: [] for k in self.stats.data}
+        labels = []
+        for name in names:
+            entry = nodes[name]
+            stats = entry.get("stats") or {}
+            counters = entry.get("counters") or {}
+            hits, misses = _num(stats.get("hits")), _num(stats.get("misses"))
+            cached = _num(stats.get("bytes"))
+            capacity = stats.get("capacity")
+            label = name if len(name) <= 28 else name[:12] + "…" + name[-12:]
+            while label in labels:  # distinct factors for the bar charts
+                label += "'"
+            labels.append(label)
+            row = {
+                "node": name,
+                "workers": len(entry.get("workers") or ()),
+                "weight": _num(entry.get("weight")),
+                "replicas": int(counts.get(name, 0)),
+                "recent": self.shown.get(name, 0),
+                "placements": int(_num(counters.get("placements"))),
+                "queued": int(_num(entry.get("tasks"))),
+                "cached": format_bytes(cached),
+                "entries": int(_num(stats.get("entries"))),
+                "capacity": format_bytes(capacity) if isinstance(capacity, (int, float)) else "-",
+                "hits": int(hits),
+                "misses": int(misses),
+                "hit_rate": hits / (hits + misses) if hits + misses else 0.0,
+                "evictions": int(_num(stats.get("evictions"))),
+                "steals": int(_num(counters.get("steals"))),
+                "on_target": int(_num(counters.get("on-target"))),
+                "off_target": int(_num(counters.get("off-target"))),
+                "failovers": int(_num(counters.get("failovers"))),
+                "color": colors[name],
+                "cached_bytes": cached,
+                "label": label,
+            }
+            for k, v in row.items():
+                rows[k].append(v)
+        if list(self.node_range.factors) != labels[::-1]:
+            self.node_range.factors = labels[::-1]  # first node on top
+            self.table.height = min(600, 40 + 26 * len(labels))
+        if rows != self.stats.data:
+            self.stats.data = rows
+            # BokehJS 3.9 redraws a DataTable only when its CDSView changes, which a
+            # new .data of the same length does not do (bokeh issue 13859): touch it.
+            self._table_version += 1
+            self.table.view.tags = [self._table_version]
+        self.bars["cached_bytes"].x_range.end = max([1.0, *rows["cached_bytes"]]) * 1.1
+        totals = info.get("counters") or {}
+        p = info["placement"]
+        hits = sum(rows["hits"])
+        lookups = hits + sum(rows["misses"])
+        stealing = info.get("stealing")
+        self.header.text = (
+            f"<b>cacheaffinity {info.get('version', '')}</b>: {len(names)} cache nodes, "
+            f"torus D={p['dimensions']}, {p['replicas']} replicas per unit weight, "
+            f"seed {p['seed']}, balance {p['balance'] or 'off'}; "
+            f"{int(totals.get('placements', 0)):,} chunk tasks placed, "
+            f"{int(totals.get('on-target', 0)):,} finished on their node, "
+            f"{int(totals.get('off-target', 0)):,} elsewhere, "
+            f"{int(totals.get('steals', 0)):,} stolen "
+            f"({'no cacheaffinity stealing' if stealing is None else 'stealing ' + ('on' if stealing.get('enabled') else 'off')}), "
+            f"{int(totals.get('failovers', 0)):,} failovers; "
+            f"cache hit rate {hits / lookups if lookups else 0:.1%} of {lookups:,} lookups, "
+            f"{format_bytes(sum(rows['cached_bytes']))} cached. "
+            f"Drawn: {len(self.chunks.data['chunk']):,} distinct chunks of the last "
+            f"{len(recent):,} placements (at most {maxlen or MAX_CHUNKS:,})."
+        )
+
+
+def cacheaffinity_doc(scheduler: Scheduler, extra: dict, doc) -> None:
+    """Bokeh application function of the page (one call per browser session)."""
+    from distributed.dashboard.components import add_periodic_callback
+    from distributed.dashboard.components.scheduler import BOKEH_THEME, env
+
+    view = TorusView(scheduler)
+    doc.title = "Dask: Cache Affinity"
+    add_periodic_callback(doc, view, UPDATE_MS)
+    doc.add_root(view.root)
+    doc.template = env.get_template("simple.html")
+    doc.template_variables.update(extra)
+    doc.theme = BOKEH_THEME
+
+
+def _dashboards(scheduler: Scheduler) -> list:
+    from bokeh.server.tornado import BokehTornado
+
+    app = getattr(scheduler, "http_application", None)
+    if app is None:
+        return []
+    return [a for a in getattr(app, "applications", ()) if isinstance(a, BokehTornado)]
+
+
+def install(scheduler: Scheduler) -> bool:
+    """Serve the page on ``scheduler``'s dashboard and list it in "More..." (idempotent).
+
+    Call on the scheduler's event loop, once the scheduler exists (a plugin's
+    ``start`` or a preload's ``dask_setup``).
+
+    Returns
+    -------
+    bool
+        True if the page is served; False if the scheduler has no dashboard (started
+        with ``dashboard=False``, or bokeh is missing or unsupported) or the page
+        could not be added (logged; the plugin works without it).
+    """
+    try:
+        dashboards = _dashboards(scheduler)
+        if not dashboards:
+            logger.debug("cacheaffinity: the scheduler has no dashboard; no %s page", PAGE)
+            return False
+        if any(PAGE in d.app_paths for d in dashboards):
+            return True
+        from distributed.dashboard.core import BokehApplication
+        from distributed.dashboard.scheduler import template_variables
+        from tornado.ioloop import IOLoop
+
+        variables = template_variables(scheduler)  # memoised: the dashboard's own dict
+        page = BokehApplication(
+            {PAGE: cacheaffinity_doc},
+            scheduler,
+            prefix=dashboards[0].prefix,
+            template_variables=variables,
+        )
+        scheduler.http_application.add_application(page)
+        page.initialize(IOLoop.current())
+        page.start()
+        plots = variables.setdefault("plots", [])
+        url = PAGE.strip("/")
+        if not any(p.get("url") == url for p in plots):
+            plots.append({"url": url, "name": MENU_NAME})
+            plots.sort(key=lambda p: p["name"])  # in place: the pages share this list
+        logger.info("cacheaffinity dashboard page at %s%s", dashboards[0].prefix, PAGE)
+        return True
+    except Exception:
+        logger.exception("cacheaffinity: the dashboard page %s could not be added", PAGE)
+        return False
