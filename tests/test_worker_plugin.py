@@ -12,6 +12,7 @@ from distributed.utils_test import async_poll_for, gen_cluster
 import cacheaffinity
 from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin
 from cacheaffinity.protocol import HOST_NODE_PREFIX
+from cacheaffinity.worker.plugin import job_scratch_of
 from cacheaffinity.worker.node import read_or_create_node_id
 
 
@@ -107,3 +108,23 @@ async def test_plugin_teardown_removes_metric(c, s, a, tmp_path):
     assert "cacheaffinity" in a.metrics
     await c.unregister_worker_plugin("cacheaffinity")
     assert "cacheaffinity" not in a.metrics
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_directory_in_job_scratch_warns_and_still_caches(
+    c, s, a, tmp_path, caplog, monkeypatch
+):
+    # HTCondor sets $_CONDOR_SCRATCH_DIR (and $TMPDIR) to a per-job directory it deletes
+    # when the job ends: a cache there loses its node identity with every job.
+    scratch = tmp_path / "execute" / "dir_1234"
+    scratch.mkdir(parents=True)
+    monkeypatch.setenv("_CONDOR_SCRATCH_DIR", str(scratch))
+    with caplog.at_level(logging.WARNING, logger="cacheaffinity.worker"):
+        await c.register_plugin(CacheWorkerPlugin(directory=str(scratch / "cache")))
+    warnings = [r.getMessage() for r in caplog.records if "job's scratch" in r.getMessage()]
+    assert len(warnings) == 1, warnings
+    assert str(scratch / "cache") in warnings[0] and "outlives jobs" in warnings[0]
+    assert (scratch / "cache" / "node-id").exists()  # still a working cache
+    assert job_scratch_of(str(scratch)) == str(scratch)
+    assert job_scratch_of(str(tmp_path / "execute" / "dir_12345")) is None  # prefix only
+    assert job_scratch_of(str(tmp_path / "local")) is None

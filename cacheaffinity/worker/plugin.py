@@ -46,6 +46,23 @@ logger = logging.getLogger("cacheaffinity.worker")
 __all__ = ["CacheWorkerPlugin", "cachestrategy", "default_directory", "worker_cache"]
 
 
+#: Environment variables naming a per-job scratch directory that is deleted when the job ends.
+JOB_SCRATCH_VARIABLES = ("_CONDOR_SCRATCH_DIR",)
+
+
+def job_scratch_of(directory: str) -> str | None:
+    """The per-job scratch directory (HTCondor's ``$_CONDOR_SCRATCH_DIR``) that
+    ``directory`` lies in, or None."""
+    path = os.path.realpath(directory)
+    for var in JOB_SCRATCH_VARIABLES:
+        scratch = os.environ.get(var)
+        if scratch:
+            scratch = os.path.realpath(scratch)
+            if path == scratch or path.startswith(scratch.rstrip(os.sep) + os.sep):
+                return scratch
+    return None
+
+
 def default_directory() -> str:
     """``<temporary-directory>/cacheaffinity-<user>``: node-local and shared by
     the node's workers."""
@@ -125,6 +142,17 @@ class CacheWorkerPlugin(WorkerPlugin):
         directory = config.get("worker.directory", a["directory"]) or default_directory()
         directory = os.path.expanduser(os.path.expandvars(str(directory)))
         self.directory = os.path.abspath(directory.replace("{name}", str(worker.name)))
+        scratch = job_scratch_of(self.directory)
+        if scratch is not None:
+            logger.warning(
+                "cacheaffinity: cache directory %s is inside the batch job's scratch "
+                "directory %s, which the batch system deletes when the job ends: this node "
+                "loses its cache and its identity with every job. Set "
+                "cacheaffinity.worker.directory (or --cache-directory) to a node-local path "
+                "that outlives jobs, e.g. /scratch/$USER/cacheaffinity.",
+                self.directory,
+                scratch,
+            )
         try:
             self.node_id = read_or_create_node_id(self.directory)
             self.cache = ColumnCache(self.directory, capacity=self.capacity)
