@@ -1,0 +1,818 @@
+"""Discrete-event simulation of consecutive analysis runs on clusters of 10 to 1000 nodes.
+
+What we cannot run here (100 or 1000 worker nodes, 10^5 chunks, adaptive clusters) is
+simulated, with the project's *real* decision code in the loop:
+
+- placement: :class:`cacheaffinity.placement.TorusPlacement` itself (``assign`` for
+  homes, ``rankings(..., 2)`` for the runner-up node the stealing policy looks at);
+- cacheaffinity's stealing: the pure functions the scheduler's ``LocalityStealing``
+  calls (:func:`~cacheaffinity.scheduler.stealing.track_idle`,
+  :func:`~cacheaffinity.scheduler.stealing.plan_steals`,
+  :func:`~cacheaffinity.scheduler.stealing.choose_steal`) with the default settings of
+  ``cacheaffinity.yaml`` (idle-time 250 ms, backlog 1, interval 100 ms, max-moves 8);
+- the locator (a chunk stolen last run goes to the node that processed it) mirrors
+  the ten lines of ``CacheAffinityPlugin.update_graph``/``transition`` that keep it.
+
+Modelled, not real (documented assumptions):
+
+- **time**: one worker per node with ``threads`` threads; a thread runs one chunk task
+  at a time, in priority (submission) order; all restricted chunk tasks are sent to
+  their node at once (Dask does that with restricted tasks); moves are instantaneous.
+- **costs per chunk** (rates from ``benchmarks/results/*.json``, in the config): a miss
+  reads the compressed bytes from *shared storage* (one FIFO server of the configured
+  total bandwidth: requests are served in order, one at a time), decompresses
+  (LZMA-9 uproot rate per core), writes the decompressed bytes to the node's SSD and
+  computes; a hit reads the decompressed bytes from the node's SSD and computes.
+  Each node's SSD is a FIFO server of its own bandwidth. A slow node divides its
+  decompress and compute rates.
+- **caches**: per node, bounded in bytes, FIFO eviction like ``ColumnCache``
+  (alternatives for comparison: ``keep`` = admit only while there is room, ``random``
+  eviction). A node's cache survives when the node leaves (node-local disk).
+- **stock Dask stealing** (policy ``paper``) is a *model* of
+  ``distributed.stealing.WorkStealing.balance`` for tasks without dependencies
+  (transfer cost 0): every 100 ms, idle workers (fewer processing tasks than
+  threads) take tasks, in random order, from workers with more processing tasks than
+  threads, most occupied first, thief = least occupied per thread, while
+  ``occ_thief + d <= occ_victim - d / 2`` (``d``: mean duration of the run's finished
+  tasks), ignoring caches and loose restrictions.
+- **stock Dask placement** (policy ``dask``): unrestricted root tasks wait in the
+  scheduler's queue and go to whichever thread frees first (queuing): no affinity.
+- **hash % n** (coffea's ``worker_affinity``): ``xxh3(chunk) % n`` over the sorted
+  nodes, *strict* restrictions, so never stolen; tasks of a node that leaves during a
+  run are assumed to go to a random live node (real Dask leaves them in
+  ``no-worker``, dask issue 7346: this is the generous assumption).
+- **ring** (consistent hashing, ``round(32 * weight)`` virtual nodes) and
+  **rendezvous** (weighted highest random weight, ``-w / ln(u)``) are loose
+  restrictions without stealing, like ``cacheaffinity-nosteal`` with the torus.
+
+Scenarios (``--scenario``, default all): ``stable``, ``adaptive`` (nodes leave and join
+between and during runs, as ``dask-jobqueue``'s ``adapt()`` does), ``small_cache``
+(cache = half a node's share), ``slow_node`` (one node 3x slower).
+
+    python benchmarks/simulate.py [--quick] [--scenario stable adaptive ...]
+
+Writes ``benchmarks/results/simulate.json`` (config + one section per scenario) and
+``simulate_<scenario>.png``.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import heapq
+import os
+import sys
+import time
+from collections import OrderedDict
+from itertools import repeat
+
+import numpy as np
+import xxhash
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+from _common import parser, print_table, pyplot, save_png, write_json
+
+from cacheaffinity.placement import TorusPlacement
+from cacheaffinity.scheduler.stealing import choose_steal, plan_steals, track_idle
+
+_h64 = xxhash.xxh3_64_intdigest
+MB = 1e6
+
+#: Measured rates (benchmarks/results): cache_read.json (LZMA(9): uproot 33.1 MB/s of
+#: decompressed bytes per core, warm cache 3806 MB/s, compression ratio 152.7/34.9 MB,
+#: 1273 decompressed bytes per event for the 60 analysis branches) and executor_runs.json
+#: (fully cached run 2: 150000 events on 2 workers in 3.85 s = 19.5k events/s per core).
+RATES = {
+    "decompress_MBps_per_core": 33.1,
+    "compression_ratio": 4.37,
+    "bytes_per_event": 1273,
+    "compute_events_per_s_per_core": 19500,
+    "cache_read_MBps_per_core": 3806,
+}
+
+POLICIES = {
+    # name: (placement, stealing, locator)
+    "dask": ("dynamic", "none", False),
+    "hash%n": ("mod", "none", False),
+    "ring": ("ring", "none", False),
+    "rendezvous": ("rendezvous", "none", False),
+    "paper": ("torus", "stock", False),
+    "cacheaffinity-nosteal": ("torus", "none", False),
+    "cacheaffinity": ("torus", "locality", True),
+}
+
+CLUSTERS = {
+    # VISPA: 7 x 8 cores + 3 x 64 cores, NFS at 1 Gbit/s
+    "vispa": {"groups": [["small", 7, 8], ["big", 3, 64]], "storage_MBps": 125.0, "ssd_MBps": 500.0},
+    "n100": {"groups": [["node", 100, 16]], "storage_MBps": 2500.0, "ssd_MBps": 2000.0},
+    "n1000": {"groups": [["node", 1000, 8]], "storage_MBps": 12500.0, "ssd_MBps": 2000.0},
+}
+
+FULL = {
+    "runs": 5,
+    "events_per_chunk": 100_000,
+    "events_spread": 0.2,
+    "duration_jitter_sigma": 0.1,
+    "scenarios": {
+        "stable": [["vispa", 20_000], ["n100", 50_000], ["n1000", 100_000]],
+        "adaptive": [["n100", 50_000], ["n1000", 100_000]],
+        "small_cache": [["vispa", 20_000]],
+        "slow_node": [["vispa", 20_000]],
+    },
+    "adaptive": {"pool_extra": 0.1, "between_runs": 0.05, "during_run": 0.03, "at": 0.3},
+    # churn sweep (cacheaffinity only, first adaptive case): nodes replaced per run
+    "adaptive_sweep": [0.01, 0.02, 0.05, 0.1],
+    "small_cache_fraction": 0.5,
+    "slow_factor": 3.0,
+    "stealing": {"idle_time": 0.25, "backlog": 1.0, "interval": 0.1, "max_moves": 8},
+    "torus": {"dimensions": 3, "replicas": 32, "seed": 0},
+    "ring_vnodes_per_weight": 32,
+    "seed": 1,
+}
+
+QUICK = copy.deepcopy(FULL)
+QUICK["runs"] = 4
+QUICK["scenarios"] = {
+    "stable": [["vispa", 1500], ["n100", 3000]],
+    "adaptive": [["n100", 3000]],
+    "small_cache": [["vispa", 1500]],
+    "slow_node": [["vispa", 1500]],
+}
+
+
+# ====================================================================== placements
+def _hash_all(ids, seed=0) -> np.ndarray:
+    bs = [s.encode() for s in ids]
+    return np.fromiter(map(_h64, bs, repeat(seed, len(bs))), dtype=np.uint64, count=len(bs))
+
+
+def _mix64(z: np.ndarray) -> np.ndarray:
+    z ^= z >> np.uint64(30)
+    z *= np.uint64(0xBF58476D1CE4E5B9)
+    z ^= z >> np.uint64(27)
+    z *= np.uint64(0x94D049BB133111EB)
+    z ^= z >> np.uint64(31)
+    return z
+
+
+class Torus:
+    """The project's TorusPlacement (``self.p``), nothing else."""
+
+    def __init__(self, dimensions=3, replicas=32, seed=0, **_):
+        self.p = TorusPlacement(dimensions=dimensions, replicas=replicas, seed=seed)
+
+    def set_nodes(self, weights):
+        self.p.set_nodes(weights)
+
+    def assign(self, chunks):
+        return self.p.assign(chunks)
+
+    def runner_up(self, chunks):
+        return [r[1] if len(r) > 1 else None for r in self.p.rankings(chunks, 2)]
+
+
+class ModN:
+    """coffea ``worker_affinity``: ``xxh3(chunk) % n`` over the sorted nodes."""
+
+    def set_nodes(self, weights):
+        self.names = np.array(sorted(weights), dtype=object)
+
+    def assign(self, chunks):
+        return self.names[_hash_all(chunks) % np.uint64(len(self.names))].tolist()
+
+
+class Ring:
+    """Consistent-hash ring, ``round(vnodes * weight)`` positions per node, successor."""
+
+    def __init__(self, vnodes_per_weight=32, **_):
+        self.v = vnodes_per_weight
+
+    def set_nodes(self, weights):
+        names = sorted(weights)
+        counts = [max(1, round(self.v * weights[n])) for n in names]
+        pos = np.concatenate([_hash_all([f"{n}#{j}" for j in range(c)]) for n, c in zip(names, counts)])
+        owner = np.repeat(np.arange(len(names)), counts)
+        o = np.argsort(pos, kind="stable")
+        self.pos, self.owner, self.names = pos[o], owner[o], np.array(names, dtype=object)
+
+    def assign(self, chunks):
+        i = np.searchsorted(self.pos, _hash_all(chunks), side="right") % len(self.pos)
+        return self.names[self.owner[i]].tolist()
+
+
+class Rendezvous:
+    """Weighted highest random weight: ``argmax_n -w_n / ln(u(chunk, n))``."""
+
+    def set_nodes(self, weights):
+        self.names = np.array(sorted(weights), dtype=object)
+        self.w = np.array([weights[n] for n in self.names], dtype=np.float64)
+        self.hn = _hash_all(list(self.names), seed=1)
+
+    def assign(self, chunks):
+        hc = _hash_all(chunks)
+        n = len(self.hn)
+        block = max(1, 2_000_000 // n)
+        out = np.empty(len(hc), dtype=np.int64)
+        for s in range(0, len(hc), block):
+            u = (_mix64(hc[s : s + block, None] ^ self.hn[None, :]) >> np.uint64(11)) * 2.0**-53
+            u = np.maximum(u, 2.0**-53)
+            out[s : s + block] = (-self.w[None, :] / np.log(u)).argmax(axis=1)
+        return self.names[out].tolist()
+
+
+def make_placement(kind: str, cfg: dict):
+    if kind == "torus":
+        return Torus(**cfg["torus"])
+    if kind == "mod":
+        return ModN()
+    if kind == "ring":
+        return Ring(cfg["ring_vnodes_per_weight"])
+    if kind == "rendezvous":
+        return Rendezvous()
+    return None
+
+
+# ====================================================================== caches
+class NodeCache:
+    """Byte-bounded chunk cache of one node: ``fifo`` (ColumnCache's policy),
+    ``keep`` (admit only while there is room) or ``random`` eviction."""
+
+    def __init__(self, capacity: float | None, policy: str, rng):
+        self.capacity, self.policy, self.rng = capacity, policy, rng
+        self.items: OrderedDict[int, float] = OrderedDict()
+        self.keys: list[int] = []  # for random eviction
+        self.used = 0.0
+
+    def __contains__(self, c):
+        return c in self.items
+
+    def add(self, c: int, size: float) -> None:
+        if c in self.items:
+            return
+        cap = self.capacity
+        if cap is not None:
+            if size > cap:
+                return
+            if self.policy == "keep" and self.used + size > cap:
+                return
+            while self.used + size > cap:
+                if self.policy == "random":
+                    i = int(self.rng.integers(len(self.keys)))
+                    self.keys[i], self.keys[-1] = self.keys[-1], self.keys[i]
+                    old = self.keys.pop()
+                    self.used -= self.items.pop(old)
+                else:
+                    _, s = self.items.popitem(last=False)
+                    self.used -= s
+        self.items[c] = size
+        if self.policy == "random":
+            self.keys.append(c)
+        self.used += size
+
+
+# ====================================================================== cluster model
+class Node:
+    __slots__ = ("alive", "busy", "name", "qcount", "queue", "running", "slow", "ssd_free", "threads")
+
+    def __init__(self, name, threads, slow=1.0):
+        self.name, self.threads, self.slow = name, threads, slow
+        self.alive = False
+        self.busy = 0
+        self.queue: list[int] = []  # heap of chunk indices (= priorities)
+        self.qcount = 0
+        self.running: set[int] = set()
+        self.ssd_free = 0.0
+
+    def processing(self):
+        return self.busy + self.qcount
+
+
+class Simulation:
+    """Consecutive runs of one policy on one cluster; caches persist between runs."""
+
+    def __init__(self, cfg, cluster, n_chunks, policy, *, cache_capacity=None,
+                 cache_policy="fifo", slow=None, churn=None, seed=1):  # fmt: skip
+        self.cfg = cfg
+        self.policy = policy
+        self.placement_kind, self.stealing, self.locator = POLICIES[policy]
+        self.rng = np.random.default_rng(seed)
+        rates = cfg["rates"]
+        # chunks: coffea-like ids, events per chunk varying +- spread
+        self.chunk_ids = [f"file-{i // 50:05d}/Events/{(i % 50) * 100000}" for i in range(n_chunks)]
+        ev_rng = np.random.default_rng(seed + 1000)
+        spread = cfg["events_spread"]
+        events = cfg["events_per_chunk"] * ev_rng.uniform(1 - spread, 1 + spread, n_chunks)
+        self.bd = events * rates["bytes_per_event"]  # decompressed bytes
+        self.bc = self.bd / rates["compression_ratio"]  # compressed bytes
+        self.t_decomp = self.bd / (rates["decompress_MBps_per_core"] * MB)
+        self.t_compute = events / rates["compute_events_per_s_per_core"]
+        self.t_cache_thread = self.bd / (rates["cache_read_MBps_per_core"] * MB)
+        self.storage_bw = cluster["storage_MBps"] * MB
+        self.ssd_bw = cluster["ssd_MBps"] * MB
+        # nodes (a pool; churn may add machines that start inactive)
+        self.nodes: dict[str, Node] = {}
+        for prefix, count, threads in cluster["groups"]:
+            for i in range(count):
+                name = f"{prefix}-{i:04d}"
+                self.nodes[name] = Node(name, threads)
+        initial = list(self.nodes)
+        self.churn = churn
+        if churn:
+            extra = round(churn["pool_extra"] * len(initial))
+            prefix, _, threads = cluster["groups"][-1]
+            for i in range(extra):
+                name = f"{prefix}-x{i:04d}"
+                self.nodes[name] = Node(name, threads)
+        for n in initial:
+            self.nodes[n].alive = True
+        if slow:
+            self.nodes[slow[0]].slow = slow[1]
+        self.caches = {n: NodeCache(cache_capacity, cache_policy, self.rng) for n in self.nodes}
+        self.placement = make_placement(self.placement_kind, cfg)
+        self.located: dict[int, tuple[str, str]] = {}
+        self.runs: list[dict] = []
+        sc = cfg["stealing"]
+        self.idle_time, self.backlog = sc["idle_time"], sc["backlog"]
+        self.interval, self.max_moves = sc["interval"], sc["max_moves"]
+
+    # ------------------------------------------------------------ helpers
+    def live(self):
+        return [n for n in self.nodes.values() if n.alive]
+
+    def weights(self):
+        return {n.name: float(n.threads) for n in self.live()}
+
+    def _set_nodes(self):
+        if self.placement is not None:
+            self.placement.set_nodes(self.weights())
+        if self.stealing == "locality":
+            self._runner_up_valid = False
+
+    def runner_up(self, c: int):
+        if not self._runner_up_valid:
+            self._runner_up = self.placement.runner_up(self.chunk_ids)
+            self._runner_up_valid = True
+        return self._runner_up[c]
+
+    def _enqueue(self, node: Node, c: int):
+        heapq.heappush(node.queue, c)
+        node.qcount += 1
+        self.where[c] = node.name
+
+    def _dequeue(self, node: Node, c: int):
+        """Remove queued chunk ``c`` from ``node`` (lazily: the heap entry is skipped)."""
+        node.qcount -= 1
+        self.where[c] = None
+
+    def _pop(self, node: Node):
+        while node.queue:
+            c = heapq.heappop(node.queue)
+            if self.where.get(c) == node.name and c not in self.started:
+                node.qcount -= 1
+                return c
+        return None
+
+    # ------------------------------------------------------------ one run
+    def run(self) -> dict:
+        C = len(self.chunk_ids)
+        self.where: dict[int, str | None] = {}
+        self.started: set[int] = set()
+        self.target: dict[int, str] = {}
+        self.hashed: dict[int, str] = {}
+        self.stolen: set[int] = set()
+        self.idle_since: dict[str, float] = {}
+        run_no = len(self.runs) + 1
+        if self.churn and run_no > 1:
+            self._churn(self.churn["between_runs"])
+        self._set_nodes()
+        for n in self.nodes.values():
+            n.busy, n.queue, n.qcount, n.running, n.ssd_free = 0, [], 0, set(), 0.0
+        self.storage_free = 0.0
+        self.t = 0.0
+        self.events: list = []
+        self.seq = 0
+        self.hits = self.misses = self.steals = self.lost = 0
+        self.storage_bytes = 0.0
+        # per-run jitter of decompress and compute times (lognormal): real runs vary
+        self.jitter = self.rng.lognormal(0.0, self.cfg["duration_jitter_sigma"], C)
+        self.done = 0
+        self.dur_sum = 0.0
+        self.global_queue: list[int] = []
+        live = self.live()
+        if self.placement_kind == "dynamic":
+            self.global_queue = list(range(C - 1, -1, -1))  # pop() from the end = priority order
+        else:
+            homes = self.placement.assign(self.chunk_ids)
+            for c, node in enumerate(homes):
+                if self.locator:
+                    loc = self.located.get(c)
+                    if loc is not None and loc[1] == node and loc[0] != node and self.nodes[loc[0]].alive:
+                        self.hashed[c] = node
+                        node = loc[0]
+                self.target[c] = node
+                self._enqueue(self.nodes[node], c)
+        if self.churn:
+            est = self.runs[-1]["makespan_s"] if self.runs else self._estimate()
+            self._push(est * self.churn["at"], "churn", None, None)
+        for n in live:
+            self._dispatch(n)
+        if self.stealing != "none":
+            self._push(self.interval, "tick", None, None)
+        while self.done < C:
+            t, _, kind, name, c = heapq.heappop(self.events)
+            self.t = t
+            if kind == "finish":
+                self._finish(self.nodes[name], c)
+            elif kind == "tick":
+                if self.stealing == "locality":
+                    self._steal_locality()
+                else:
+                    self._steal_stock()
+                self._push(t + self.interval, "tick", None, None)
+            elif kind == "churn":
+                self._churn(self.churn["during_run"], during=True)
+        out = {
+            "run": run_no,
+            "makespan_s": self.t,
+            "hit_rate": self.hits / max(1, self.hits + self.misses),
+            "steals": self.steals,
+            "storage_GB": self.storage_bytes / 1e9,
+            "nodes": len(self.live()),
+            "lost_tasks": self.lost,
+        }
+        self.runs.append(out)
+        return out
+
+    def _estimate(self):
+        threads = sum(n.threads for n in self.live())
+        work = float(np.sum(self.t_decomp + self.t_compute))
+        return max(work / threads, float(np.sum(self.bc)) / self.storage_bw)
+
+    def _push(self, t, kind, name, c):
+        self.seq += 1
+        heapq.heappush(self.events, (t, self.seq, kind, name, c))
+
+    def _dispatch(self, node: Node):
+        while node.alive and node.busy < node.threads:
+            if self.placement_kind == "dynamic":
+                if not self.global_queue:
+                    return
+                c = self.global_queue.pop()
+            else:
+                c = self._pop(node)
+                if c is None:
+                    return
+                self.where[c] = None
+            self._start(node, c)
+
+    def _start(self, node: Node, c: int):
+        t = self.t
+        self.started.add(c)
+        node.busy += 1
+        node.running.add(c)
+        f = node.slow * self.jitter[c]
+        if c in self.caches[node.name]:
+            s = max(t, node.ssd_free)
+            node.ssd_free = s + self.bd[c] / self.ssd_bw
+            end = max(node.ssd_free, t + self.t_cache_thread[c]) + self.t_compute[c] * f
+        else:
+            s = max(t, self.storage_free)
+            self.storage_free = s + self.bc[c] / self.storage_bw
+            decomp_end = self.storage_free + self.t_decomp[c] * f
+            w = max(decomp_end, node.ssd_free)
+            node.ssd_free = w + self.bd[c] / self.ssd_bw
+            end = node.ssd_free + self.t_compute[c] * f
+        self._push(end, "finish", node.name, c)
+
+    def _finish(self, node: Node, c: int):
+        if c not in node.running:  # the node left while this ran: lost
+            return
+        node.running.discard(c)
+        node.busy -= 1
+        self.done += 1
+        cache = self.caches[node.name]
+        if c in cache:
+            self.hits += 1
+        else:
+            self.misses += 1
+            self.storage_bytes += self.bc[c]
+            cache.add(c, self.bd[c])
+        # mean task duration (Dask's prefix duration estimate) for the stock model
+        self.dur_sum += self.t_compute[c]
+        if self.locator:  # CacheAffinityPlugin.transition, processing -> memory
+            meant = self.hashed.pop(c, None)
+            target = self.target.get(c)
+            if meant is not None:
+                self.located[c] = (node.name, meant)
+            elif c in self.stolen and target is not None:
+                self.located[c] = (node.name, target)
+            else:
+                self.located.pop(c, None)
+        self.stolen.discard(c)
+        self._dispatch(node)
+
+    # ------------------------------------------------------------ stealing
+    def _candidates(self, victim: Node):
+        name = victim.name
+        where, started = self.where, self.started
+        return [c for c in set(victim.queue) if where.get(c) == name and c not in started]
+
+    def _move(self, c: int, victim: Node, thief: Node) -> bool:
+        if self.where.get(c) != victim.name or c in self.started:
+            return False
+        self._dequeue(victim, c)
+        self._enqueue(thief, c)
+        self.stolen.add(c)
+        self.steals += 1
+        self._dispatch(thief)
+        return True
+
+    def _steal_locality(self):
+        """One round of LocalityStealing.balance, with the real policy functions."""
+        live = self.live()
+        idle = [n.name for n in live if n.processing() < n.threads]
+        names = track_idle(self.idle_since, idle, self.t, self.idle_time)
+        if not names:
+            return
+        thieves = [self.nodes[a] for a in names]
+        tset = set(names)
+        victims = [
+            n for n in live
+            if n.name not in tset and n.processing() - n.threads > self.backlog * n.threads
+        ]  # fmt: skip
+        if not victims:
+            return
+        located = self.located
+        multi = len(live) > 1
+
+        def choose(victim, thief):
+            cands = self._candidates(victim)
+            if not cands:
+                return None
+            tn = thief.name
+            return choose_steal(
+                cands,
+                priority=lambda c: (c,),
+                chunk=lambda c: c,
+                thief_holds=lambda c: located.get(c, ("",))[0] == tn,
+                runner_up_is_thief=(lambda c: self.runner_up(c) == tn) if multi else None,
+            )
+
+        plan_steals(
+            thieves,
+            victims,
+            nthreads=lambda n: n.threads,
+            queued=lambda n: n.processing() - n.threads,
+            wanted=lambda n: n.threads + 1 - n.processing(),
+            choose=choose,
+            move=self._move,
+            backlog=self.backlog,
+            max_moves=self.max_moves,
+        )
+
+    def _steal_stock(self):
+        """Model of Dask's WorkStealing.balance for dependency-free tasks (see module doc)."""
+        live = self.live()
+        thieves = {n.name: n for n in live if n.processing() < n.threads}
+        if not thieves or len(thieves) == len(live):
+            return
+        d = self.dur_sum / self.done if self.done else float(np.mean(self.t_compute))
+        victims = sorted((n for n in live if n.processing() > n.threads),
+                         key=lambda n: n.processing(), reverse=True)  # fmt: skip
+        for victim in victims:
+            if not thieves:
+                break
+            cands = self._candidates(victim)
+            self.rng.shuffle(cands)
+            for c in cands:
+                if not thieves:
+                    break
+                thief = min(thieves.values(), key=lambda n: (n.processing() / n.threads, n.name))
+                if thief.processing() * d + d <= victim.processing() * d - d / 2:
+                    self._move(c, victim, thief)
+                    if thief.processing() >= thief.threads:
+                        del thieves[thief.name]
+                else:
+                    break
+
+    # ------------------------------------------------------------ membership
+    def _churn(self, fraction: float, during: bool = False):
+        """adapt(): ``fraction`` of the live nodes leave, as many pool machines join."""
+        live = [n for n in self.nodes.values() if n.alive]
+        idle = [n for n in self.nodes.values() if not n.alive]
+        k = max(1, round(fraction * len(live)))
+        k = min(k, len(idle), len(live) - 1)
+        leave = self.rng.choice(len(live), size=k, replace=False)
+        join = self.rng.choice(len(idle), size=k, replace=False)
+        gone = [live[i] for i in sorted(leave)]
+        new = [idle[i] for i in sorted(join)]
+        for n in gone:
+            n.alive = False
+        for n in new:
+            n.alive = True
+        if not during:
+            return
+        # during a run: pending tasks of departed nodes fail over; running ones are lost
+        orphans = []
+        for n in gone:
+            orphans += [c for c in set(n.queue) if self.where.get(c) == n.name and c not in self.started]
+            for c in n.running:
+                self.started.discard(c)
+                orphans.append(c)
+                self.lost += 1
+            n.running, n.queue, n.qcount, n.busy = set(), [], 0, 0
+        for c in orphans:
+            self.where[c] = None
+        self._set_nodes()
+        live = self.live()
+        if self.placement_kind == "dynamic":
+            self.global_queue.extend(sorted(orphans, reverse=True))
+        elif self.placement_kind == "mod":  # strict restrictions: generous model, see doc
+            for c in orphans:
+                self._enqueue(live[int(self.rng.integers(len(live)))], c)
+        else:
+            # like CacheAffinityPlugin._retarget: orphans go to their new home; queued
+            # tasks whose home is a joined node move there (not started ones only)
+            joined = {n.name for n in new}
+            pending = sorted(set(orphans) | {
+                c for n in live for c in n.queue if self.where.get(c) == n.name and c not in self.started
+            })  # fmt: skip
+            homes = self.placement.assign([self.chunk_ids[c] for c in pending])
+            orphan_set = set(orphans)
+            for c, home in zip(pending, homes):
+                if c in orphan_set:
+                    self.target[c] = home
+                    self.hashed.pop(c, None)
+                    self._enqueue(self.nodes[home], c)
+                elif home in joined and self.where.get(c) != home:
+                    self._dequeue(self.nodes[self.where[c]], c)
+                    self.target[c] = home
+                    self.hashed.pop(c, None)
+                    self._enqueue(self.nodes[home], c)
+        for n in live:
+            self._dispatch(n)
+
+
+# ====================================================================== scenarios
+def run_policy(cfg, cluster_name, n_chunks, policy, **kw) -> dict:
+    cluster = CLUSTERS[cluster_name]
+    sim = Simulation(cfg, cluster, n_chunks, policy, seed=cfg["seed"], **kw)
+    t0 = time.perf_counter()
+    runs = [sim.run() for _ in range(cfg["runs"])]
+    return {"runs": runs, "sim_seconds": time.perf_counter() - t0}
+
+
+def node_share_bytes(cfg, cluster_name, n_chunks, threads):
+    cl = CLUSTERS[cluster_name]
+    total_threads = sum(c * t for _, c, t in cl["groups"])
+    total = n_chunks * cfg["events_per_chunk"] * cfg["rates"]["bytes_per_event"]
+    return total * threads / total_threads
+
+
+def scenario(name, cfg, cases):
+    out = {}
+    for cluster_name, n_chunks in cases:
+        key = f"{cluster_name}/{n_chunks}"
+        res = {}
+        if name in ("stable", "adaptive"):
+            churn = cfg["adaptive"] if name == "adaptive" else None
+            for pol in POLICIES:
+                res[pol] = run_policy(cfg, cluster_name, n_chunks, pol, churn=churn)
+            if churn and cluster_name == cases[0][0]:
+                sweep = []
+                for f in cfg["adaptive_sweep"]:
+                    ch = dict(churn, between_runs=f, during_run=0.6 * f, pool_extra=max(churn["pool_extra"], 2 * f))
+                    r = run_policy(cfg, cluster_name, n_chunks, "cacheaffinity", churn=ch)
+                    hits = [x["hit_rate"] for x in r["runs"]]
+                    sweep.append({"between_runs": f, "during_run": 0.6 * f, "hit_rates": hits,
+                                  "mean_hit_runs_2plus": float(np.mean(hits[1:]))})  # fmt: skip
+                res["_churn_sweep"] = sweep
+        elif name == "small_cache":
+            cl = CLUSTERS[cluster_name]
+            # capacity per node: fraction of its share of the dataset (by threads)
+            caps = {}
+            for prefix, count, threads in cl["groups"]:
+                caps[threads] = cfg["small_cache_fraction"] * node_share_bytes(cfg, cluster_name, n_chunks, threads)
+            cases_ = [("dask", "fifo"), ("hash%n", "fifo"), ("paper", "fifo"),
+                      ("cacheaffinity", "fifo"), ("cacheaffinity", "keep"), ("cacheaffinity", "random")]  # fmt: skip
+            for pol, cpol in cases_:
+                sim = Simulation(cfg, cl, n_chunks, pol, cache_policy=cpol, seed=cfg["seed"])
+                for n in sim.nodes.values():
+                    sim.caches[n.name].capacity = caps[n.threads]
+                t0 = time.perf_counter()
+                runs = [sim.run() for _ in range(cfg["runs"])]
+                res[f"{pol} ({cpol})"] = {"runs": runs, "sim_seconds": time.perf_counter() - t0}
+            res["_capacity_bytes_per_thread_count"] = caps
+        elif name == "slow_node":
+            cl = CLUSTERS[cluster_name]
+            slow_name = f"{cl['groups'][-1][0]}-0000"
+            for pol in POLICIES:
+                res[pol] = run_policy(cfg, cluster_name, n_chunks, pol, slow=(slow_name, cfg["slow_factor"]))
+            res["_slow_node"] = slow_name
+        out[key] = res
+        print_case(name, key, res)
+        if "_churn_sweep" in res:
+            print_table([{"replaced per run": f"{x['between_runs']:.0%} + {x['during_run']:.1%} during",
+                          "mean hit runs 2+": f"{x['mean_hit_runs_2plus']:.1%}"} for x in res["_churn_sweep"]],
+                        title="cacheaffinity, churn sweep")  # fmt: skip
+    return out
+
+
+def print_case(name, key, res):
+    rows = []
+    for pol, r in res.items():
+        if pol.startswith("_"):
+            continue
+        row = {"policy": pol}
+        for x in r["runs"]:
+            row[f"hit {x['run']}"] = f"{x['hit_rate']:.1%}"
+        for x in r["runs"]:
+            row[f"T{x['run']} [s]"] = round(x["makespan_s"], 1)
+        row["steals"] = sum(x["steals"] for x in r["runs"])
+        row["sim [s]"] = round(r["sim_seconds"], 1)
+        rows.append(row)
+    print_table(rows, title=f"\n== {name}: {key}")
+
+
+def plot(name, section, path):
+    plt = pyplot()
+    cases = list(section)
+    fig, axes = plt.subplots(2, len(cases), figsize=(5.5 * len(cases), 7.5), squeeze=False)
+    for j, key in enumerate(cases):
+        res = section[key]
+        for pol, r in res.items():
+            if pol.startswith("_"):
+                continue
+            runs = [x["run"] for x in r["runs"]]
+            style = "-" if pol.startswith("cacheaffinity") else "--"
+            axes[0][j].plot(runs, [100 * x["hit_rate"] for x in r["runs"]], style, marker="o", label=pol)
+            axes[1][j].plot(runs, [x["makespan_s"] for x in r["runs"]], style, marker="o", label=pol)
+        axes[0][j].set_title(f"{name}: {key} (nodes/chunks)")
+        axes[0][j].set_ylabel("cache hit rate [%]")
+        axes[1][j].set_ylabel("makespan [s] (simulated)")
+        axes[1][j].set_xlabel("run")
+        axes[1][j].set_yscale("log")
+        for ax in (axes[0][j], axes[1][j]):
+            ax.set_xticks(runs)
+    axes[0][0].legend(fontsize=7)
+    save_png(fig, path)
+
+
+def main(argv=None):
+    p = parser(__doc__.split("\n\n")[0])
+    p.add_argument("--scenario", nargs="+", default=None, choices=list(FULL["scenarios"]))
+    p.add_argument("--replot", action="store_true", help="redraw the PNGs from simulate.json")
+    args = p.parse_args(argv)
+    if args.replot:
+        with open(os.path.join(args.out, "simulate.json")) as f:
+            saved = json.load(f)
+        for name, section in saved["results"].items():
+            plot(name, section, os.path.join(args.out, f"simulate_{name}.png"))
+        return 0
+    cfg = copy.deepcopy(QUICK if args.quick else FULL)
+    cfg["rates"] = dict(RATES)
+    cfg["clusters"] = CLUSTERS
+    cfg["policies"] = {k: {"placement": a, "stealing": b, "locator": c} for k, (a, b, c) in POLICIES.items()}
+    names = args.scenario or list(cfg["scenarios"])
+    results = {}
+    t0 = time.perf_counter()
+    for name in names:
+        results[name] = scenario(name, cfg, cfg["scenarios"][name])
+        plot(name, results[name], os.path.join(args.out, f"simulate_{name}.png"))
+    summary = summarise(results)
+    write_json(os.path.join(args.out, "simulate.json"), config={**cfg, "quick": args.quick,
+               "scenarios_run": names}, results=results, summary=summary,
+               seconds=time.perf_counter() - t0)  # fmt: skip
+    for k, v in summary.items():
+        print(f"{k}: {v}")
+    return 0
+
+
+def summarise(results):
+    s = {}
+    st, ad = results.get("stable", {}), results.get("adaptive", {})
+    for key in ad:
+        if key in st:
+            a = np.mean([x["hit_rate"] for x in ad[key]["cacheaffinity"]["runs"][1:]])
+            b = np.mean([x["hit_rate"] for x in st[key]["cacheaffinity"]["runs"][1:]])
+            s[f"adaptive vs stable, cacheaffinity mean hit rate runs 2+ ({key})"] = {
+                "adaptive": float(a), "stable": float(b), "points_lost": float(100 * (b - a)),
+                "target_points": 5, "ok": bool(100 * (b - a) <= 5)}  # fmt: skip
+            for x in ad[key].get("_churn_sweep", []):
+                s[f"churn sweep ({key}): {x['between_runs']:.0%} between + {x['during_run']:.1%} during runs"] = {
+                    "mean_hit_runs_2plus": x["mean_hit_runs_2plus"],
+                    "points_lost_vs_stable": float(100 * (b - x["mean_hit_runs_2plus"])),
+                    "ok": bool(100 * (b - x["mean_hit_runs_2plus"]) <= 5)}  # fmt: skip
+    for key, res in st.items():
+        if "paper" in res:
+            s[f"gradual fill ({key})"] = {
+                "paper (torus + stock stealing)": [round(x["hit_rate"], 4) for x in res["paper"]["runs"]],
+                "cacheaffinity": [round(x["hit_rate"], 4) for x in res["cacheaffinity"]["runs"]],
+            }
+    return s
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""The cluster simulator (benchmarks/simulate.py) at tiny sizes, and the pure stealing
+policy functions it shares with the scheduler's LocalityStealing."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from benchmarks import simulate
+from cacheaffinity.placement import TorusPlacement
+from cacheaffinity.scheduler import stealing
+
+CLUSTER = {"groups": [["node", 10, 4]], "storage_MBps": 400.0, "ssd_MBps": 1000.0}
+HETERO = {"groups": [["small", 6, 4], ["big", 2, 16]], "storage_MBps": 300.0, "ssd_MBps": 1000.0}
+
+
+def config(runs=3):
+    cfg = copy.deepcopy(simulate.QUICK)
+    cfg["rates"] = dict(simulate.RATES)
+    cfg["runs"] = runs
+    return cfg
+
+
+def hit_rates(sim, runs):
+    return [sim.run()["hit_rate"] for _ in range(runs)]
+
+
+def test_simulator_uses_the_real_placement_and_stealing_code():
+    assert simulate.TorusPlacement is TorusPlacement
+    assert simulate.plan_steals is stealing.plan_steals
+    assert simulate.choose_steal is stealing.choose_steal
+    assert simulate.track_idle is stealing.track_idle
+    cfg = config()
+    sim = simulate.Simulation(cfg, CLUSTER, 300, "cacheaffinity-nosteal")
+    sim.run()
+    assert isinstance(sim.placement.p, TorusPlacement)
+    ref = TorusPlacement(**cfg["torus"])
+    ref.set_nodes({f"node-{i:04d}": 4.0 for i in range(10)})
+    assert [sim.target[c] for c in range(300)] == ref.assign(sim.chunk_ids)
+
+
+def test_stable_cacheaffinity_fills_in_run_one_stock_dask_does_not():
+    cfg = config(runs=2)
+    res = {
+        pol: hit_rates(simulate.Simulation(cfg, HETERO, 600, pol), 2)
+        for pol in ("dask", "cacheaffinity-nosteal", "cacheaffinity")
+    }
+    assert all(r[0] == 0 for r in res.values()), res  # run 1 starts cold
+    assert res["cacheaffinity-nosteal"][1] == 1.0, res
+    assert res["cacheaffinity"][1] > res["dask"][1] + 0.3, res
+
+
+def test_a_node_leaving_reshuffles_hash_mod_n_but_costs_the_torus_about_one_nth():
+    cfg = config()
+    out = {}
+    for pol in ("hash%n", "cacheaffinity-nosteal"):
+        sim = simulate.Simulation(cfg, CLUSTER, 1000, pol)
+        sim.run()
+        sim.nodes["node-0003"].alive = False  # one of 10 nodes leaves between runs
+        out[pol] = sim.run()["hit_rate"]
+    assert out["hash%n"] < 0.3, out  # ~1/n of chunks keep their node
+    assert 1 - out["cacheaffinity-nosteal"] < 2 / 10, out  # lost: the departed node's share
+    assert out["cacheaffinity-nosteal"] < 1.0, out
+
+
+def test_slow_node_locality_stealing_shortens_runs_and_keeps_hits():
+    cfg = config(runs=3)
+    runs = {}
+    for pol in ("cacheaffinity-nosteal", "cacheaffinity"):
+        sim = simulate.Simulation(cfg, CLUSTER, 600, pol, slow=("node-0000", 3.0))
+        runs[pol] = [sim.run() for _ in range(3)]
+    ca, ns = runs["cacheaffinity"], runs["cacheaffinity-nosteal"]
+    assert sum(r["steals"] for r in ca) > 0
+    assert ca[2]["makespan_s"] < ns[2]["makespan_s"], (ca, ns)
+    assert ca[2]["hit_rate"] > 0.8, ca
+
+
+def test_adaptive_churn_keeps_torus_hits_and_runs_to_completion():
+    cfg = config(runs=3)
+    sim = simulate.Simulation(cfg, CLUSTER, 600, "cacheaffinity", churn=cfg["adaptive"])
+    runs = [sim.run() for _ in range(3)]
+    assert all(r["nodes"] == 10 for r in runs)
+    assert runs[2]["hit_rate"] > 0.6, runs
+    mod = simulate.Simulation(cfg, CLUSTER, 600, "hash%n", churn=cfg["adaptive"])
+    mruns = [mod.run() for _ in range(3)]
+    assert mruns[2]["hit_rate"] < runs[2]["hit_rate"], (mruns, runs)
+
+
+def test_fifo_cache_smaller_than_share_thrashes_keep_does_not():
+    cfg = config(runs=2)
+    rates = {}
+    for policy in ("fifo", "keep"):
+        sim = simulate.Simulation(cfg, CLUSTER, 400, "cacheaffinity-nosteal", cache_policy=policy)
+        chunk_bytes = cfg["events_per_chunk"] * cfg["rates"]["bytes_per_event"]
+        for c in sim.caches.values():
+            c.capacity = 0.5 * 40 * chunk_bytes  # half of a node's ~40 chunks
+        rates[policy] = hit_rates(sim, 2)[1]
+    assert rates["fifo"] < 0.1, rates  # cyclic reads in the same order: FIFO evicts next
+    assert rates["keep"] > 0.3, rates
+
+
+def test_choose_steal_prefers_held_then_runner_up_then_last():
+    prio = {"a": (1,), "b": (2,), "c": (3,), "x": (4,)}
+    chunk = {"a": "A", "b": "B", "c": "C", "x": None}.get
+    pick = lambda holds, runner: stealing.choose_steal(
+        list(prio), priority=prio.get, chunk=chunk, thief_holds=lambda c: c in holds,
+        runner_up_is_thief=(lambda c: c in runner) if runner is not None else None,
+    )  # fmt: skip
+    assert pick({"A"}, {"B"}) == "a"  # held by the thief first
+    assert pick(set(), {"B"}) == "b"  # then a chunk whose runner-up is the thief
+    assert pick(set(), None) == "c"  # then the chunk task the victim runs last
+    assert pick(set(), set()) == "c"
+
+
+def test_plan_steals_respects_backlog_budget_and_wanted():
+    queues = {"v1": 10, "v2": 3}
+    threads = {"v1": 2, "v2": 2, "t1": 2, "t2": 2}
+    have = {"t1": 0, "t2": 0}
+
+    def move(task, victim, thief):
+        queues[victim] -= 1
+        have[thief] += 1
+        return True
+
+    log = stealing.plan_steals(
+        ["t1", "t2"], ["v1", "v2"], nthreads=threads.get,
+        queued=lambda w: queues[w] - threads[w], wanted=lambda w: threads[w] + 1 - have[w],
+        choose=lambda v, t: f"{v}-task", move=move, backlog=1, max_moves=4,
+    )  # fmt: skip
+    assert len(log) == 4  # budget
+    assert [t for _, _, t in log] == ["t1", "t1", "t1", "t2"]  # t1 first wants 3
+    assert all(v == "v1" for _, v, _ in log)  # v2 has 1 queued per thread: not > backlog
+    idle_since: dict = {}
+    assert stealing.track_idle(idle_since, ["a", "b"], 0.0, 0.25) == []
+    assert stealing.track_idle(idle_since, ["b"], 0.3, 0.25) == ["b"]
+    assert "a" not in idle_since
+
+
+@pytest.mark.parametrize("scenario", ["stable", "small_cache"])
+def test_benchmark_main_quick_writes_json_and_png(tmp_path, scenario, monkeypatch):
+    tiny = {"stable": [["vispa", 300]], "small_cache": [["vispa", 300]]}
+    monkeypatch.setitem(simulate.QUICK, "scenarios", tiny)
+    monkeypatch.setitem(simulate.QUICK, "runs", 2)
+    assert simulate.main(["--quick", "--scenario", scenario, "--out", str(tmp_path)]) == 0
+    assert (tmp_path / "simulate.json").stat().st_size > 0
+    assert (tmp_path / f"simulate_{scenario}.png").stat().st_size > 0
