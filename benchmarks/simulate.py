@@ -126,7 +126,7 @@ FULL = {
     "adaptive_sweep": [0.01, 0.02, 0.05, 0.1],
     "small_cache_fraction": 0.5,
     "slow_factor": 3.0,
-    "stealing": {"idle_time": 0.25, "backlog": 1.0, "interval": 0.1, "max_moves": 8},
+    "stealing": {"idle_time": 0.25, "backlog": 1.0, "warm_backlog": 8.0, "interval": 0.1, "max_moves": 8},
     "torus": {"dimensions": 3, "replicas": 32, "seed": 0},
     "ring_vnodes_per_weight": 32,
     "seed": 1,
@@ -335,6 +335,9 @@ class Simulation:
         self.runs: list[dict] = []
         sc = cfg["stealing"]
         self.idle_time, self.backlog = sc["idle_time"], sc["backlog"]
+        self.warm_backlog = sc.get("warm_backlog", float("inf"))
+        #: chunk -> node that processed it last (CacheAffinityPlugin.holder)
+        self.holder: dict[int, str] = {}
         self.interval, self.max_moves = sc["interval"], sc["max_moves"]
 
     # ------------------------------------------------------------ helpers
@@ -502,6 +505,7 @@ class Simulation:
         # mean task duration (Dask's prefix duration estimate) for the stock model
         self.dur_sum += self.t_compute[c]
         if self.locator:  # CacheAffinityPlugin.transition, processing -> memory
+            self.holder[c] = node.name
             meant = self.hashed.pop(c, None)
             target = self.target.get(c)
             if meant is not None:
@@ -544,20 +548,22 @@ class Simulation:
         ]  # fmt: skip
         if not victims:
             return
-        located = self.located
+        located, holder = self.located, self.holder
         multi = len(live) > 1
 
         def choose(victim, thief):
             cands = self._candidates(victim)
             if not cands:
                 return None
-            tn = thief.name
+            tn, vn = thief.name, victim.name
             return choose_steal(
                 cands,
                 priority=lambda c: (c,),
                 chunk=lambda c: c,
                 thief_holds=lambda c: located.get(c, ("",))[0] == tn,
                 runner_up_is_thief=(lambda c: self.runner_up(c) == tn) if multi else None,
+                victim_holds=lambda c: holder.get(c) == vn,
+                take_warm=victim.processing() - victim.threads > self.warm_backlog * victim.threads,
             )
 
         plan_steals(

@@ -15,6 +15,7 @@ from distributed.utils_test import async_poll_for, gen_cluster
 import cacheaffinity
 from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin, LocalityStealing
 from cacheaffinity.protocol import HOST_NODE_PREFIX
+from cacheaffinity.scheduler.plugin import _digest
 
 CHUNKS = [f"uuid-{f:02d}/Events/{i * 1000}-{(i + 1) * 1000}" for f in range(8) for i in range(16)]
 
@@ -109,6 +110,43 @@ async def test_thief_takes_the_chunk_its_node_holds(c, s, a, b, tmp_path):
     await ev.set()
     results = dict(zip(mine, await c.gather(futs)))
     assert results[cached] == b.address
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_chunks_the_victims_node_holds_stay_unless_its_queue_is_long(
+    c, s, a, b, tmp_path
+):
+    plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=1, warm_backlog=8)
+    a_node = plugin.worker_node[a.address]
+    mine = [ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == a_node][:7]
+    run1 = Event("warm-run-1")
+    await run1.set()
+    futs = cacheaffinity.map_chunks(c, blocked, mine, [run1.name] * 7, chunk_ids=mine, pure=False)
+    assert set(await c.gather(futs)) == {a.address}
+    del futs
+    await async_poll_for(lambda: not a.state.tasks, timeout=10)
+    assert all(plugin.holder[_digest(ch)] == a_node for ch in mine)
+    cold = mine[3]
+    del plugin.holder[_digest(cold)]  # as if a's cache had never seen it
+    # run 2: 1 running + 6 queued on a; b idle
+    run2 = Event("warm-run-2")
+    futs = cacheaffinity.map_chunks(c, blocked, mine, [run2.name] * 7, chunk_ids=mine, pure=False)
+    await async_poll_for(lambda: len(s.workers[a.address].processing) == 7, timeout=10)
+    await async_poll_for(lambda: len(a.state.tasks) == 7, timeout=10)
+    make_idle_long_ago(ext, s, 10)
+    ext.balance()
+    # b wants 2 tasks, but only the chunk a does not hold may go: 5 queued <= 8 per thread
+    (ts,) = list(ext.in_flight)
+    assert plugin.chunk_of[ts.key] == cold and ext.steals == 1
+    ext.balance()
+    assert ext.steals == 1
+    ext.warm_backlog = 2  # a long queue: now a chunk a holds may go too
+    ext.balance()
+    assert ext.steals == 2
+    await run2.set()
+    results = dict(zip(mine, await c.gather(futs)))
+    assert results[cold] == b.address
+    assert list(results.values()).count(b.address) == 2
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)

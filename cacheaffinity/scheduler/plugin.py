@@ -39,6 +39,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import xxhash
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from cacheaffinity import __version__, config
@@ -73,6 +74,14 @@ _PENDING = frozenset({"released", "waiting", "no-worker", "processing"})
 #: node joins and the plugin places it.
 _NO_NODE = "cacheaffinity://no-cache-node-yet"
 
+
+
+#: Chunks whose last processing node the plugin remembers (~100 bytes each).
+HOLDER_CAP = 2_000_000
+
+
+def _digest(chunk: str) -> int:
+    return xxhash.xxh3_64_intdigest(chunk.encode())
 
 
 class CacheAffinityPlugin(SchedulerPlugin):
@@ -161,6 +170,11 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.hashed: dict[Any, str] = {}
         #: keys of chunk tasks the stealing policy moved (until they finish)
         self.stolen: set = set()
+        #: xxh3-64 of a chunk id -> cache node that processed it last (its cache
+        #: holds it unless evicted since); the stealing policy leaves such chunks
+        #: with their node unless its queue is long.  Oldest entries are dropped
+        #: beyond HOLDER_CAP.
+        self.holder: dict[int, str] = {}
         #: Counters (also exported as metrics).
         self.counters: Counter[str] = Counter()
         #: cache node id -> per-node counters (placements, failovers, steals)
@@ -549,6 +563,12 @@ class CacheAffinityPlugin(SchedulerPlugin):
             self.stolen.discard(key)
             meant = self.hashed.pop(key, None)
             if node is not None:
+                h = _digest(chunk)
+                holder = self.holder
+                holder.pop(h, None)  # re-insert: newest last
+                holder[h] = node
+                if len(holder) > HOLDER_CAP:
+                    del holder[next(iter(holder))]
                 target = self.target.get(key)
                 if meant is not None:  # sent by the locator: keep what placement chose
                     self.located[chunk] = (node, meant)
@@ -577,16 +597,23 @@ class CacheAffinityPlugin(SchedulerPlugin):
             self.node_counters[node]["steals"] += 1
 
     def steal_preference(
-        self, candidates: list[TaskState], victim: WorkerState, thief: WorkerState
-    ) -> TaskState:
-        """Which of the victim's queued tasks a thief should take.
+        self,
+        candidates: list[TaskState],
+        victim: WorkerState,
+        thief: WorkerState,
+        *,
+        take_warm: bool = True,
+    ) -> TaskState | None:
+        """Which of the victim's queued tasks a thief should take (None: none).
 
         Prefer chunks the thief's node is known to hold (the locator), then
-        chunks whose next-nearest node is the thief's node, then the task the
-        victim would run last.
+        chunks no node holds (those whose next-nearest node is the thief's node
+        first), then, if ``take_warm``, chunks the victim's node holds, then the
+        task the victim would run last.
         """
         thief_node = self.worker_node.get(thief.address)
-        located, home = self.located, self.home
+        victim_node = self.worker_node.get(victim.address)
+        located, home, holder = self.located, self.home, self.holder
         return choose_steal(
             candidates,
             priority=lambda ts: ts.priority,
@@ -596,6 +623,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
             runner_up_is_thief=None
             if thief_node is None or len(self.node_workers) <= 1
             else lambda c: home.ranking(c, 2)[1:] == [thief_node],
+            victim_holds=None
+            if victim_node is None
+            else lambda c: holder.get(_digest(c)) == victim_node,
+            take_warm=take_warm,
         )
 
     # ============================================================ queries
@@ -659,4 +690,5 @@ class CacheAffinityPlugin(SchedulerPlugin):
             },
             "tracked-tasks": len(self.chunk_of),
             "located-chunks": len(self.located),
+            "held-chunks": len(self.holder),
         }

@@ -19,8 +19,13 @@ other parts of Dask read (``stealable``, ``metrics``, ``cost_multipliers``,
 * at most ``cacheaffinity.scheduler.stealing.max-moves`` moves per
   ``cacheaffinity.scheduler.stealing.interval``;
 * among the victim's queued tasks it prefers chunks the thief's cache node is
-  known to hold, then chunks whose next-nearest node is the thief's node, then
-  the task the victim would run last;
+  known to hold, then chunks no node is known to hold (whose next-nearest node
+  is the thief's node first), then the task the victim would run last;
+* a chunk the victim's node holds (it processed it before) is taken by a thief
+  that does not hold it only if the victim's queue holds more than
+  ``cacheaffinity.scheduler.stealing.warm-backlog`` tasks per thread: such a
+  steal turns a cache hit into a read from storage and a decompression, which
+  costs about as much as that many cached chunks (LZMA: 8-10x);
 * a task that has started is never moved (the victim refuses the
   ``steal-request`` of an executing task).
 
@@ -132,35 +137,46 @@ def choose_steal(
     chunk: Callable[[Any], str | None],
     thief_holds: Callable[[str], bool],
     runner_up_is_thief: Callable[[str], bool] | None,
+    victim_holds: Callable[[str], bool] | None = None,
+    take_warm: bool = True,
     look: int = 64,
 ) -> Any:
     """The cache-aware preference among a victim's queued tasks.
 
-    Chunks the thief's node is known to hold first (``thief_holds``), then,
-    among uncached chunks, one of the ``look`` tasks the victim would run last
+    Chunks the thief's node is known to hold first (``thief_holds``), then
+    chunks nobody is known to hold (cold), then chunks the victim's node holds
+    (``victim_holds``; taken only if ``take_warm``: such a steal turns a cache
+    hit into a read from storage), then tasks without a chunk.  Within the
+    cold (or warm) chunks, one of the ``look`` tasks the victim would run last
     whose runner-up node is the thief's (``runner_up_is_thief``; None: do not
-    look), then the task the victim would run last (largest ``priority``;
-    tasks without a chunk come after chunk tasks).
+    look), else the task the victim would run last (largest ``priority``).
+    Returns None when nothing may be taken.
     """
     candidates = list(candidates)
     best = None
     best_rank = None
+    rank_of: dict[int, int] = {}
     for t in candidates:
         c = chunk(t)
         if c is None:
-            rank = 3
+            rank = 4
         elif thief_holds(c):
             rank = 0
+        elif victim_holds is not None and victim_holds(c):
+            if not take_warm:
+                continue
+            rank = 3
         else:
             rank = 2
+        rank_of[id(t)] = rank
         pr = priority(t)
         r = (rank, tuple(-x for x in pr) if pr else ())
         if best_rank is None or r < best_rank:
             best, best_rank = t, r
-    if best_rank is not None and best_rank[0] == 2 and runner_up_is_thief is not None:
-        for t in sorted(candidates, key=priority, reverse=True)[:look]:
-            c = chunk(t)
-            if c is not None and runner_up_is_thief(c):
+    if best_rank is not None and best_rank[0] in (2, 3) and runner_up_is_thief is not None:
+        same = [t for t in candidates if rank_of.get(id(t)) == best_rank[0]]
+        for t in sorted(same, key=priority, reverse=True)[:look]:
+            if runner_up_is_thief(chunk(t)):
                 return t
     return best
 
@@ -192,6 +208,7 @@ class LocalityStealing(WorkStealing):
         backlog: float | None = None,
         interval: str | float | None = None,
         max_moves: int | None = None,
+        warm_backlog: float | None = None,
     ):
         super().__init__(scheduler)
         #: The placement plugin (chunk ids, locator, rankings).
@@ -207,6 +224,16 @@ class LocalityStealing(WorkStealing):
         if self.backlog < 0:
             raise ValueError(
                 f"cacheaffinity.scheduler.stealing.backlog={self.backlog!r} must be >= 0"
+            )
+        #: Queued tasks per thread above which a chunk the victim's node holds may
+        #: be taken by a thief that does not hold it.
+        self.warm_backlog: float = float(
+            config.get("scheduler.stealing.warm-backlog", warm_backlog)
+        )
+        if self.warm_backlog < 0:
+            raise ValueError(
+                f"cacheaffinity.scheduler.stealing.warm-backlog={self.warm_backlog!r} "
+                "must be >= 0"
             )
         #: Moves per interval at most.
         self.max_moves: int = int(config.get("scheduler.stealing.max-moves", max_moves))
@@ -320,7 +347,10 @@ class LocalityStealing(WorkStealing):
         if self.plugin is None:
             # the task the victim would run last (largest priority tuple)
             return max(candidates, key=lambda ts: ts.priority)
-        return self.plugin.steal_preference(candidates, victim, thief)
+        queued = len(victim.processing) + self.in_flight_tasks[victim] - victim.nthreads
+        return self.plugin.steal_preference(
+            candidates, victim, thief, take_warm=queued > self.warm_backlog * victim.nthreads
+        )
 
 
 def _executing(ws: WorkerState, ts: TaskState) -> bool:
