@@ -27,7 +27,12 @@ test: $(STAMP) system-deps
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
-bench: $(STAMP)
+# Full size: the consecutive-run benchmark needs root (private network namespace for
+# XRootD) and takes ~30 min on 2 cores; add --storage local where XRootD is missing.
+bench: $(STAMP) system-deps
+	$(PY) benchmarks/consecutive_runs.py --events 80000 --files 4 --chunksize 1250 --workers 4 --runs 5
+	$(PY) benchmarks/simulate.py
+	$(PY) benchmarks/scheduler_scale.py
 	$(PY) benchmarks/placement.py
 	$(PY) benchmarks/cache_read.py
 	$(PY) benchmarks/scheduler_overhead.py
