@@ -1,0 +1,714 @@
+"""Consecutive runs of one coffea analysis, five ways, over real XRootD storage (VISPA Fig. 3).
+
+The headline result in the form of the VISPA paper's Fig. 3: R consecutive runs of one
+analysis (:class:`examples.analysis.DimuonJetProcessor`) on generated NanoAOD-like LZMA-9
+data (:func:`cacheaffinity.synthetic.make_dataset`), and per run the wall time, the data
+still read from storage and the cache hit rate.  Every mode runs on its own local cluster
+of W worker processes (1 thread each) acting as W cache nodes (each its own, initially
+empty, cache directory), on the same files, in one invocation:
+
+``direct``
+    coffea ``DaskExecutor``, no cache: the baseline.
+``dask-default+cache``
+    ``DaskExecutor`` + ``Runner(cachestrategy=cacheaffinity.cachestrategy)``, workers with
+    the cacheaffinity worker plugin, a scheduler *without* the placement plugin: Dask's
+    stock placement and stock stealing (a chunk finds its columns with probability ~1/W).
+``coffea-affinity+cache``
+    ``DaskExecutor(worker_affinity=True)`` (coffea's ``hash % n_workers``, strict
+    restrictions) + the same cache strategy and worker plugin.
+``xcache``
+    ``DaskExecutor``, no column cache, reading through an XCache proxy (XRootD
+    ``libXrdPfc``, blocks on disk in a temporary directory, prefetch 0) in front of the
+    origin; XCache's cache persists across the runs (run 2 skips the origin but still
+    decompresses LZMA).  Only with ``--storage xrootd``.
+``cacheaffinity``
+    :class:`cacheaffinity.CacheAffinityExecutor` on a scheduler with the cacheaffinity
+    plugin (placement, locality-preserving stealing on: the project defaults).
+
+Storage (``--storage``): ``xrootd`` (default) serves the files from a real ``xrootd``
+origin over ``root://``, read with ``handler=uproot.XRootDSource``; because ``xrootd``
+binds every interface, the script re-executes itself in a private network namespace
+(``unshare -n``, as root) and everything (daemons, Dask cluster) runs there.  What the
+origin sends is shaped by an HTB class on ``lo`` (``--rate``, default 1gbit as on the
+VISPA cluster; only the origin's port: XCache is local to the workers, the origin is the
+remote storage); that class's byte counter measures the origin's traffic for every mode.
+``local`` reads the files from the local directory (no XRootD needed; no ``xcache`` mode).
+
+Scenarios:
+
+``stable``
+    every mode, R runs, W nodes throughout.
+``membership`` (``--membership-modes``, default ``cacheaffinity``)
+    a separate sequence of R >= 4 runs on a fresh cluster: W nodes for runs 1-2, the last
+    worker (its cache node) removed before run 3 (W-1 nodes), a new worker with a new, empty
+    cache directory added before run 4 (W nodes again), unchanged from then on.  Targets: run 3
+    hit rate >= (1 - 1/W) - 2 %, run 4 >= (1 - 1/(W'+1)) - 2 % with W' = W-1 nodes before the
+    addition.  The share of chunks whose home was the removed node is recorded as well
+    (1 - share is what a perfect cache can hit).
+
+Runs of the modes are interleaved: all clusters are up at once and run k of every mode is
+done before run k+1 of any, so drifts in the (shared) machine's load hit all modes alike.
+Every mode keeps one coffea metadata cache for its runs (a notebook session rerunning a
+cell): run 1 includes coffea's preprocessing (opening every file), later runs do not.
+
+Per run: ``wall_s``; ``storage_bytes`` (bytes uproot requested from the storage the mode
+reads: origin, XCache, or local files; coffea's ``savemetrics`` ``bytesread``, which for
+cacheaffinity counts only the files a chunk really opened); ``origin_bytes`` (XRootD: bytes
+the origin sent, from the tc class byte counter, preprocessing, protocol and XCache's fetches
+included: "data still read from storage"); ``decompressed_bytes`` (cached modes: bytes of
+decompressed column buffers inserted into the column caches = the columns that missed;
+uncached modes: every run decompresses every column the analysis reads, taken as the
+largest cold-cache run-1 figure of a cached mode, a lower bound); ``hit_rate`` (column-cache
+hits / lookups from the worker caches' counters, :func:`cacheaffinity.cache_totals` deltas,
+the same counter for every cached mode); ``steals`` (cacheaffinity: its stealing's moves;
+stock stealing: ``confirm`` events of Dask's ``stealing`` topic); ``on_preferred`` (tasks
+that ran on their cache node / all, from the cacheaffinity plugin's counters; None where
+there is no preferred node).
+
+    python benchmarks/consecutive_runs.py                 # full size (run 1 >= 60 s here)
+    python benchmarks/consecutive_runs.py --storage local --events 6000 --files 3 --workers 3
+
+Prints a table, writes benchmarks/results/consecutive_runs.json and .png.  Exits non-zero
+only on errors; missed targets are reported (``targets`` in the JSON).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+# coffea's NanoAODSchema warns about every cross-reference a file lacks, in every worker
+os.environ.setdefault("PYTHONWARNINGS", "ignore::RuntimeWarning:coffea.nanoevents.schemas.nanoaod")
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    dict.fromkeys(filter(None, [str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]))
+)
+
+import warnings  # noqa: E402
+
+warnings.filterwarnings("ignore", category=RuntimeWarning, module="coffea.nanoevents.schemas.nanoaod")
+
+import dask  # noqa: E402
+from coffea import processor  # noqa: E402
+from coffea.nanoevents import NanoAODSchema  # noqa: E402
+from distributed import Client, LocalCluster  # noqa: E402
+
+import cacheaffinity  # noqa: E402
+from benchmarks._common import print_table, pyplot, save_png, write_json  # noqa: E402
+from cacheaffinity.synthetic import dataset_stats, make_dataset  # noqa: E402
+from examples.analysis import DimuonJetProcessor, summary  # noqa: E402
+
+__all__ = [
+    "MODES",
+    "Config",
+    "Storage",
+    "evaluate_targets",
+    "plot",
+    "prepare_data",
+    "run_benchmark",
+    "table_rows",
+]
+
+MODES = ("direct", "dask-default+cache", "coffea-affinity+cache", "xcache", "cacheaffinity")
+CACHED = ("dask-default+cache", "coffea-affinity+cache", "cacheaffinity")
+COUNTERS = ("hits", "misses", "bytes_written", "storage_bytes", "storage_opens")
+DEFAULT_DATA = ROOT / ".bench-data" / "consecutive_runs"
+DEFAULT_OUT = ROOT / "benchmarks" / "results"
+
+
+@dataclasses.dataclass
+class Config:
+    """What to run (the command-line options, see ``--help``)."""
+
+    workers: int = 4
+    runs: int = 5
+    events: int = 320_000
+    files: int = 16
+    chunksize: int = 5_000
+    codec: str = "lzma"
+    seed: int = 11
+    #: glob patterns of the branches to write (None: every NanoAOD branch, ~1500, realistic;
+    #: a subset makes small test sizes fast: coffea builds a file's form for every chunk)
+    branches: tuple[str, ...] | None = None
+    storage: str = "xrootd"
+    rate: str | None = "1gbit"
+    modes: tuple[str, ...] = MODES
+    scenarios: tuple[str, ...] = ("stable", "membership")
+    membership_modes: tuple[str, ...] = ("cacheaffinity",)
+    data: str = str(DEFAULT_DATA)
+    workdir: str | None = None
+    xcache_blocksize: str = "1m"
+    progress: bool = True
+
+    def check(self) -> None:
+        bad = [m for m in (*self.modes, *self.membership_modes) if m not in MODES]
+        if bad:
+            raise ValueError(f"unknown mode {bad[0]!r}; choose from {', '.join(MODES)}")
+        if self.storage not in ("xrootd", "local"):
+            raise ValueError(f"storage={self.storage!r}: use 'xrootd' or 'local'")
+        if self.storage == "local" and "xcache" in (*self.modes, *self.membership_modes):
+            self.modes = tuple(m for m in self.modes if m != "xcache")
+            self.membership_modes = tuple(m for m in self.membership_modes if m != "xcache")
+        for s in self.scenarios:
+            if s not in ("stable", "membership"):
+                raise ValueError(f"unknown scenario {s!r}; use stable and/or membership")
+        if self.workers < 2:
+            raise ValueError(f"workers={self.workers}: need >= 2 (one is removed)")
+        if self.runs < 2:
+            raise ValueError(f"runs={self.runs}: need >= 2 consecutive runs")
+        if "membership" in self.scenarios and self.runs < 4:
+            raise ValueError(
+                f"runs={self.runs}: the membership scenario removes a node before run 3 and "
+                "adds one before run 4; use --runs 4 or more, or --scenarios stable"
+            )
+
+
+# ----------------------------------------------------------------------------- data
+
+
+def prepare_data(cfg: Config) -> list[str]:
+    """The dataset's files, generated once per (events, files, codec, seed) and reused."""
+    name = f"{cfg.codec}-{cfg.events}ev-{cfg.files}f-seed{cfg.seed}"
+    if cfg.branches:
+        name += "-" + re.sub(r"[^A-Za-z0-9]+", "", "".join(cfg.branches))[:40]
+    d = Path(cfg.data) / name
+    stamp = d / "params.json"
+    params = {"events": cfg.events, "files": cfg.files, "codec": cfg.codec, "seed": cfg.seed}
+    if cfg.branches:
+        params["branches"] = list(cfg.branches)
+    if not stamp.exists() or json.loads(stamp.read_text()) != params:
+        shutil.rmtree(d, ignore_errors=True)
+        make_dataset(
+            d, events=cfg.events, files=cfg.files, codec=cfg.codec, seed=cfg.seed,
+            branches=list(cfg.branches) if cfg.branches else None, progress=cfg.progress,
+        )  # fmt: skip
+        stamp.write_text(json.dumps(params))
+    for p in (Path(cfg.data), d):  # the xrootd user must reach and read the files
+        os.chmod(p, os.stat(p).st_mode | 0o005)
+    return sorted(str(f) for f in d.glob("nano_*.root"))
+
+
+# ----------------------------------------------------------------------------- storage
+
+
+class Storage:
+    """Where the files come from: a local directory, or an XRootD origin (+ XCache).
+
+    With XRootD (inside a private network namespace), :meth:`origin_bytes` is the byte
+    counter of the HTB class that carries what the origin sends (installed even without a
+    ``rate``, at 100gbit, so that every mode's origin traffic is measured the same way).
+    """
+
+    def __init__(self, cfg: Config, files: list[str], workdir: Path):
+        self.cfg, self.files, self.workdir = cfg, files, workdir
+        self.origin = self.xcache = None
+        self._stack = contextlib.ExitStack()
+
+    def __enter__(self) -> Storage:
+        if self.cfg.storage == "local":
+            return self
+        from cacheaffinity.testing import xrootd as xrd
+
+        for k, v in xrd.BOUNDED_CLIENT_ENV.items():
+            os.environ.setdefault(k, v)
+        export = Path(self.files[0]).parent
+        self.origin = self._stack.enter_context(xrd.XRootDServer(export))
+        if "xcache" in (*self.cfg.modes, *self.cfg.membership_modes):
+            cache_dir = self.workdir / "xcache"
+            os.chmod(self.workdir, 0o755)
+            self.xcache = self._stack.enter_context(
+                xrd.XCacheServer(
+                    self.origin, cache_dir, blocksize=self.cfg.xcache_blocksize, prefetch=0
+                )
+            )
+        xrd.limit_loopback_bandwidth(self.cfg.rate or "100gbit", port=self.origin.port)
+        self._stack.callback(xrd.remove_loopback_bandwidth_limit)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def fileset(self, mode: str) -> dict[str, list[str]]:
+        if self.origin is None:
+            return {"synthetic": list(self.files)}
+        server = self.xcache if mode == "xcache" else self.origin
+        return {"synthetic": [server.file_url(Path(f).name) for f in self.files]}
+
+    def uproot_options(self) -> dict:
+        if self.origin is None:
+            return {}
+        import uproot
+
+        return {"handler": uproot.XRootDSource}
+
+    def origin_bytes(self) -> int | None:
+        """Bytes the origin has sent so far (tc class 1:10), None without XRootD."""
+        if self.origin is None:
+            return None
+        out = subprocess.run(
+            [shutil.which("tc") or "/usr/sbin/tc", "-s", "class", "show", "dev", "lo"],
+            capture_output=True, text=True, check=True,
+        ).stdout  # fmt: skip
+        m = re.search(r"class htb 1:10 .*?\n\s*Sent (\d+) bytes", out, re.S)
+        if not m:
+            raise RuntimeError(f"no byte counter of tc class 1:10 in:\n{out}")
+        return int(m.group(1))
+
+    def describe(self) -> dict:
+        if self.origin is None:
+            return {"kind": "local", "directory": str(Path(self.files[0]).parent)}
+        from cacheaffinity.testing import xrootd as xrd
+
+        return {
+            "kind": "xrootd",
+            "origin": self.origin.url,
+            "xcache": self.xcache.url if self.xcache else None,
+            "xcache_blocksize": self.cfg.xcache_blocksize,
+            "xcache_prefetch": 0,
+            "origin_rate_limit": self.cfg.rate,
+            "qdisc": xrd.loopback_qdisc(),
+        }
+
+
+# ----------------------------------------------------------------------------- one mode
+
+
+def _stock_steals(client, since: float) -> int:
+    return sum(
+        1
+        for t, m in client.get_events("stealing")
+        if t >= since and isinstance(m, (tuple, list)) and m and m[0] == "confirm"
+    )
+
+
+def _wait_nodes(client, n: int, plugin: bool, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = len(client.scheduler_info(n_workers=-1)["workers"])
+        nodes = len(cacheaffinity.check(client)["nodes"]) if plugin else n
+        if workers == n and nodes == n:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"cluster has {workers} workers / {nodes} nodes, waited for {n}")
+        time.sleep(0.1)
+
+
+def mode_runs(
+    mode: str, cfg: Config, storage: Storage, workdir: Path, *, membership: bool = False
+) -> Iterator[dict]:
+    """Generator: one cluster for ``mode``; each ``next()`` does one run and returns its row.
+
+    ``membership``: remove the last worker before run 3, add a new one before run 4.
+    """
+    cache_root = workdir / f"caches-{mode}{'-membership' if membership else ''}"
+    shutil.rmtree(cache_root, ignore_errors=True)
+    plugin = mode == "cacheaffinity"
+    cached = mode in CACHED
+    settings: dict[str, Any] = {
+        "distributed.scheduler.preload": ["cacheaffinity"] if plugin else [],
+        "distributed.worker.preload": ["cacheaffinity"] if cached else [],
+        "cacheaffinity.worker.directory": str(cache_root / "node-{name}"),
+        "cacheaffinity.worker.capacity": "50 GiB",
+    }
+    with contextlib.ExitStack() as stack:
+        with dask.config.set(settings):  # read when the scheduler and workers start
+            cluster = stack.enter_context(
+                LocalCluster(
+                    n_workers=cfg.workers, threads_per_worker=1, processes=True,
+                    host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                )  # fmt: skip
+            )
+            client = stack.enter_context(Client(cluster))
+            client.wait_for_workers(cfg.workers)
+        if plugin:
+            _wait_nodes(client, cfg.workers, True)
+            executor = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+        else:
+            executor = processor.DaskExecutor(
+                client=client, status=False, worker_affinity=mode == "coffea-affinity+cache"
+            )
+        runner_kw: dict[str, Any] = {"cachestrategy": cacheaffinity.cachestrategy} if cached else {}
+        metadata_cache: dict = {}
+        fileset = storage.fileset(mode)
+        n_nodes = cfg.workers
+        for run in range(1, cfg.runs + 1):
+            event = None
+            removed_share = None
+            if membership and run == 3:
+                # the node that leaves: the last worker's; its share of chunks = what misses
+                names = {str(w["name"]): a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
+                leaving = names[str(max(int(n) for n in names))]
+                if plugin:
+                    nodes = cacheaffinity.check(client)["nodes"]
+                    node = next(n for n, d in nodes.items() if leaving in d["workers"])
+                    done = sum(d["counters"].get("on-target", 0) + d["counters"].get("off-target", 0) for d in nodes.values())
+                    mine = nodes[node]["counters"].get("on-target", 0) + nodes[node]["counters"].get("off-target", 0)
+                    removed_share = mine / done if done else None
+                cluster.scale(cfg.workers - 1)
+                n_nodes = cfg.workers - 1
+                _wait_nodes(client, n_nodes, plugin)
+                event = f"removed worker {leaving}"
+            elif membership and run == 4:
+                # a new cache node: a new, empty directory (LocalCluster reuses the freed
+                # worker name, so node-{name} would be the removed node coming back)
+                added = {**settings, "cacheaffinity.worker.directory": str(cache_root / "added-{name}")}
+                with dask.config.set(added):  # the new worker reads it when it starts
+                    cluster.scale(cfg.workers)
+                    client.wait_for_workers(cfg.workers)
+                n_nodes = cfg.workers
+                _wait_nodes(client, n_nodes, plugin)
+                event = "added a worker with a new cache directory"
+            before = cacheaffinity.cache_totals(client) if cached else {}
+            c0 = cacheaffinity.check(client)["counters"] if plugin else {}
+            o0 = storage.origin_bytes()
+            since = time.time()
+            runner = processor.Runner(
+                executor=executor, schema=NanoAODSchema, chunksize=cfg.chunksize,
+                savemetrics=True, metadata_cache=metadata_cache, **runner_kw,
+            )  # fmt: skip
+            t0 = time.perf_counter()
+            out, metrics = runner(
+                fileset, processor_instance=DimuonJetProcessor(), treename="Events",
+                uproot_options=storage.uproot_options(),
+            )  # fmt: skip
+            wall = time.perf_counter() - t0
+            o1 = storage.origin_bytes()
+            after = cacheaffinity.cache_totals(client) if cached else {}
+            d = {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS} if cached else {}
+            lookups = d.get("hits", 0) + d.get("misses", 0)
+            row: dict[str, Any] = {
+                "mode": mode,
+                "run": run,
+                "nodes": n_nodes,
+                "event": event,
+                "wall_s": wall,
+                "storage_bytes": int(metrics.get("bytesread", 0)),
+                "origin_bytes": None if o0 is None else o1 - o0,
+                "decompressed_bytes": d.get("bytes_written") if cached else None,
+                "hit_rate": d["hits"] / lookups if cached and lookups else None,
+                "hits": d.get("hits"),
+                "misses": d.get("misses"),
+                "files_opened": d.get("storage_opens") if plugin else None,
+                "steals": None,
+                "on_preferred": None,
+                "summary": summary(out),
+            }
+            if removed_share is not None:
+                row["removed_node_share"] = removed_share
+            if plugin:
+                c1 = cacheaffinity.check(client)["counters"]
+                on = c1.get("on-target", 0) - c0.get("on-target", 0)
+                off = c1.get("off-target", 0) - c0.get("off-target", 0)
+                row["steals"] = c1.get("steals", 0) - c0.get("steals", 0)
+                row["on_preferred"] = on / (on + off) if on + off else None
+            elif mode != "coffea-affinity+cache":  # strict restrictions: nothing is stolen
+                row["steals"] = _stock_steals(client, since)
+            else:
+                row["steals"] = 0
+            yield row
+
+
+# ----------------------------------------------------------------------------- benchmark
+
+
+def run_benchmark(cfg: Config, log=print) -> dict:
+    """Run every mode (and scenario) of ``cfg``; returns the results document."""
+    cfg.check()
+    files = prepare_data(cfg)
+    stats = dataset_stats(files)
+    workdir = Path(cfg.workdir or tempfile.mkdtemp(prefix="cacheaffinity-consecutive-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    load_before = list(os.getloadavg())
+    sequences: dict[str, dict[str, list[dict]]] = {"stable": {}, "membership": {}}
+    try:
+        with Storage(cfg, files, workdir) as storage:
+            gens: dict[tuple[str, str], Iterator[dict]] = {}
+            if "stable" in cfg.scenarios:
+                for mode in cfg.modes:
+                    gens["stable", mode] = mode_runs(mode, cfg, storage, workdir)
+            if "membership" in cfg.scenarios:
+                for mode in cfg.membership_modes:
+                    gens["membership", mode] = mode_runs(mode, cfg, storage, workdir, membership=True)
+            try:
+                for run in range(1, cfg.runs + 1):
+                    for (scenario, mode), gen in gens.items():
+                        row = next(gen)
+                        sequences[scenario].setdefault(mode, []).append(row)
+                        log(_progress_line(scenario, row))
+            finally:
+                for gen in gens.values():
+                    gen.close()
+            storage_info = storage.describe()
+    finally:
+        if cfg.workdir is None:
+            shutil.rmtree(workdir, ignore_errors=True)
+    _fill_uncached_decompressed(sequences)
+    summaries = [r["summary"] for rows in sequences.values() for m in rows.values() for r in m]
+    identical = all(s == summaries[0] for s in summaries)
+    for rows in sequences.values():
+        for m in rows.values():
+            for r in m:
+                r.pop("summary")
+    doc = {
+        "sequences": sequences,
+        "identical_results": identical,
+        "dataset": stats,
+        "storage": storage_info,
+        "elapsed_s": time.perf_counter() - started,
+        "load_average_before": load_before,
+        "load_average_after": list(os.getloadavg()),
+    }
+    doc["targets"] = evaluate_targets(doc, cfg)
+    return doc
+
+
+def _fill_uncached_decompressed(sequences: dict) -> None:
+    cold = [
+        rows[0]["decompressed_bytes"]
+        for rows in sequences["stable"].values()
+        if rows and rows[0]["decompressed_bytes"]
+    ]
+    volume = max(cold) if cold else None
+    for rows in sequences.values():
+        for mode, m in rows.items():
+            if mode not in CACHED:
+                for r in m:
+                    r["decompressed_bytes"] = volume
+
+
+def _progress_line(scenario: str, r: dict) -> str:
+    hit = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
+    return (
+        f"[{scenario}] {r['mode']:22s} run {r['run']}: {r['wall_s']:7.2f} s, hit {hit}, "
+        f"storage {r['storage_bytes'] / 1e6:.1f} MB"
+        + ("" if r["origin_bytes"] is None else f", origin {r['origin_bytes'] / 1e6:.1f} MB")
+        + (f"  ({r['event']})" if r["event"] else "")
+    )
+
+
+def evaluate_targets(doc: dict, cfg: Config) -> dict:
+    """The issue's targets, each with the measured value and pass/fail (None: not measured)."""
+    stable = doc["sequences"]["stable"]
+    w = cfg.workers
+    out: dict[str, dict] = {}
+
+    def target(name, value, limit, ok, note=""):
+        out[name] = {"value": value, "limit": limit, "pass": None if value is None else ok, "note": note}
+
+    ca = stable.get("cacheaffinity")
+    if ca and len(ca) >= 2:
+        hr = ca[1]["hit_rate"]
+        target("cacheaffinity run-2 hit rate (stable)", hr, ">= 0.99", hr is not None and hr >= 0.99)
+        speed = ca[0]["wall_s"] / ca[1]["wall_s"]
+        target("cacheaffinity run-1 / run-2 wall", speed, ">= 5", speed >= 5)
+        for mode, rows in stable.items():
+            if mode != "cacheaffinity" and len(rows) >= 2:
+                ratio = rows[1]["wall_s"] / ca[1]["wall_s"]
+                target(f"{mode} run-2 wall / cacheaffinity run-2 wall", ratio, "> 1", ratio > 1)
+        target("run 1 >= 60 s (full size)", ca[0]["wall_s"], ">= 60", ca[0]["wall_s"] >= 60)
+    dd = stable.get("dask-default+cache")
+    if ca and dd and len(dd) >= 2 and len(ca) >= 2 and dd[1]["hit_rate"] is not None:
+        target(
+            "dask-default+cache run-2 hit rate below cacheaffinity's",
+            dd[1]["hit_rate"], f"< {ca[1]['hit_rate']}",
+            ca[1]["hit_rate"] is not None and dd[1]["hit_rate"] < ca[1]["hit_rate"],
+            f"expected ~1/W = {1 / w:.3f}",
+        )
+    for mode, rows in doc["sequences"]["membership"].items():
+        if len(rows) >= 4:
+            limit3 = (1 - 1 / w) - 0.02
+            h3 = rows[2]["hit_rate"]
+            target(
+                f"{mode} run-3 hit rate after a node was removed (W={w})", h3, f">= {limit3:.4f}",
+                h3 is not None and h3 >= limit3,
+                f"share of chunks on the removed node: {rows[2].get('removed_node_share')}",
+            )
+            limit4 = (1 - 1 / w) - 0.02  # W' + 1 = w nodes after the addition
+            h4 = rows[3]["hit_rate"]
+            target(
+                f"{mode} run-4 hit rate after a node was added (W'={w - 1} -> {w})", h4,
+                f">= {limit4:.4f}", h4 is not None and h4 >= limit4,
+            )  # fmt: skip
+    return out
+
+
+# ----------------------------------------------------------------------------- output
+
+
+def table_rows(doc: dict) -> list[dict]:
+    """One row per scenario, mode and run, for :func:`benchmarks._common.print_table`."""
+    rows = []
+    for scenario, modes in doc["sequences"].items():
+        for mode, runs in modes.items():
+            for r in runs:
+                rows.append(
+                    {
+                        "scenario": scenario,
+                        "mode": mode,
+                        "run": r["run"],
+                        "nodes": r["nodes"],
+                        "wall [s]": r["wall_s"],
+                        "storage MB": r["storage_bytes"] / 1e6,
+                        "origin MB": None if r["origin_bytes"] is None else r["origin_bytes"] / 1e6,
+                        "decompr. MB": None
+                        if r["decompressed_bytes"] is None
+                        else r["decompressed_bytes"] / 1e6,
+                        "hit rate": None if r["hit_rate"] is None else f"{r['hit_rate']:.1%}",
+                        "steals": r["steals"],
+                        "on pref.": None
+                        if r["on_preferred"] is None
+                        else f"{r['on_preferred']:.1%}",
+                    }
+                )
+    return rows
+
+
+def plot(doc: dict, title: str = ""):
+    """Fig.-3 style: per mode, bars = data read from storage per run, points = wall time;
+    bottom panel: hit rate per run.  Returns the matplotlib figure."""
+    plt = pyplot()
+    stable = doc["sequences"]["stable"]
+    membership = doc["sequences"].get("membership") or {}
+    panels = [(f"{m}", rows) for m, rows in stable.items()] + [
+        (f"{m}\n(node -1 before run 3, +1 before 4)", rows) for m, rows in membership.items()
+    ]
+    n = len(panels)
+    fig, axes = plt.subplots(2, n, figsize=(3.1 * n, 6), squeeze=False, sharex="col",
+                             gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
+    wmax = max(r["wall_s"] for _, rows in panels for r in rows)
+    use_origin = all(r["origin_bytes"] is not None for _, rows in panels for r in rows)
+    key = "origin_bytes" if use_origin else "storage_bytes"
+    bmax = max(max(r[key] for _, rows in panels for r in rows), 1) / 1e6
+    for i, (name, rows) in enumerate(panels):
+        ax, axh = axes[0][i], axes[1][i]
+        runs = [r["run"] for r in rows]
+        ax.bar(runs, [r[key] / 1e6 for r in rows], color="C0", alpha=0.6)
+        ax.set_ylim(0, bmax * 1.15)
+        ax.set_title(name, fontsize=9)
+        if i == 0:
+            ax.set_ylabel(("origin" if use_origin else "storage") + " MB read (bars)", color="C0")
+        tw = ax.twinx()
+        tw.plot(runs, [r["wall_s"] for r in rows], "o-", color="C3")
+        tw.set_ylim(0, wmax * 1.15)
+        if i == n - 1:
+            tw.set_ylabel("wall time [s] (points)", color="C3")
+        else:
+            tw.set_yticklabels([])
+        hr = [None if r["hit_rate"] is None else 100 * r["hit_rate"] for r in rows]
+        if any(h is not None for h in hr):
+            axh.bar(runs, [h or 0 for h in hr], color="C2")
+        else:
+            axh.text(0.5, 0.5, "no column cache", ha="center", va="center", transform=axh.transAxes)
+        axh.set_ylim(0, 105)
+        axh.set_xlabel("run")
+        axh.set_xticks(runs)
+        if i == 0:
+            axh.set_ylabel("hit rate [%]")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def print_targets(targets: dict) -> None:
+    print()
+    for name, t in targets.items():
+        v = t["value"]
+        vs = "-" if v is None else f"{v:.4g}"
+        verdict = {True: "PASS", False: "MISS", None: "n/a"}[t["pass"]]
+        print(f"{verdict:4s}  {name}: {vs} ({t['limit']}) {t['note']}")
+
+
+def parse_args(argv=None) -> tuple[Config, str]:
+    d = Config()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--workers", type=int, default=d.workers, help="W worker processes = W cache nodes")
+    p.add_argument("--runs", type=int, default=d.runs, help="R consecutive runs")
+    p.add_argument("--events", type=int, default=d.events)
+    p.add_argument("--files", type=int, default=d.files)
+    p.add_argument("--chunksize", type=int, default=d.chunksize)
+    p.add_argument("--codec", default=d.codec)
+    p.add_argument("--seed", type=int, default=d.seed)
+    p.add_argument("--branches", nargs="*", default=None,
+                   help="glob patterns of branches to generate (default: all NanoAOD branches)")
+    p.add_argument("--storage", choices=("xrootd", "local"), default=d.storage)
+    p.add_argument("--rate", default=d.rate, help="origin bandwidth limit (tc units); 'none' for none")
+    p.add_argument("--modes", nargs="+", default=list(d.modes), choices=MODES)
+    p.add_argument("--scenarios", nargs="+", default=list(d.scenarios), choices=("stable", "membership"))
+    p.add_argument("--membership-modes", nargs="*", default=list(d.membership_modes), choices=MODES)
+    p.add_argument("--data", default=d.data, help="where generated datasets are kept")
+    p.add_argument("--workdir", default=None, help="cache directories (default: a temporary one)")
+    p.add_argument("--out", default=str(DEFAULT_OUT))
+    a = p.parse_args(argv)
+    cfg = Config(
+        workers=a.workers, runs=a.runs, events=a.events, files=a.files, chunksize=a.chunksize,
+        codec=a.codec, seed=a.seed, storage=a.storage,
+        branches=tuple(a.branches) if a.branches else None,
+        rate=None if str(a.rate).lower() == "none" else a.rate,
+        modes=tuple(a.modes), scenarios=tuple(a.scenarios),
+        membership_modes=tuple(a.membership_modes), data=a.data, workdir=a.workdir,
+    )  # fmt: skip
+    return cfg, a.out
+
+
+def write_results(doc: dict, cfg: Config, out: str | os.PathLike) -> tuple[str, str]:
+    """Write ``consecutive_runs.json`` and ``.png`` into ``out``; returns their paths."""
+    out = Path(out)
+    config = dataclasses.asdict(cfg)
+    config["design"] = (__doc__ or "").split("\n\n", 1)[1].split("    python ")[0].strip()
+    j, png = str(out / "consecutive_runs.json"), str(out / "consecutive_runs.png")
+    write_json(j, config=config, results=doc)
+    ds = doc["dataset"]
+    title = (
+        f"{int(ds['events']):,} events {cfg.codec}, {cfg.workers} nodes, storage "
+        f"{doc['storage']['kind']}"
+        + (f" ({cfg.rate})" if doc["storage"]["kind"] == "xrootd" and cfg.rate else "")
+    )
+    save_png(plot(doc, title), png)
+    return j, png
+
+
+def main(argv=None) -> int:
+    cfg, out = parse_args(argv)
+    cfg.check()
+    if cfg.storage == "xrootd":
+        from cacheaffinity.testing import xrootd as xrd
+
+        missing = xrd.missing_requirements()
+        if missing:
+            raise SystemExit(
+                "--storage xrootd needs " + "; ".join(missing) + " (or use --storage local)"
+            )
+        for k, v in xrd.BOUNDED_CLIENT_ENV.items():
+            os.environ.setdefault(k, v)
+        xrd.reexec_in_private_netns()
+    print(f"machine: load {os.getloadavg()}, {os.cpu_count()} cpus", flush=True)
+    doc = run_benchmark(cfg)
+    print_table(table_rows(doc), title="\nconsecutive runs (storage MB: bytes requested by uproot; "
+                "origin MB: what the XRootD origin sent)")  # fmt: skip
+    print_targets(doc["targets"])
+    print(f"\nresults identical across modes and runs: {doc['identical_results']}; "
+          f"elapsed {doc['elapsed_s']:.0f} s; load {doc['load_average_before']} -> "
+          f"{doc['load_average_after']}")  # fmt: skip
+    j, png = write_results(doc, cfg, out)
+    print(f"wrote {j} and {png}")
+    return 0 if doc["identical_results"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,124 @@
+"""The consecutive-run benchmark's core at a tiny size (benchmarks/consecutive_runs.py).
+
+Real local clusters, real generated LZMA files, real column caches; with ``--storage
+xrootd`` a real XRootD origin and XCache in a private network namespace (skipped with the
+reason when the machine lacks them).  Timings are not asserted: only what the counters
+must show whatever the machine's load.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from cacheaffinity.testing import xrootd as xrd
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import consecutive_runs as cr  # noqa: E402
+
+TINY = dict(events=1200, files=1, chunksize=200, branches=("Muon_*", "Jet_*"), progress=False)
+
+
+def test_bad_configuration_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown mode 'nope'"):
+        cr.Config(modes=("nope",)).check()
+    with pytest.raises(ValueError, match="--runs 4"):
+        cr.Config(runs=3, scenarios=("stable", "membership")).check()
+    cfg = cr.Config(storage="local")
+    cfg.check()
+    assert "xcache" not in cfg.modes  # no XCache without XRootD
+
+
+@pytest.mark.timeout(420)
+def test_local_storage_stable_and_membership(tmp_path):
+    w = 2
+    cfg = cr.Config(
+        workers=w, runs=4, storage="local", data=str(tmp_path / "data"),
+        modes=("dask-default+cache", "cacheaffinity"), scenarios=("stable", "membership"),
+        membership_modes=("cacheaffinity",), **TINY,
+    )  # fmt: skip
+    doc = cr.run_benchmark(cfg, log=lambda line: None)
+    assert doc["identical_results"]
+    stable = doc["sequences"]["stable"]
+    ca, dd = stable["cacheaffinity"], stable["dask-default+cache"]
+    assert [r["run"] for r in ca] == [1, 2, 3, 4]
+    for rows in (ca, dd):  # cold first run: everything missed, decompressed, read
+        assert rows[0]["hit_rate"] == 0
+        assert rows[0]["decompressed_bytes"] > 0
+        assert rows[0]["storage_bytes"] > 0
+    # every cached mode counts the same columns: equal lookups per run
+    assert ca[0]["hits"] + ca[0]["misses"] == dd[0]["hits"] + dd[0]["misses"]
+    assert ca[1]["hit_rate"] >= 0.9, ca[1]
+    assert ca[1]["decompressed_bytes"] < ca[0]["decompressed_bytes"]
+    assert ca[1]["on_preferred"] is not None and ca[0]["steals"] is not None
+    assert ca[1]["storage_bytes"] < ca[0]["storage_bytes"]
+    assert dd[0]["on_preferred"] is None  # no preferred node without the plugin
+    # membership: a node removed before run 3, one added before run 4
+    m = doc["sequences"]["membership"]["cacheaffinity"]
+    assert [r["nodes"] for r in m] == [w, w, w - 1, w]
+    assert m[2]["event"].startswith("removed") and m[3]["event"].startswith("added")
+    assert 0 < m[2]["removed_node_share"] < 1
+    assert m[2]["hit_rate"] < 1  # the removed node's chunks missed
+    assert m[3]["hit_rate"] < 1  # the new node's chunks missed
+    names = set(doc["targets"])
+    assert "cacheaffinity run-2 hit rate (stable)" in names
+    assert any("removed" in n for n in names) and any("added" in n for n in names)
+    assert all(t["pass"] in (True, False, None) for t in doc["targets"].values())
+    # JSON and PNG
+    j, png = cr.write_results(doc, cfg, tmp_path / "out")
+    saved = json.loads(Path(j).read_text())
+    assert saved["config"]["workers"] == w
+    assert saved["results"]["sequences"]["stable"]["cacheaffinity"][1]["run"] == 2
+    assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rows = cr.table_rows(doc)
+    assert len(rows) == 4 + 4 + 4
+
+
+@pytest.mark.timeout(600)
+def test_xrootd_storage(tmp_path):
+    """The script over a real XRootD origin + XCache (it re-executes itself under unshare -n)."""
+    missing = xrd.missing_requirements()
+    if missing:
+        pytest.skip("XRootD benchmark needs " + "; ".join(missing))
+    # the unprivileged xrootd user must reach the files: not under pytest's 0700 tmp_path
+    data = Path(tempfile.mkdtemp(prefix="cacheaffinity-test-consecutive-"))
+    os.chmod(data, 0o755)
+    try:
+        _run_xrootd(data, tmp_path)
+    finally:
+        shutil.rmtree(data, ignore_errors=True)
+
+
+def _run_xrootd(data: Path, tmp_path: Path) -> None:
+    argv = [
+        sys.executable, str(REPO / "benchmarks" / "consecutive_runs.py"),
+        "--storage", "xrootd", "--rate", "1gbit", "--workers", "2", "--runs", "2",
+        "--events", str(TINY["events"]), "--files", "1", "--chunksize", str(TINY["chunksize"]),
+        "--branches", *TINY["branches"], "--modes", "direct", "xcache", "cacheaffinity",
+        "--scenarios", "stable", "--data", str(data), "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=540, cwd=REPO, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
+    doc = json.loads((tmp_path / "out" / "consecutive_runs.json").read_text())["results"]
+    assert doc["storage"]["kind"] == "xrootd"
+    assert "htb" in doc["storage"]["qdisc"]
+    assert doc["identical_results"]
+    s = doc["sequences"]["stable"]
+    for mode in ("direct", "xcache", "cacheaffinity"):
+        assert s[mode][0]["origin_bytes"] > 0, mode  # run 1 reads from the origin
+    # run 2: the origin sends about as much again for direct, next to nothing for the caches
+    assert s["direct"][1]["origin_bytes"] > 0.5 * s["direct"][0]["origin_bytes"]
+    assert s["xcache"][1]["origin_bytes"] < 0.1 * s["xcache"][0]["origin_bytes"]
+    assert s["cacheaffinity"][1]["origin_bytes"] < 0.1 * s["cacheaffinity"][0]["origin_bytes"]
+    assert s["xcache"][1]["storage_bytes"] > 0  # XCache still serves the compressed bytes
+    assert s["cacheaffinity"][1]["hit_rate"] >= 0.9
