@@ -115,9 +115,10 @@ def test_portal_notebook():
         timeout=600,
         parameters={"SCHEDULER": "", "EVENTS": 6000, "WORKERS": 2},
     )
-    text = "".join(o.get("text", "") for o in outputs(nb, "stream"))
+    # stdout only: stderr carries the cluster's log lines (e.g. at shutdown)
+    text = "".join(o.get("text", "") for o in outputs(nb, "stream") if o.get("name") == "stdout")
     assert "results of run 1 and run 2 identical: True" in text, text[-2000:]
-    assert text.rstrip().endswith("ok"), text[-2000:]
+    assert "ok" in text.splitlines(), text[-2000:]  # the notebook's final asserts passed
     tables = [o for o in outputs(nb, "execute_result") if "text/html" in o.get("data", {})]
     assert len(tables) >= 3, "expected the runs, chunks and per-node tables"  # pandas HTML
     runs_table = tables[0]["data"]["text/plain"]
