@@ -81,7 +81,7 @@ def make_cluster(kind: str, **kwargs):
     return slurm_cluster(**kwargs)
 
 
-@pytest.mark.timeout(180)
+@pytest.mark.timeout(420)
 @pytest.mark.parametrize("kind", ["slurm", "htcondor"])
 def test_job_script_starts_a_cache_node_where_the_job_runs(kind, tmp_path):
     env = dict(os.environ, CA_NODE_SCRATCH=str(tmp_path / "scratch"))
@@ -112,7 +112,7 @@ def test_job_script_starts_a_cache_node_where_the_job_runs(kind, tmp_path):
         )  # fmt: skip
         try:
             with Client(cluster) as client:
-                client.wait_for_workers(1, timeout=90)
+                client.wait_for_workers(1, timeout=240)
                 deadline = time.monotonic() + 60
                 while not cacheaffinity.check(client)["nodes"] and time.monotonic() < deadline:
                     time.sleep(0.2)
@@ -266,5 +266,5 @@ def test_missing_dask_jobqueue_names_the_extra():
         "try:\n    slurm_cluster(cores=1, memory='1 GiB')\n"
         "except ImportError as e:\n    print(e)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
     assert "pip install cacheaffinity[jobqueue]" in out.stdout, out.stderr
