@@ -287,7 +287,21 @@ def jobqueue_cluster(cluster_cls, **kwargs: Any):
     config = kwargs.get("config_name") or getattr(
         getattr(cluster_cls, "job_cls", None), "config_name", None
     )
+    _ensure_jobqueue_defaults(config)
     return cluster_cls(**cluster_kwargs(jobqueue_config=config, **kwargs))
+
+
+def _ensure_jobqueue_defaults(config_name: str | None) -> None:
+    """Put dask-jobqueue's defaults back if the Dask config lost them.
+
+    dask-jobqueue adds its defaults once, when it is imported; code that later replaces
+    the Dask config wholesale (test harnesses, ``dask.config.config = {...}``) drops them,
+    and every jobqueue cluster then fails with ``KeyError: 'jobqueue'``.
+    """
+    if config_name and dask.config.get(f"jobqueue.{config_name}.cores", None) is None:
+        from dask_jobqueue.config import reconfigure
+
+        reconfigure()  # update_defaults: keeps values the user set
 
 
 def slurm_cluster(**kwargs: Any):

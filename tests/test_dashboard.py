@@ -291,7 +291,7 @@ async def test_page_added_when_plugin_registered_on_a_running_scheduler(c, s, a,
     await async_poll_for(
         lambda: len(plugin.node_workers) == 2
         and not any(n.startswith(HOST_NODE_PREFIX) for n in plugin.node_workers),
-        timeout=10,
+        timeout=30,
     )
     status = (await http.fetch(f"{base}/status")).body.decode()
     assert status.count('href="cacheaffinity"') == 1
@@ -311,7 +311,7 @@ async def test_page_added_when_plugin_registered_on_a_running_scheduler(c, s, a,
 
     # The page's models, filled from the current plugin.
     plugin = s.plugins["cacheaffinity"]
-    await async_poll_for(lambda: len(plugin.node_workers) == 2, timeout=10)
+    await async_poll_for(lambda: len(plugin.node_workers) == 2, timeout=30)
     ids = chunk_ids(40, run="b")
     await c.gather(cacheaffinity.map_chunks(c, cache_chunk, ids, chunk_ids=ids))
     view = TorusView(s)
