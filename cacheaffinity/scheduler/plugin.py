@@ -156,6 +156,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.node_workers: dict[str, set[str]] = {}
         #: workers whose node report is still to come
         self.pending_workers: set[str] = set()
+        self._pending_pc = None  # PeriodicCallback of _check_pending, while started
         #: cache node id -> weight reported by its workers
         self.node_reported_weight: dict[str, float] = {}
         #: task key -> chunk id, for every chunk task the scheduler knows
@@ -196,12 +197,38 @@ class CacheAffinityPlugin(SchedulerPlugin):
         for addr in list(scheduler.workers):
             self._learn_worker(addr)
         self._membership_changed("plugin-start", stimulus_id="cacheaffinity-start")
+        if self._pending_pc is None:
+            # A worker whose plugin was set up before this plugin started reports its
+            # node only in its metrics (next heartbeat): look for pending workers there.
+            from tornado.ioloop import PeriodicCallback
+
+            self._pending_pc = PeriodicCallback(self._check_pending, 1000)
+            self._pending_pc.start()
         logger.info(
             "cacheaffinity %s placement active: %d cache nodes, %s",
             __version__,
             len(self.node_workers),
             self.describe(),
         )
+
+    async def close(self) -> None:
+        if self._pending_pc is not None:
+            self._pending_pc.stop()
+
+    def _check_pending(self) -> None:
+        """Pending workers whose heartbeat now carries their node become cache nodes."""
+        s = self.scheduler
+        if s is None or s.plugins.get(PLUGIN_NAME) is not self:  # removed or replaced
+            if self._pending_pc is not None:
+                self._pending_pc.stop()
+            return
+        for addr in list(self.pending_workers):
+            ws = s.workers.get(addr)
+            if ws is None:
+                self.pending_workers.discard(addr)
+            elif isinstance((ws.metrics or {}).get(WORKER_METRIC), dict):
+                node, weight = self._node_of_metrics(ws)
+                self._handle_node_report(addr, node, weight)
 
     def describe(self) -> str:
         p = self.placement
