@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from cacheaffinity.testing import skip_or_fail
+
 from cacheaffinity.testing import xrootd as xrd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -88,7 +90,7 @@ def test_xrootd_storage(tmp_path):
     """The script over a real XRootD origin + XCache (it re-executes itself under unshare -n)."""
     missing = xrd.missing_requirements()
     if missing:
-        pytest.skip("XRootD benchmark needs " + "; ".join(missing))
+        skip_or_fail("XRootD benchmark needs " + "; ".join(missing))
     # the unprivileged xrootd user must reach the files: not under pytest's 0700 tmp_path
     data = Path(tempfile.mkdtemp(prefix="cacheaffinity-test-consecutive-"))
     os.chmod(data, 0o755)

@@ -19,6 +19,8 @@ from pathlib import Path
 import dask
 import numpy as np
 import pytest
+
+from cacheaffinity.testing import skip_or_fail
 from distributed import Client, LocalCluster
 from distributed.utils_test import async_poll_for, gen_cluster
 from tornado.httpclient import AsyncHTTPClient, HTTPClient
@@ -65,7 +67,7 @@ def cache_chunk(chunk):
 @pytest.fixture
 def browser(tmp_path):
     if CHROMIUM is None:
-        pytest.skip("chromium is not installed (Debian packages: chromium chromium-driver)")
+        skip_or_fail("chromium is not installed (Debian packages: chromium chromium-driver)")
     try:
         from selenium import webdriver
         from selenium.webdriver.chrome.service import Service

@@ -29,7 +29,7 @@ from cacheaffinity.jobqueue import (
     worker_extra_args,
 )
 
-pytest.importorskip("dask_jobqueue", reason="pip install cacheaffinity[jobqueue]")
+import dask_jobqueue  # noqa: E402,F401  (test extra: pip install -e ".[test]")
 
 LOCAL = {
     "interface": "lo",

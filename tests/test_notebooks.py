@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-nbformat = pytest.importorskip("nbformat", reason="pip install nbformat nbclient ipykernel")
-nbclient = pytest.importorskip("nbclient", reason="pip install nbformat nbclient ipykernel")
+import nbclient  # noqa: E402  (test extras)
+import nbformat  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import dask
 import pytest
+
+from cacheaffinity.testing import skip_or_fail
 from coffea import processor
 from coffea.nanoevents import NanoAODSchema
 from distributed import Client
@@ -34,10 +36,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserW
 
 @pytest.fixture(scope="module")
 def slurm(request):
-    pytest.importorskip("dask_jobqueue", reason="pip install cacheaffinity[jobqueue]")
     reason = missing_requirements()
     if reason:
-        pytest.skip(reason)
+        skip_or_fail(reason)
     s = LocalSlurm(cpus=2)
     request.addfinalizer(s.stop)
     s.start()

@@ -25,6 +25,8 @@ import time
 import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
+
+from cacheaffinity.testing import skip_or_fail
 import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -611,7 +613,7 @@ def tiny_tmpfs(tmp_path):
     mnt.mkdir()
     r = _run("mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt))
     if r.returncode:
-        pytest.skip(f"mounting a tmpfs needs root (CAP_SYS_ADMIN): {r.stderr.strip()}")
+        skip_or_fail(f"mounting a tmpfs needs root (CAP_SYS_ADMIN): {r.stderr.strip()}")
     yield mnt
     _run("umount", "-l", str(mnt))
 
@@ -625,7 +627,7 @@ def read_only_view(tmp_path):
         os.makedirs(dst, exist_ok=True)
         r = _run("mount", "--bind", str(src), str(dst))
         if r.returncode:
-            pytest.skip(f"bind mounts need root (CAP_SYS_ADMIN): {r.stderr.strip()}")
+            skip_or_fail(f"bind mounts need root (CAP_SYS_ADMIN): {r.stderr.strip()}")
         mounts.append(dst)
         r = _run("mount", "-o", "remount,bind,ro", str(dst))
         assert r.returncode == 0, r.stderr

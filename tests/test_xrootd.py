@@ -25,6 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from cacheaffinity.testing import skip_or_fail
+
 from cacheaffinity.testing import xrootd as xrd
 
 REPO = Path(__file__).resolve().parent.parent
@@ -36,7 +38,7 @@ REMOTE_READS = ("origin", "xcache_first", "xcache_second", "xcache_origin_stoppe
 def _skip_unless_available() -> None:
     missing = xrd.missing_requirements()
     if missing:
-        pytest.skip("XRootD test needs " + "; ".join(missing))
+        skip_or_fail("XRootD test needs " + "; ".join(missing))
 
 
 def _host(tool: str, *args: str) -> str:
