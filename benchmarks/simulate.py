@@ -64,20 +64,18 @@ import os
 import sys
 import time
 from collections import OrderedDict
-from itertools import repeat
 
 import numpy as np
-import xxhash
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 from _common import parser, print_table, pyplot, save_png, write_json
+from placement import _hash_all, _mix64  # the hash baselines' helpers (benchmarks/placement.py)
 
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.scheduler.stealing import choose_steal, plan_steals, track_idle
 
-_h64 = xxhash.xxh3_64_intdigest
 MB = 1e6
 
 #: Measured rates (benchmarks/results): cache_read.json (LZMA(9): uproot 33.1 MB/s of
@@ -143,20 +141,6 @@ QUICK["scenarios"] = {
 
 
 # ====================================================================== placements
-def _hash_all(ids, seed=0) -> np.ndarray:
-    bs = [s.encode() for s in ids]
-    return np.fromiter(map(_h64, bs, repeat(seed, len(bs))), dtype=np.uint64, count=len(bs))
-
-
-def _mix64(z: np.ndarray) -> np.ndarray:
-    z ^= z >> np.uint64(30)
-    z *= np.uint64(0xBF58476D1CE4E5B9)
-    z ^= z >> np.uint64(27)
-    z *= np.uint64(0x94D049BB133111EB)
-    z ^= z >> np.uint64(31)
-    return z
-
-
 class Torus:
     """The project's TorusPlacement (``self.p``), nothing else."""
 
