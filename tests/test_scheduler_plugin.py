@@ -221,13 +221,17 @@ async def test_check_raises_without_plugin(c, s, a):
     config={"distributed.scheduler.preload": ["cacheaffinity"], **NO_STEALING},
 )
 async def test_config_preload_installs_plugin_and_stealing(c, s, a, b):
+    from distributed.stealing import WorkStealing
+
     plugin = s.plugins["cacheaffinity"]
     assert isinstance(plugin, CacheAffinityPlugin)
-    assert isinstance(s.extensions["stealing"], cacheaffinity.LocalityStealing)
-    stealers = [
-        p for p in s.plugins.values() if type(p).__name__ in ("WorkStealing", "LocalityStealing")
-    ]
-    assert len(stealers) == 1
+    # Dask's own stealing extension stays, the chunk-task policy is the plugin's
+    ext = s.extensions["stealing"]
+    assert isinstance(ext, WorkStealing) and ext.chunk_tasks is plugin.locator.chunk_of
+    assert isinstance(plugin.stealing, cacheaffinity.LocalityStealing)
+    stealers = [p for p in s.plugins.values() if isinstance(p, WorkStealing)]
+    assert stealers == [ext]
+    assert s.stream_handlers["steal-response"].__self__ is ext
     info = await cacheaffinity.check(c)
     # workers without a worker plugin fall back to their host: one node here
     assert list(info["nodes"]) == [HOST_NODE_PREFIX + "127.0.0.1"]
