@@ -50,7 +50,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from distributed.diagnostics.plugin import SchedulerPlugin
 
-from cacheaffinity import __version__, config
+from cacheaffinity import config
+from cacheaffinity._version import __version__
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.protocol import (
     ANNOTATION,
@@ -234,13 +235,20 @@ class CacheAffinityPlugin(SchedulerPlugin):
         )
 
     async def close(self) -> None:
+        self._detach()
+
+    def _detach(self) -> None:
+        """Stop the periodic work and give chunk tasks back to Dask's stealing
+        (idempotent; the plugin was closed, removed or replaced)."""
         if self._pending_pc is not None:
             self._pending_pc.stop()
             self._pending_pc = None
         if self.stealing is not None:
             self.stealing.stop()
         if self.scheduler is not None and self.manage_stealing:
-            _distributed.release_stealing(self.scheduler.extensions.get("stealing"))
+            ext = self.scheduler.extensions.get("stealing")
+            if getattr(ext, "chunk_tasks", None) is self.locator.chunk_of:
+                _distributed.release_stealing(ext)
 
     def _stealing_mode(self) -> str:
         st = self.stealing
@@ -260,8 +268,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         """Pending workers whose heartbeat now carries their node become cache nodes."""
         s = self.scheduler
         if s is None or s.plugins.get(PLUGIN_NAME) is not self:  # removed or replaced
-            if self._pending_pc is not None:
-                self._pending_pc.stop()
+            self._detach()  # Scheduler.remove_plugin does not call close()
             return
         for addr, node, weight in self.membership.reported_pending():
             self._handle_node_report(addr, node, weight)
