@@ -295,7 +295,8 @@ def test_distributed_internals_used_by_the_adapter_exist():
     import asyncio
 
     async def attrs():
-        async with Scheduler(host="127.0.0.1", port=0, dashboard=False) as s:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard=False,
+                             dashboard_address="127.0.0.1:0") as s:
             ext = s.extensions["stealing"]
             assert type(ext) is WorkStealing
             for name in ("key_stealable", "in_flight", "in_flight_tasks", "metrics", "count"):

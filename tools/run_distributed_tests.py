@@ -62,7 +62,7 @@ import distributed
 from distributed import Scheduler
 
 async def main():
-    async with Scheduler(host="127.0.0.1", port=0, dashboard_address=":0") as s:
+    async with Scheduler(host="127.0.0.1", port=0, dashboard_address="127.0.0.1:0") as s:
         return sorted(s.plugins), type(s.extensions.get("stealing")).__name__
 plugins, stealing = asyncio.run(main())
 print(json.dumps({"distributed": distributed.__file__, "version": distributed.__version__,

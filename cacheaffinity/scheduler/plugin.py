@@ -201,6 +201,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def chunk_of(self) -> dict:
         return self.locator.chunk_of
 
+    def node_weight(self, node: str) -> float:
+        """Weight of a live node: configured, reported, or its total threads."""
+        return self.membership.weight(node)
+
     # ============================================================ lifecycle
     async def start(self, scheduler: Scheduler) -> None:
         self.scheduler = scheduler
