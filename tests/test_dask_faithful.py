@@ -308,3 +308,39 @@ def test_distributed_internals_used_by_the_adapter_exist():
             assert type(ext) is _distributed.ChunkAwareWorkStealing
 
     asyncio.run(attrs())
+
+
+def test_run_distributed_tests_reads_junit_outcomes_and_checks_its_input(tmp_path):
+    """tools/run_distributed_tests.py: outcomes of a real pytest run, and a clear
+    error for a directory that is no distributed checkout."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
+    try:
+        import run_distributed_tests as tool
+    finally:
+        sys.path.pop(0)
+    (tmp_path / "test_mini.py").write_text(
+        "import pytest\n"
+        "def test_ok(): pass\n"
+        "def test_bad(): assert False\n"
+        "@pytest.mark.skip(reason='no')\ndef test_skip(): pass\n"
+        "@pytest.mark.xfail\ndef test_xf(): assert False\n"
+        "@pytest.mark.parametrize('x', [1, 2])\ndef test_p(x): assert x == 1\n"
+    )
+    junit = tmp_path / "out.xml"
+    subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    "-p", "no:randomly", f"--junitxml={junit}", "test_mini.py"],
+                   cwd=tmp_path, capture_output=True)  # fmt: skip
+    assert tool.outcomes(junit) == {
+        "test_mini.py::test_ok": "passed",
+        "test_mini.py::test_bad": "failed",
+        "test_mini.py::test_skip": "skipped",
+        "test_mini.py::test_xf": "xfail",
+        "test_mini.py::test_p[1]": "passed",
+        "test_mini.py::test_p[2]": "failed",
+    }
+    with pytest.raises(SystemExit, match="--distributed-src=.*no test_steal.py"):
+        tool.prepare(tmp_path, tmp_path / "work", ["test_steal.py"])
