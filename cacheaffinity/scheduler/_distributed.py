@@ -22,8 +22,10 @@ Undocumented names of distributed used here (none starts with an underscore):
 * ``WorkerState.processing``, ``executing``, ``long_running``, ``resources``,
   ``status``.
 
-Checked against distributed 2026.8.0 (the project's pin) and 2026.3.0 (the
-oldest release the project's other pins allow; see the report of issue 12).
+Checked (tests/test_stealing.py, test_scheduler_plugin.py, test_dask_faithful.py
+pass) with distributed/dask 2026.8.0 (the project's pin), 2026.3.0 and 2026.1.2
+(2026.1.0 cannot be installed with dask 2026.1.0: its metadata asks for dask
+2025.12).
 
 Notes
 -----
@@ -53,8 +55,10 @@ __all__ = [
     "ChunkAwareWorkStealing",
     "adopt_stealing",
     "idle_workers",
+    "in_flight_tasks",
     "is_executing",
     "may_run_on",
+    "release_stealing",
     "request_move",
     "schedule_unrunnable",
 ]
