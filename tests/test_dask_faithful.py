@@ -188,8 +188,6 @@ def test_a_plugin_move_that_would_break_a_restriction_is_refused(restrict, tmp_p
         assert ts.processing_on is s.workers[a.address]
         thief = s.workers[b.address]
         restrict(ts, a.address)
-        if ts.worker_restrictions == {a.address}:  # a user's restriction, not the plugin's
-            plugin.locator.chunk_of.pop(ts.key)
         ts.loose_restrictions = False
         assert not plugin.stealing.move(ts, thief, reason="steal")
         assert plugin.stealing.refused == 1 and not plugin.stealing.in_flight

@@ -138,16 +138,13 @@ def idle_workers(scheduler: Scheduler) -> dict[str, WorkerState]:
     return {a: ws for a, ws in scheduler.idle.items() if ws.status.name == "running"}
 
 
-def may_run_on(
-    scheduler: Scheduler, ts: TaskState, ws: WorkerState, *, own_worker_restrictions: bool
-) -> bool:
+def may_run_on(scheduler: Scheduler, ts: TaskState, ws: WorkerState) -> bool:
     """Whether moving ``ts`` to ``ws`` respects every restriction a user set.
 
     Resource restrictions are always binding (a worker without the resource
     cannot run the task).  Worker and host restrictions bind unless the task
-    allows other workers; ``own_worker_restrictions``: the task's worker
-    restrictions are cacheaffinity's own (loose) placement, not a user's.
-    Actors never move.
+    allows other workers (cacheaffinity's own restrictions of chunk tasks always
+    do).  Actors never move.
     """
     if ts.actor:
         return False
@@ -159,7 +156,7 @@ def may_run_on(
         return True
     # As Scheduler.valid_workers: the named workers and the workers on the named hosts.
     allowed: bool | None = None
-    if ts.worker_restrictions and not own_worker_restrictions:
+    if ts.worker_restrictions:
         allowed = ws.address in ts.worker_restrictions
     if ts.host_restrictions:
         on_host = ws.host in {scheduler.coerce_hostname(h) for h in ts.host_restrictions}

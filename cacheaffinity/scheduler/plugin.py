@@ -89,6 +89,12 @@ def _user_restricted(ts: TaskState) -> bool:
     )
 
 
+def _user_took_over(ts: TaskState) -> bool:
+    """Whether restrictions other than the plugin's own (loose, worker-only) were
+    set on a chunk task after it was placed."""
+    return not ts.loose_restrictions or bool(ts.host_restrictions or ts.resource_restrictions)
+
+
 def _check_size(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
@@ -493,6 +499,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         stealing = self.stealing
         restrictions: dict[str, set] = {}
         for ts, home in zip(pending, homes):
+            if _user_took_over(ts):
+                continue  # restricted by a user since it was placed: Dask's now
             old = locator.target.get(ts.key)
             if old in node_workers and home != old and home not in joined:
                 # Unchanged node set for this chunk: keep it (e.g. balance spill).

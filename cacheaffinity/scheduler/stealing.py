@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from cacheaffinity.scheduler.locator import Locator
 
 logger = logging.getLogger("cacheaffinity.scheduler")
+task_logger = logging.getLogger("cacheaffinity.scheduler.tasks")
 
 __all__ = [
     "LocalityStealing",
@@ -274,9 +275,12 @@ class LocalityStealing:
             return False
         if thief.address not in self.scheduler.workers:
             return False
-        own = self.locator.is_chunk_task(ts.key)
-        if not _distributed.may_run_on(self.scheduler, ts, thief, own_worker_restrictions=own):
+        if not _distributed.may_run_on(self.scheduler, ts, thief):
             self.refused += 1
+            task_logger.debug(
+                "%s: not moved to %s (%s): a restriction rules it out",
+                ts.key, thief.address, reason,
+            )
             return False
         if not _distributed.request_move(ext, ts, victim, thief):
             return False
@@ -351,7 +355,7 @@ class LocalityStealing:
             if ts.key in chunk
             and ts not in in_flight
             and not _distributed.is_executing(victim, ts)
-            and _distributed.may_run_on(self.scheduler, ts, thief, own_worker_restrictions=True)
+            and _distributed.may_run_on(self.scheduler, ts, thief)
         ]
         if not candidates:
             return None
