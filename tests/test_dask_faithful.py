@@ -247,6 +247,10 @@ def test_chunk_stealing_off_keeps_dasks_stealing_for_plain_tasks(tmp_path):
         plain = c.map(blocked, range(10), event_name=ev.name, workers=[a.address],
                       allow_other_workers=True, pure=False)  # fmt: skip
         await async_poll_for(lambda: len(b.state.tasks) >= 2, timeout=20)  # plain ones
+        # chunk tasks never enter Dask's stealable sets; queued plain tasks do
+        stealable = {ts.key for ts in s.extensions["stealing"].key_stealable}
+        assert not stealable & {f.key for f in chunked}
+        assert stealable & {f.key for f in plain}
         plugin.stealing.balance()
         await ev.set()
         assert set(await c.gather(chunked)) == {a.address}
