@@ -139,6 +139,7 @@ def run_pytest(
     select: list[str],
     junit: Path,
     log: Path,
+    extra: list[str] = (),
 ) -> int:
     cmd = [
         python,
@@ -155,6 +156,7 @@ def run_pytest(
         "-o",
         "addopts=-rsfE -p no:asyncio -p no:legacypath --strict-markers",
         f"--junitxml={junit}",
+        *extra,
         *select,
     ]
     with open(log, "w") as f:
@@ -203,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python", default=sys.executable)
     ap.add_argument("--pythonpath", default=str(Path(__file__).resolve().parents[1]),
                     help="prepended to PYTHONPATH so that this cacheaffinity is imported")
+    ap.add_argument("--pytest-args", nargs=argparse.REMAINDER, default=[],
+                    help="further pytest arguments, last on the line, e.g. "
+                    "--pytest-args --runslow -m slow")
     ap.add_argument("--compare-only", action="store_true",
                     help="only compare (and rerun) from earlier junit files")
     args = ap.parse_args(argv)
@@ -217,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[{config}] running {' '.join(args.tests)} ...", flush=True)
             run_pytest(workdir, config, python=args.python, pythonpath=args.pythonpath,
                        timeout=args.timeout, select=args.tests, junit=junit,
-                       log=workdir / f"{config}.log")
+                       log=workdir / f"{config}.log", extra=args.pytest_args)
         if not junit.exists():
             sys.exit(f"no results for configuration {config}: {junit} is missing")
     results = {c: outcomes(workdir / f"{c}.xml") for c in ("baseline", "preload")}
@@ -237,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
                 junit = workdir / f"rerun-{config}-{i}.xml"
                 run_pytest(workdir, config, python=args.python, pythonpath=args.pythonpath,
                            timeout=args.timeout, select=[t], junit=junit,
-                           log=workdir / f"rerun-{config}.log")
+                           log=workdir / f"rerun-{config}.log", extra=args.pytest_args)
                 outs.append(outcomes(junit).get(t, "missing"))
             reruns[t][config] = outs
         print(f"differs: {t}: first {results['baseline'].get(t)} / {results['preload'].get(t)};"
