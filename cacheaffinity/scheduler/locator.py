@@ -130,7 +130,7 @@ class Locator:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(
                 f"cacheaffinity.scheduler.locator-size={size!r} must be an integer >= 0, "
-                "e.g. 2000000 (about 200 MB of scheduler memory at most)"
+                "e.g. 2000000 (~280 MB of scheduler memory, up to ~600 MB if all were stolen)"
             )
         self.membership = membership
         self.placement = placement
