@@ -162,7 +162,7 @@ def _example(key: str, schema: dict) -> str:
             shown = shown[:-3].strip()
     else:
         shown = str(value).lower() if isinstance(value, bool) else str(value)
-    return f"cacheaffinity.{key}: {shown}"
+    return shown
 
 
 _TYPES = {
@@ -262,7 +262,9 @@ def _line(key: str, value: Any, what: str, schema: dict, argument: str | None = 
         line = f"{argument}={value!r} (cacheaffinity.{key}) {what}"
     if schema:
         env = "DASK_CACHEAFFINITY__" + key.upper().replace(".", "__").replace("-", "_")
-        line += f"; e.g. {_example(key, schema)} in a Dask config file, or ${env}"
+        shown = _example(key, schema)
+        line += f'; e.g. "cacheaffinity.{key}: {shown}" in a Dask config file, or {env}="{shown}"'
+
     return line
 
 

@@ -253,13 +253,13 @@ def _corruption(exc: BaseException) -> bool:
 
 
 #: Every open ColumnCache and MemoryFront, to replace their locks after fork.
-_LIVE: weakref.WeakSet = weakref.WeakSet()
+_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 
 
 def _reset_locks_after_fork() -> None:
     # A thread of the parent may have held a lock at fork(); that thread does
     # not exist in the child, so the lock would never be released.
-    for obj in list(_LIVE):
+    for obj in list(_LIVE.values()):
         obj._reset_locks()
 
 
@@ -406,7 +406,7 @@ class ColumnCache(MutableMapping):
             ),
             0,
         )
-        _LIVE.add(self)
+        _LIVE[id(self)] = self
         try:
             trusted_directory(self.directory, shared_group=self.shared_gid)
         except UntrustedDirectory as e:
@@ -1519,7 +1519,7 @@ class MemoryFront(MutableMapping):
         self.memory_bytes: int = 0
         self._lock = threading.Lock()
         self._counts = dict(hits=0, memory_hits=0, misses=0, bytes_served=0)
-        _LIVE.add(self)
+        _LIVE[id(self)] = self
 
     def _reset_locks(self) -> None:
         """A fresh lock in a forked child."""
