@@ -385,6 +385,10 @@ class ColumnCache(MutableMapping):
         self._closed = False
         #: Why this cache is unusable (None: usable).
         self._disabled: str | None = None
+        #: The directory failed the trust checks (the message), or None.
+        self.untrusted: str | None = None
+        #: The index was found damaged and left as it is (``heal=False``).
+        self.damaged: bool = False
         #: Writes are skipped until this ``time.monotonic()`` (full disk).
         self._pause_until = 0.0
         self._warned: set[str] = set()
@@ -410,7 +414,7 @@ class ColumnCache(MutableMapping):
         try:
             trusted_directory(self.directory, shared_group=self.shared_gid)
         except UntrustedDirectory as e:
-            self._disabled = str(e)
+            self._disabled = self.untrusted = str(e)
             self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
             return
         except (OSError, ValueError) as e:
@@ -508,7 +512,10 @@ class ColumnCache(MutableMapping):
             if result is None or result[0] != "ok":
                 raise sqlite3.DatabaseError(f"database disk image is malformed: {result}")
         except sqlite3.DatabaseError as e:
-            if not (_corruption(e) and self._heals):
+            if not _corruption(e):
+                raise
+            if not self._heals:
+                self.damaged = True
                 raise
             self._heal(e)
 
