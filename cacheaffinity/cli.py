@@ -128,7 +128,23 @@ def _open(directory: str, capacity: int, *, heal: bool = False) -> ColumnCache |
     """
     if not os.path.lexists(os.path.join(directory, INDEX_NAME)):
         return None
-    cache = ColumnCache(directory, capacity=capacity, heal=heal)
+    # The store's own warning about an unusable directory would repeat the
+    # error below: hold its records back and let them through only if it opened.
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    store_logger = logging.getLogger("cacheaffinity.worker")
+    store_logger.addFilter(hold)
+    try:
+        cache = ColumnCache(directory, capacity=capacity, heal=heal)
+    finally:
+        store_logger.removeFilter(hold)
+    if not cache.disabled:
+        for record in held:
+            store_logger.handle(record)
     if cache.disabled:
         cache.close()
         if cache.damaged:

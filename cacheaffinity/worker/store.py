@@ -794,12 +794,13 @@ class ColumnCache(MutableMapping):
         finally:
             os.close(fd)  # releases the lock
 
-    def collect_orphans(self, max_files: int = ORPHAN_BATCH) -> int:
+    def collect_orphans(self, max_files: int | None = None) -> int:
         """Delete data files that no entry references (bounded work).
 
         Looks at the data subdirectories in turn, starting where the previous
         pass stopped, until ``max_files`` files were looked at or every
-        subdirectory was visited once.  Only files older than ``orphan_after``
+        subdirectory was visited once (``max_files`` defaults to
+        ``ORPHAN_BATCH``).  Only files older than ``orphan_after``
         are deleted (a live writer commits its entry well within that).
 
         Returns
@@ -810,6 +811,8 @@ class ColumnCache(MutableMapping):
         self._check_usable()
         if self._disabled:
             return 0
+        if max_files is None:
+            max_files = ORPHAN_BATCH
         self._next_orphan_pass = time.monotonic() + ORPHAN_INTERVAL
         cutoff = time.time() - self.orphan_after
         seen = removed = 0
