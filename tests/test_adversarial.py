@@ -338,6 +338,90 @@ def test_planted_index_link_is_refused(tmp_path):
         assert cache.get("k") is None
 
 
+# ====================================================================== shared group
+SHARED_GROUP = "ca-share"
+
+
+@pytest.fixture(scope="module")
+def shared_group(adversary):
+    """A Unix group with the second user as a member (created if absent)."""
+    import grp
+
+    try:
+        grp.getgrnam(SHARED_GROUP)
+    except KeyError:
+        r = subprocess.run(["groupadd", "--system", SHARED_GROUP], capture_output=True, text=True)
+        if r.returncode:
+            skip_or_fail(f"cannot create a group: {r.stderr.strip()}")
+    r = subprocess.run(
+        ["usermod", "-a", "-G", SHARED_GROUP, adversary.pw_name], capture_output=True, text=True
+    )
+    assert r.returncode == 0, r.stderr
+    return grp.getgrnam(SHARED_GROUP)
+
+
+def test_shared_group_cache_between_two_users(adversary, shared_group, shared_tmp, caplog):
+    d = shared_tmp / "facility-cache"
+    gid = shared_group.gr_gid
+    with ColumnCache(d, capacity="1 MiB", shared_group=SHARED_GROUP) as cache:
+        assert not cache.disabled, cache.disabled
+        cache["mine"] = np.arange(20, dtype=np.int32)
+    st = os.stat(d)
+    assert st.st_gid == gid and stat.S_IMODE(st.st_mode) == 0o2770
+    (data,) = glob.glob(str(d / DATA_DIR / "*" / "*"))
+    # data files: group-readable, changed by nobody (written once; members may delete them)
+    assert os.stat(data).st_gid == gid and stat.S_IMODE(os.stat(data).st_mode) == 0o640
+    assert stat.S_IMODE(os.stat(d / INDEX_NAME).st_mode) == 0o660
+    # The other member writes an entry of their own (a file they own, recorded as theirs)
+    # and one that claims to be root's: the first is shared, the second is a miss.
+    value = np.arange(30, dtype=np.int64)
+    digest = xxhash.xxh3_64_digest(value.tobytes())
+    as_user_in_group = subprocess.run(
+        [SYSTEM_PYTHON, "-c", textwrap.dedent(f"""
+            import os, sqlite3, time
+            d = {str(d)!r}
+            con = sqlite3.connect(os.path.join(d, "columns.sqlite3"), timeout=30)
+            for key, name, writer in (("theirs", "ab" + "1" * 30, os.getuid()),
+                                      ("forged", "ab" + "2" * 30, 0)):
+                os.makedirs(os.path.join(d, "columns", "ab"), exist_ok=True)
+                path = os.path.join(d, "columns", "ab", name)
+                with open(path, "wb") as f:
+                    f.write(bytes.fromhex({value.tobytes().hex()!r}))
+                con.execute(
+                    "INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum,"
+                    " stored, writer) VALUES (?, ?, '<i8', '[30]', 240, 4096, ?, ?, ?)",
+                    (key, name, bytes.fromhex({digest.hex()!r}), time.time(), writer))
+            con.commit()
+        """)],
+        user=adversary.pw_uid, group=adversary.pw_gid, extra_groups=[gid],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert as_user_in_group.returncode == 0, as_user_in_group.stderr
+    caplog.set_level(logging.WARNING, LOGGER)
+    with ColumnCache(d, capacity="1 MiB", shared_group=SHARED_GROUP) as cache:
+        assert np.array_equal(cache["mine"], np.arange(20, dtype=np.int32))
+        assert np.array_equal(cache["theirs"], value)  # members trust each other
+        assert cache.get("forged") is None  # but nobody writes in another's name
+    assert any("written by uid 0" in m for m in warnings_of(caplog))
+    # The same directory is not a private cache (group-writable), nor shared with
+    # another group; a shared directory without setgid is refused too.
+    with ColumnCache(d, capacity="1 MiB") as cache:
+        assert cache.untrusted and "writable by group" in cache.untrusted
+    with pytest.raises(UntrustedDirectory, match="not to the shared group"):
+        trusted_directory(d, shared_group=0)
+    os.chmod(d, 0o0770)
+    with pytest.raises(UntrustedDirectory, match="setgid"):
+        trusted_directory(d, shared_group=SHARED_GROUP)
+    os.chmod(d, 0o2777)
+    with pytest.raises(UntrustedDirectory, match="writable by others"):
+        trusted_directory(d, shared_group=SHARED_GROUP)
+
+
+def test_unknown_shared_group_is_a_config_error(tmp_path):
+    with pytest.raises(ValueError, match="shared-group='no-such-group-xyz' is not a Unix group"):
+        ColumnCache(tmp_path / "c", shared_group="no-such-group-xyz")
+
+
 # ====================================================================== damaged index
 def fill(directory: Path, n: int) -> dict[str, np.ndarray]:
     values = {f"uuid/Events/{i}/data/col": np.arange(i, i + 300, dtype=np.int64) for i in range(n)}

@@ -59,6 +59,7 @@ ENTRIES = (
     "columns.sqlite3",
     "columns.sqlite3-wal",
     "columns.sqlite3-shm",
+    "columns.lock",
     "columns",
     "columns-tmp",
     "forms",

@@ -725,6 +725,8 @@ class ColumnCache(MutableMapping):
             lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._file_mode
         )
         try:
+            if self.shared_gid is not None and os.fstat(fd).st_uid == self._uid:
+                os.fchmod(fd, 0o660)
             fcntl.flock(fd, fcntl.LOCK_EX)
             if self._con is not None and self._pid == os.getpid():
                 with contextlib.suppress(sqlite3.Error):
@@ -1190,9 +1192,13 @@ class ColumnCache(MutableMapping):
         fd = os.open(
             tmp,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
-            self._file_mode,
+            0o600,
         )
         try:
+            if self.shared_gid is not None:
+                # readable by the group whatever the umask; written once, by its
+                # writer only: another member can delete it, never change it
+                os.fchmod(fd, 0o640)
             with open(fd, "wb", buffering=0, closefd=True) as f:
                 done = 0
                 while done < len(data):
