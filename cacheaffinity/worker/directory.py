@@ -307,8 +307,10 @@ def default_directory() -> str:
     """
     from cacheaffinity.jobqueue import filesystem_of
 
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    if os.path.isabs(base) and not base.startswith("~"):
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):  # unset or relative: the XDG spec says ~/.cache
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    if os.path.isabs(base):  # no home directory at all: "~" stays relative
         candidate = os.path.join(base, "cacheaffinity")
         if not filesystem_of(candidate)["shared"]:
             return candidate

@@ -120,6 +120,8 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.memory: int = 0
         self.weight: float | None = None
         self.shared_group: int | None = None
+        #: Why :meth:`setup` refused the settings (None: it did not).
+        self.failed: str | None = None
         #: Per-file metadata (NanoEvents base forms) of this node.
         self.forms: FormStore | None = None
         self._lock = threading.Lock()
@@ -135,6 +137,17 @@ class CacheWorkerPlugin(WorkerPlugin):
 
     # ------------------------------------------------------------ lifecycle
     def setup(self, worker) -> None:
+        try:
+            self._settings(worker)
+        except ValueError as e:
+            # Dask keeps a plugin whose setup failed: remember why, so that
+            # tasks asking for the cache fail with it instead of running uncached.
+            self.failed = str(e)
+            raise
+        self.failed = None
+        self._open(worker)
+
+    def _settings(self, worker) -> None:
         a = self._args
         config.validate("worker")
         self.capacity = config.get_bytes("worker.capacity", a["capacity"])
@@ -152,6 +165,8 @@ class CacheWorkerPlugin(WorkerPlugin):
         directory = config.get("worker.directory", a["directory"]) or default_directory()
         directory = os.path.expanduser(os.path.expandvars(str(directory)))
         self.directory = os.path.abspath(directory.replace("{name}", str(worker.name)))
+
+    def _open(self, worker) -> None:
         scratch = job_scratch_of(self.directory)
         if scratch is not None:
             logger.warning(
@@ -265,6 +280,11 @@ def worker_cache(worker=None) -> CacheWorkerPlugin:
             "uncached. Start workers with `dask worker --preload cacheaffinity`, set "
             "distributed.worker.preload: [cacheaffinity], or call "
             "client.register_plugin(cacheaffinity.CacheWorkerPlugin())."
+        )
+    if plugin.failed:
+        raise RuntimeError(
+            f"the cacheaffinity plugin of worker {worker.address} refused its settings, so "
+            f"this task would run uncached: {plugin.failed}"
         )
     return plugin
 
