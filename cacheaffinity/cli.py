@@ -44,6 +44,7 @@ import click
 from dask.utils import format_bytes, format_time, parse_bytes, parse_timedelta
 
 from cacheaffinity import __version__, config
+from cacheaffinity.worker.directory import UntrustedDirectory, trusted_directory
 from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import NODE_ID_FILE, read_node_id
 from cacheaffinity.worker.store import INDEX_NAME, ColumnCache
@@ -74,6 +75,10 @@ def _cache_directory(path: str) -> str:
             "workers' --cache-directory or cacheaffinity.worker.directory), not a file in it"
         )
     if _is_cache(directory):
+        try:
+            trusted_directory(directory, create=False)
+        except UntrustedDirectory as e:
+            raise CommandError(str(e)) from e
         return directory
     hint = "give the directory a worker caches in (its --cache-directory)"
     try:

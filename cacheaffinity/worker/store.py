@@ -92,8 +92,8 @@ A damaged index heals
     over if their data file exists with the recorded size (their checksum is
     verified on every read anyway); the other data files become orphans.  The
     ``node-id`` file is never touched, so the node keeps its identity.  Other
-    processes notice the new index file (its inode changes) within
-    ``_RECHECK`` seconds and reconnect.
+    processes keep their connections: the new index is written over the old
+    one through SQLite's backup API, which they see like any other commit.
 
 Failures are misses, never errors
     ``get`` verifies the size and xxh3-64 checksum of every value it returns.
@@ -171,8 +171,8 @@ ORPHAN_BATCH = 2048
 #: A data file nobody references is deleted only when older than this
 #: (seconds): a live writer commits its entry within the busy timeout.
 ORPHAN_AFTER = 4 * _BUSY_TIMEOUT
-#: Seconds between checks that the index file is still the one connected to.
-_RECHECK = 2.0
+#: Seconds after a rebuild during which a damaged index is only a miss.
+_HEAL_INTERVAL = 30.0
 #: SQLite result codes of a damaged index.
 _SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _NAME = re.compile(r"^[0-9a-f]{32}$")
@@ -374,9 +374,9 @@ class ColumnCache(MutableMapping):
         #: Guards the counters and warning flags.
         self._stats_lock = threading.Lock()
         self._con: sqlite3.Connection | None = None
-        #: (st_dev, st_ino) of the index file the connection was opened on.
-        self._con_file: tuple[int, int] | None = None
-        self._next_recheck = 0.0
+        #: No second rebuild before this ``time.monotonic()`` (a damage that a
+        #: rebuild does not cure must not make every statement rebuild).
+        self._next_heal = 0.0
         self._next_orphan_pass = 0.0
         #: Data subdirectory (two hex digits) the next orphan pass starts at.
         self._orphan_cursor = 0
@@ -702,8 +702,9 @@ class ColumnCache(MutableMapping):
         disabled with one warning.
         """
         with self._lock:
-            if self._closed or self._disabled:
+            if self._closed or self._disabled or time.monotonic() < self._next_heal:
                 return
+            self._next_heal = time.monotonic() + _HEAL_INTERVAL
             try:
                 self._rebuild(exc)
             except (OSError, sqlite3.Error) as e:
