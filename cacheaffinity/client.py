@@ -93,7 +93,9 @@ def check_chunk_ids(chunk_ids: Iterable[Any], what: str = "") -> list[str]:
     quick = limit // 4  # UTF-8 takes at most 4 bytes per character
     out = list(chunk_ids)
     for i, c in enumerate(out):
-        if type(c) is str and 0 < len(c) <= quick:
+        if type(c) is str and 0 < len(c) and (
+            len(c) <= quick or (c.isascii() and len(c) <= limit)  # isascii() is O(1)
+        ):
             continue
         if isinstance(c, str) and c and len(c.encode("utf-8", "surrogatepass")) <= limit:
             continue
