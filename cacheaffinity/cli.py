@@ -76,8 +76,12 @@ def _cache_directory(path: str) -> str:
         )
     if _is_cache(directory):
         try:
-            trusted_directory(directory, create=False)
-        except UntrustedDirectory as e:
+            # a shared-group cache is checked as such when this machine's config says so
+            # (as for its workers: cacheaffinity.worker.shared-group)
+            trusted_directory(
+                directory, create=False, shared_group=config.get("worker.shared-group")
+            )
+        except (UntrustedDirectory, ValueError) as e:
             raise CommandError(str(e)) from e
         return directory
     hint = "give the directory a worker caches in (its --cache-directory)"

@@ -124,6 +124,7 @@ import json
 import logging
 import os
 import re
+import shutil
 import sqlite3
 import stat
 import threading
@@ -745,8 +746,6 @@ class ColumnCache(MutableMapping):
                 except sqlite3.DatabaseError:
                     pass
                 with contextlib.suppress(OSError):
-                    import shutil
-
                     shutil.copyfile(self._index, self._index + CORRUPT_SUFFIX)
                 try:
                     page_size = int(raw.execute("PRAGMA page_size").fetchone()[0])
