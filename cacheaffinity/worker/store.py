@@ -435,6 +435,10 @@ class ColumnCache(MutableMapping):
             self._remove_stale_temporaries()
             self._probe_writable()
             self._open_index()
+        except UntrustedDirectory as e:  # a planted index, WAL or shm file
+            self._disabled = self.untrusted = str(e)
+            self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
+            return
         except (OSError, sqlite3.Error) as e:
             self._disabled = f"{type(e).__name__}: {e}"
             self._warn_once(
