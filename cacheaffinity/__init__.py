@@ -81,28 +81,126 @@ def __getattr__(name):
     raise AttributeError(f"module 'cacheaffinity' has no attribute {name!r}")
 
 
+class _Size(click.ParamType):
+    """A size option (``"200 GiB"`` or bytes), checked when the command line is parsed."""
+
+    name = "size"
+
+    def __init__(self, key: str):
+        self.key = key
+
+    def convert(self, value, param, ctx):
+        if value is None:
+            return None
+        try:
+            config.check(self.key, value)
+        except ValueError as e:
+            self.fail(str(e).replace("invalid cacheaffinity setting: ", ""), param, ctx)
+        return value
+
+
+#: Options of :func:`dask_setup` that take a value, by their command-line name.
+_VALUED_OPTIONS = {
+    "--cache-directory": "cache_directory",
+    "--cache-capacity": "cache_capacity",
+    "--cache-memory": "cache_memory",
+    "--node-weight": "node_weight",
+    "--cache-shared-group": "cache_shared_group",
+    "--balance": "balance",
+}
+
+
+def _split_values(ctx, param, values):
+    """Recover ``--cache-directory DIR`` when Dask's command line split it.
+
+    ``dask worker --scheduler-file F --preload cacheaffinity --cache-directory DIR``:
+    Dask's own parser does not know ``--cache-directory``, keeps it as its
+    positional scheduler address (ignored when a scheduler file is given) and
+    hands only ``DIR`` to the preload.  The process's command line still has
+    the pair (a worker started by a nanny inherits it), so each stray value is
+    matched with the option that precedes it there.
+    """
+    if not values:
+        return {}
+    import sys
+
+    argv = list(sys.argv)
+    pairs = [
+        (argv[i], argv[i + 1])
+        for i in range(len(argv) - 1)
+        if argv[i] in _VALUED_OPTIONS
+    ]
+    out: dict[str, str] = {}
+    for value in values:
+        match = next(
+            (opt for opt, v in pairs if v == value and _VALUED_OPTIONS[opt] not in out), None
+        )
+        if match is None:
+            raise click.UsageError(
+                f"unexpected argument {value!r} for the cacheaffinity preload; give its "
+                "options as --cache-directory=DIR (or put the scheduler address before "
+                "--preload cacheaffinity)",
+                ctx,
+            )
+        name = _VALUED_OPTIONS[match]
+        option = next(p for p in ctx.command.params if p.name == name)
+        out[name] = option.type_cast_value(ctx, value)  # checked like --option=value
+    return out
+
+
 @click.command(context_settings={"ignore_unknown_options": False})
 @click.option("--cache-directory", default=None, help="worker: cacheaffinity.worker.directory")
-@click.option("--cache-capacity", default=None, help='worker: cacheaffinity.worker.capacity, e.g. "200 GiB"')
-@click.option("--cache-memory", default=None, help="worker: cacheaffinity.worker.memory")
+@click.option(
+    "--cache-capacity",
+    default=None,
+    type=_Size("worker.capacity"),
+    help='worker: cacheaffinity.worker.capacity, e.g. "200 GiB"',
+)
+@click.option(
+    "--cache-memory", default=None, type=_Size("worker.memory"), help="worker: cacheaffinity.worker.memory"
+)
 @click.option("--node-weight", default=None, type=float, help="worker: cacheaffinity.worker.weight")
+@click.option(
+    "--cache-shared-group", default=None, help="worker: cacheaffinity.worker.shared-group"
+)
 @click.option("--balance", default=None, type=float, help="scheduler: cacheaffinity.scheduler.balance")
+@click.argument("split", nargs=-1, callback=_split_values, metavar="")
 async def dask_setup(
     server,
     cache_directory=None,
     cache_capacity=None,
     cache_memory=None,
     node_weight=None,
+    cache_shared_group=None,
     balance=None,
+    split=None,
 ):
     """Preload entry point for ``dask scheduler``/``dask worker --preload cacheaffinity``.
 
     On a scheduler, adds :class:`CacheAffinityPlugin`; on a worker, adds
     :class:`CacheWorkerPlugin` before the worker registers, so its cache node is
     known from the first placement on.
+
+    A worker whose cacheaffinity settings are invalid does not start: Dask
+    only logs a failing preload, so this logs the error (key, value, example)
+    and raises ``SystemExit(1)``, which stops ``dask worker`` (with or without a
+    nanny) with a non-zero exit status instead of running uncached.
     """
     from distributed import Scheduler, Worker
 
+    for name, value in (split or {}).items():
+        if name == "cache_directory":
+            cache_directory = value
+        elif name == "cache_capacity":
+            cache_capacity = value
+        elif name == "cache_memory":
+            cache_memory = value
+        elif name == "cache_shared_group":
+            cache_shared_group = value
+        elif name == "node_weight":
+            node_weight = value
+        elif name == "balance":
+            balance = value
     if isinstance(server, Scheduler):
         plugin = CacheAffinityPlugin(balance=balance)
         if server.status.name == "running":
@@ -110,15 +208,25 @@ async def dask_setup(
         else:  # the scheduler starts its plugins right after its preloads
             server.add_plugin(plugin, idempotent=True)
     elif isinstance(server, Worker):
-        await server.plugin_add(
-            CacheWorkerPlugin(
-                directory=cache_directory,
-                capacity=cache_capacity,
-                memory=cache_memory,
-                weight=node_weight,
-            ),
-            catch_errors=False,
-        )
+        try:
+            await server.plugin_add(
+                CacheWorkerPlugin(
+                    directory=cache_directory,
+                    capacity=cache_capacity,
+                    memory=cache_memory,
+                    weight=node_weight,
+                    shared_group=cache_shared_group,
+                ),
+                catch_errors=False,
+            )
+        except ValueError as e:
+            import logging
+            import sys
+
+            message = f"cacheaffinity: worker not started: {e}"
+            logging.getLogger("cacheaffinity.worker").critical(message)
+            print(message, file=sys.stderr, flush=True)
+            raise SystemExit(1) from e
     else:
         raise TypeError(
             f"cacheaffinity preload runs in a Dask scheduler or worker, not {type(server).__name__}"

@@ -9,7 +9,10 @@ Runs as its own process, started by an operator:
 
 Exit status: 0 on success; 1 when ``cache verify`` found (and removed) corrupt
 entries or a confirmation was declined; 2 for usage errors, a path that is not a
-cache directory, and a scheduler that cannot be reached or has no plugin.
+cache directory, a directory that cannot be trusted or read, a damaged index
+(``info`` and ``verify`` without ``--repair`` leave it as it is), and a
+scheduler that cannot be reached or has no plugin.  Every error is one line
+(``Error: ...``) on stderr, never a traceback.
 
 Notes
 -----
@@ -19,15 +22,20 @@ refuse a path that does not exist, is not a directory, or holds neither a
 safe while workers use the directory (see :class:`~cacheaffinity.ColumnCache`):
 ``verify`` removes only entries it read as corrupt, ``clear`` turns the workers'
 next reads into misses, and the node id is never touched, so the node keeps its
-place (and its chunks) in the scheduler's placement.
+place (and its chunks) in the scheduler's placement.  ``verify --repair`` and
+``clear`` rebuild a damaged index (as workers do when they open it), keeping
+the entries that still read and the node id.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import datetime
 import json
 import logging
 import os
+import sqlite3
 import sys
 import time
 from typing import Any
@@ -36,6 +44,7 @@ import click
 from dask.utils import format_bytes, format_time, parse_bytes, parse_timedelta
 
 from cacheaffinity import __version__, config
+from cacheaffinity.worker.directory import UntrustedDirectory, trusted_directory
 from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import NODE_ID_FILE, read_node_id
 from cacheaffinity.worker.store import INDEX_NAME, ColumnCache
@@ -66,6 +75,14 @@ def _cache_directory(path: str) -> str:
             "workers' --cache-directory or cacheaffinity.worker.directory), not a file in it"
         )
     if _is_cache(directory):
+        try:
+            # a shared-group cache is checked as such when this machine's config says so
+            # (as for its workers: cacheaffinity.worker.shared-group)
+            trusted_directory(
+                directory, create=False, shared_group=config.get("worker.shared-group")
+            )
+        except (UntrustedDirectory, ValueError) as e:
+            raise CommandError(str(e)) from e
         return directory
     hint = "give the directory a worker caches in (its --cache-directory)"
     try:
@@ -112,13 +129,41 @@ def _capacity(capacity: str | None) -> tuple[int, str]:
         raise CommandError(f"{e}; or pass --capacity") from e
 
 
-def _open(directory: str, capacity: int) -> ColumnCache | None:
-    """The directory's column cache; None if it has no index yet (nothing cached)."""
-    if not os.path.isfile(os.path.join(directory, INDEX_NAME)):
+def _open(directory: str, capacity: int, *, heal: bool = False) -> ColumnCache | None:
+    """The directory's column cache; None if it has no index yet (nothing cached).
+
+    ``heal=False`` refuses a damaged index (with the command that repairs it)
+    instead of rebuilding it.
+    """
+    if not os.path.lexists(os.path.join(directory, INDEX_NAME)):
         return None
-    cache = ColumnCache(directory, capacity=capacity)
+    # The store's own warning about an unusable directory would repeat the
+    # error below: hold its records back and let them through only if it opened.
+    held: list[logging.LogRecord] = []
+
+    def hold(record: logging.LogRecord) -> bool:
+        held.append(record)
+        return False
+
+    store_logger = logging.getLogger("cacheaffinity.worker")
+    store_logger.addFilter(hold)
+    try:
+        cache = ColumnCache(directory, capacity=capacity, heal=heal)
+    finally:
+        store_logger.removeFilter(hold)
+    if not cache.disabled:
+        for record in held:
+            store_logger.handle(record)
     if cache.disabled:
         cache.close()
+        if cache.damaged:
+            raise CommandError(
+                f"the index of {directory} is damaged ({cache.disabled}); run "
+                f"`cacheaffinity cache verify --repair {directory}` as the workers' user to "
+                "rebuild it (entries that still read and the node id are kept)"
+            )
+        if isinstance(cache.untrusted, str):
+            raise CommandError(cache.untrusted)
         raise CommandError(
             f"cannot open the column cache in {directory}: {cache.disabled}; run the command "
             "as the user the workers run as (it needs write access to the directory)"
@@ -212,22 +257,35 @@ def info(directory: str, as_json: bool, capacity: str | None) -> None:
     default=None,
     help="Show a progress bar (default: when stderr is a terminal).",
 )
-def verify(directory: str, as_json: bool, progress: bool | None) -> None:
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Rebuild a damaged index (checked in full), keeping the entries that still "
+    "read and the node id.",
+)
+def verify(directory: str, as_json: bool, progress: bool | None, repair: bool) -> None:
     """Check every entry of DIR against its checksum; remove corrupt ones.
 
     Also deletes data files no entry refers to and abandoned temporaries.  Exit
     status 1 if corrupt entries were found (they were removed: the next run
-    reads those columns from storage again).
+    reads those columns from storage again).  A damaged index is an error (exit
+    status 2) unless ``--repair`` is given, which rebuilds it first.
     """
     from tqdm import tqdm
     from tqdm.contrib.logging import logging_redirect_tqdm
 
     directory = _cache_directory(directory)
-    store = _open(directory, _capacity(None)[0])
+    store = _open(directory, _capacity(None)[0], heal=repair)
+    rebuilt = False
     if store is None:
         result = dict.fromkeys(("checked", "ok", "corrupt", "missing", "orphans", "temporaries"), 0)
     else:
         with store:
+            if repair:
+                try:
+                    rebuilt = store.repair() or store.stats()["index_rebuilt"] > 0
+                except ValueError as e:
+                    raise CommandError(str(e)) from e
             bar = tqdm(
                 total=len(store),
                 unit="entries",
@@ -237,9 +295,12 @@ def verify(directory: str, as_json: bool, progress: bool | None) -> None:
             )
             with bar, logging_redirect_tqdm(loggers=[logger]):
                 result = store.verify(on_entry=bar.update)
+    result["index_rebuilt"] = bool(rebuilt)
     if as_json:
         _echo_json(dict(result, directory=directory))
     else:
+        if rebuilt:
+            click.echo(f"{directory}: the damaged index was rebuilt; node id kept")
         click.echo(
             f"{directory}: checked {result['checked']:,} entries: {result['ok']:,} good, "
             f"{result['corrupt']:,} corrupt (removed), {result['missing']:,} missing "
@@ -263,7 +324,7 @@ def clear(directory: str, yes: bool) -> None:
     directory = _cache_directory(directory)
     node, _ = _node_id(directory)
     forms = FormStore(directory)
-    store = _open(directory, _capacity(None)[0])
+    store = _open(directory, _capacity(None)[0], heal=True)
     try:
         entries = 0 if store is None else len(store)
         size = 0 if store is None else store.volume()
@@ -316,18 +377,28 @@ def where(scheduler: str, chunks: tuple[str, ...], as_json: bool, timeout: str) 
         target: dict[str, Any] = {"scheduler_file": scheduler}
     else:
         target = {"address": scheduler}
-    try:
-        client = Client(**target, timeout=seconds, set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as e:
-        raise CommandError(
-            f"cannot connect to a Dask scheduler at {scheduler} ({e}); give its address "
-            "(e.g. tcp://scheduler:8786) or its --scheduler-file"
-        ) from e
-    with client:
+
+    async def ask() -> dict:
+        # An asynchronous client: a failed connection is closed here, not by
+        # Client.__del__ later (which stalls and prints a traceback).
+        client = Client(**target, timeout=seconds, set_as_default=False, asynchronous=True)
         try:
-            homes = cacheaffinity.where(client, chunks)
-        except RuntimeError as e:
-            raise CommandError(str(e)) from e
+            try:
+                await client
+            except (OSError, TimeoutError, ValueError) as e:
+                raise CommandError(
+                    f"cannot connect to a Dask scheduler at {scheduler} ({e}); give its address "
+                    "(e.g. tcp://scheduler:8786) or its --scheduler-file"
+                ) from e
+            try:
+                return await cacheaffinity.where(client, chunks)
+            except RuntimeError as e:
+                raise CommandError(str(e)) from e
+        finally:
+            with contextlib.suppress(Exception):
+                await client.close(timeout=seconds)
+
+    homes = asyncio.run(ask())
     if as_json:
         _echo_json(homes)
         return
@@ -348,7 +419,20 @@ def main(argv: list[str] | None = None) -> None:
     logger.addHandler(handler)
     logger.setLevel(logging.WARNING)
     logger.propagate = False
-    cli.main(args=argv, prog_name="cacheaffinity")
+    try:
+        status = cli.main(args=argv, prog_name="cacheaffinity", standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("Aborted!", err=True)
+        sys.exit(1)
+    except click.ClickException as e:
+        e.show()
+        sys.exit(e.exit_code)
+    except (OSError, sqlite3.Error, ValueError) as e:
+        # A disk or index problem the commands did not foresee: one line, no traceback.
+        click.echo(f"Error: {type(e).__name__}: {e}", err=True)
+        sys.exit(2)
+    if isinstance(status, int) and status:
+        sys.exit(status)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,12 @@ on the chunk's cache node.  Three ways to attach it:
 Chunk identities travel as the task annotation ``cacheaffinity`` (see
 :mod:`cacheaffinity.protocol`), so they reach the scheduler with the graph,
 before its first placement decision, and survive graph optimisation.
+
+Identities are checked when tasks are created, before anything reaches the
+scheduler: each must be a non-empty ``str`` (``None``, numbers, bytes are
+refused rather than turned into ``"None"``, which would make every task one
+chunk) of at most ``cacheaffinity.client.max-chunk-id-length`` UTF-8 bytes
+(default 1 KiB), which bounds what the scheduler keeps per chunk.
 """
 
 from __future__ import annotations
@@ -30,9 +36,72 @@ import dask
 from dask.base import tokenize
 from dask.utils import funcname
 
+from cacheaffinity import config
 from cacheaffinity.protocol import ANNOTATION, DIRECTORY_WIDE, PLUGIN_NAME
 
-__all__ = ["ChunkIds", "cache_stats", "cache_totals", "check", "chunk", "chunks", "map_chunks", "where"]
+__all__ = [
+    "ChunkIds",
+    "cache_stats",
+    "cache_totals",
+    "check",
+    "check_chunk_ids",
+    "chunk",
+    "chunks",
+    "map_chunks",
+    "max_chunk_id_length",
+    "where",
+]
+
+_EXAMPLE = 'e.g. f"{file_uuid}/Events/{start}-{stop}"'
+
+
+def max_chunk_id_length() -> int:
+    """``cacheaffinity.client.max-chunk-id-length`` in bytes (validated)."""
+    return config.get_bytes("client.max-chunk-id-length")
+
+
+def _refuse(chunk_id: Any, where: str, limit: int) -> Exception:
+    if not isinstance(chunk_id, str):
+        return TypeError(
+            f"chunk identity {where}must be a non-empty string, got "
+            f"{type(chunk_id).__name__} {chunk_id!r:.80}; {_EXAMPLE}. (A missing id is "
+            "not turned into the string 'None': that would make every such task one chunk.)"
+        )
+    if not chunk_id:
+        return ValueError(f"chunk identity {where}is an empty string; {_EXAMPLE}")
+    size = len(chunk_id.encode("utf-8", "surrogatepass"))
+    return ValueError(
+        f"chunk identity {where}is {size:,} bytes long ({chunk_id[:60]!r}...), more than "
+        f"cacheaffinity.client.max-chunk-id-length={limit:,}: the scheduler keeps every "
+        "id it places. Use a short stable name (a file UUID and an entry range, or a hash "
+        'of a long name), or raise the limit: dask.config.set({"cacheaffinity.client.'
+        'max-chunk-id-length": "4 KiB"})'
+    )
+
+
+def check_chunk_ids(chunk_ids: Iterable[Any], what: str = "") -> list[str]:
+    """The chunk identities as a list, each checked (see the module docstring).
+
+    Raises
+    ------
+    TypeError
+        For an id that is not a ``str`` (``None`` included).
+    ValueError
+        For an empty id or one longer than ``cacheaffinity.client.max-chunk-id-length``.
+    """
+    limit = max_chunk_id_length()
+    quick = limit // 4  # UTF-8 takes at most 4 bytes per character
+    out = list(chunk_ids)
+    for i, c in enumerate(out):
+        if type(c) is str and 0 < len(c) and (
+            len(c) <= quick or (c.isascii() and len(c) <= limit)  # isascii() is O(1)
+        ):
+            continue
+        if isinstance(c, str) and c and len(c.encode("utf-8", "surrogatepass")) <= limit:
+            continue
+        where = f"{what}[{i}] " if what else (f"#{i} " if len(out) > 1 else "")
+        raise _refuse(c, where, limit)
+    return out
 
 
 def chunk(chunk_id: str) -> contextlib.AbstractContextManager:
@@ -40,12 +109,14 @@ def chunk(chunk_id: str) -> contextlib.AbstractContextManager:
 
     Works for ``client.submit``, ``client.map`` (all mapped tasks get the same
     id; use :func:`map_chunks` for one id per task) and ``dask.delayed``.
+
+    Raises
+    ------
+    TypeError, ValueError
+        For an id that is not a non-empty ``str`` of at most
+        ``cacheaffinity.client.max-chunk-id-length`` bytes.
     """
-    if not isinstance(chunk_id, str) or not chunk_id:
-        raise TypeError(
-            f"chunk identity must be a non-empty string, got {chunk_id!r}; "
-            'e.g. cacheaffinity.chunk(f"{file_uuid}/Events/{start}-{stop}")'
-        )
+    check_chunk_ids([chunk_id])
     return dask.annotate(**{ANNOTATION: chunk_id})
 
 
@@ -67,13 +138,23 @@ class ChunkIds:
 
 
 def chunks(mapping: Mapping[Any, str]) -> contextlib.AbstractContextManager:
-    """Context manager: the tasks with these keys carry these chunk identities."""
-    bad = [k for k, v in mapping.items() if not isinstance(v, str) or not v]
-    if bad:
-        raise TypeError(
-            f"chunk identities must be non-empty strings; key {bad[0]!r} has "
-            f"{mapping[bad[0]]!r}"
-        )
+    """Context manager: the tasks with these keys carry these chunk identities.
+
+    Raises
+    ------
+    TypeError, ValueError
+        As :func:`chunk`, naming the task key whose id is refused.
+    """
+    keys = list(mapping)
+    try:
+        check_chunk_ids(mapping.values())
+    except (TypeError, ValueError):
+        for k in keys:  # name the key (the slow path runs only on an error)
+            try:
+                check_chunk_ids([mapping[k]])
+            except (TypeError, ValueError) as e:
+                raise type(e)(f"task {k!r}: {e}") from None
+        raise
     return dask.annotate(**{ANNOTATION: ChunkIds(mapping)})
 
 
@@ -95,7 +176,8 @@ def map_chunks(
     func, iterables, pure, kwargs
         As for ``client.map`` (``workers=``, ``retries=``, ``priority=`` ...).
     chunk_ids
-        One identity per task, in the order of the iterables.
+        One identity per task, in the order of the iterables: non-empty
+        strings of at most ``cacheaffinity.client.max-chunk-id-length`` bytes.
     key
         Key prefix (default: the function name).
 
@@ -104,7 +186,7 @@ def map_chunks(
     list of Future
     """
     columns = [list(it) for it in iterables]
-    ids = [str(c) for c in chunk_ids]
+    ids = check_chunk_ids(chunk_ids, what="chunk_ids")
     n = len(ids)
     if any(len(c) != n for c in columns):
         raise ValueError(

@@ -4,19 +4,40 @@ Runs in every process (client, scheduler, worker): importing :mod:`cacheaffinity
 adds the defaults from ``cacheaffinity.yaml`` beside this file to ``dask.config``.
 Values are read when an object is constructed, never at import time, so
 ``dask.config.set`` and ``DASK_CACHEAFFINITY__...`` environment variables work.
+
+Values are validated where they are read, against ``cacheaffinity-schema.yaml``
+(:func:`validate` for a whole section, :func:`get` and :func:`check` for one
+key): an invalid value raises ``ValueError`` naming the key, the value, what is
+allowed and an example to copy, before any work starts.  The validator covers
+the part of JSON Schema the schema file uses (``type``, ``minimum``,
+``exclusiveMinimum``, ``maximum``, ``enum``, ``properties``,
+``additionalProperties``) plus two formats of its own: ``bytes`` (a size, parsed
+by :func:`dask.utils.parse_bytes`, bounds apply to the parsed number) and
+``duration`` (parsed by :func:`dask.utils.parse_timedelta`, in seconds).
 """
 
 from __future__ import annotations
 
 import math
+import numbers
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
 
-__all__ = ["get", "get_bytes", "get_seconds", "default", "DEFAULTS_PATH", "SCHEMA_PATH"]
+__all__ = [
+    "DEFAULTS_PATH",
+    "SCHEMA_PATH",
+    "check",
+    "default",
+    "get",
+    "get_bytes",
+    "get_seconds",
+    "validate",
+]
 
 _HERE = os.path.dirname(__file__)
 DEFAULTS_PATH = os.path.join(_HERE, "cacheaffinity.yaml")
@@ -26,6 +47,16 @@ with open(DEFAULTS_PATH) as _f:
     _defaults = yaml.safe_load(_f)
 
 dask.config.update_defaults(_defaults)
+
+with open(SCHEMA_PATH) as _f:
+    _schema = yaml.safe_load(_f)["properties"]["cacheaffinity"]
+
+#: Formats of keys whose schema predates the ``format`` annotation (scheduler
+#: keys are owned by the scheduler; the schema's own ``format`` wins).
+_IMPLIED_FORMATS = {
+    "scheduler.stealing.idle-time": "duration",
+    "scheduler.stealing.interval": "duration",
+}
 
 
 _MISSING = object()
@@ -39,16 +70,34 @@ def default(key: str) -> Any:
     return node
 
 
+def _raw(key: str) -> Any:
+    out = dask.config.get(f"cacheaffinity.{key}", default=_MISSING)
+    if out is _MISSING:
+        try:
+            return default(key)
+        except KeyError:
+            return None
+    return out
+
+
 def get(key: str, value: Any = None) -> Any:
     """``value`` if it is not None, else the config value of ``cacheaffinity.<key>``.
 
     Falls back to the packaged default when the key is missing from
     ``dask.config`` (e.g. a config that was reset after cacheaffinity was imported).
+
+    Raises
+    ------
+    ValueError
+        If the value does not match the key's schema; the message names the
+        key, the value, what is allowed and an example.
     """
     if value is not None:
+        check(key, value, source="argument")
         return value
-    out = dask.config.get(f"cacheaffinity.{key}", default=_MISSING)
-    return default(key) if out is _MISSING else out
+    out = _raw(key)
+    check(key, out)
+    return out
 
 
 def get_bytes(key: str, value: Any = None) -> int:
@@ -56,7 +105,7 @@ def get_bytes(key: str, value: Any = None) -> int:
     raw = get(key, value)
     try:
         out = parse_bytes(raw) if isinstance(raw, str) else int(raw)
-    except (TypeError, ValueError) as e:
+    except (TypeError, ValueError, OverflowError) as e:
         raise ValueError(
             f"cacheaffinity.{key}={raw!r} is not a size; use a number of bytes or a "
             f'string such as "200 GiB"'
@@ -71,7 +120,7 @@ def get_seconds(key: str, value: Any = None) -> float:
     raw = get(key, value)
     try:
         out = float(parse_timedelta(raw, default="s"))
-    except (TypeError, ValueError, KeyError) as e:
+    except (TypeError, ValueError, KeyError, AttributeError) as e:
         raise ValueError(
             f"cacheaffinity.{key}={raw!r} is not a duration; use seconds or a string "
             f'such as "500ms"'
@@ -79,3 +128,206 @@ def get_seconds(key: str, value: Any = None) -> float:
     if not math.isfinite(out) or out < 0:
         raise ValueError(f"cacheaffinity.{key}={raw!r} must be a finite duration >= 0")
     return out
+
+
+# ====================================================================== validation
+def _subschema(key: str) -> dict | None:
+    node: Any = _schema
+    for part in key.split("."):
+        props = node.get("properties", {}) if isinstance(node, dict) else {}
+        if part not in props:
+            part = part.replace("_", "-")
+        if part not in props:
+            extra = node.get("additionalProperties") if isinstance(node, dict) else None
+            if isinstance(extra, dict):
+                node = extra
+                continue
+            return None
+        node = props[part]
+    return node
+
+
+def _example(key: str, schema: dict) -> str:
+    examples = schema.get("examples")
+    if examples:
+        value = examples[0]
+    else:
+        try:
+            value = default(key)
+        except KeyError:
+            value = None
+    if value is None or isinstance(value, (dict, list)):
+        shown = yaml.safe_dump(value, default_flow_style=True).strip()
+        if shown.endswith("..."):
+            shown = shown[:-3].strip()
+    else:
+        shown = str(value).lower() if isinstance(value, bool) else str(value)
+    return shown
+
+
+_TYPES = {
+    "string": "a string",
+    "integer": "an integer",
+    "number": "a number",
+    "boolean": "true or false",
+    "null": "null",
+    "object": "a mapping",
+    "array": "a list",
+}
+
+
+def _is_type(value: Any, name: str) -> bool:
+    if name == "string":
+        return isinstance(value, str)
+    if name == "integer":
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    if name == "number":
+        return isinstance(value, numbers.Real) and not isinstance(value, bool)
+    if name == "boolean":
+        return isinstance(value, bool)
+    if name == "null":
+        return value is None
+    if name == "object":
+        return isinstance(value, Mapping)
+    if name == "array":
+        return isinstance(value, (list, tuple))
+    return True
+
+
+def _problems(key: str, value: Any, schema: dict) -> list[tuple[str, Any, str, dict]]:
+    """(key, value, what is wrong, schema of key) for every problem under ``key``."""
+    types = schema.get("type")
+    if types is not None:
+        types = [types] if isinstance(types, str) else list(types)
+        if not any(_is_type(value, t) for t in types):
+            allowed = " or ".join(_TYPES.get(t, t) for t in types)
+            return [(key, value, f"must be {allowed}", schema)]
+    if value is None:
+        return []
+    if "enum" in schema and value not in schema["enum"]:
+        return [(key, value, f"must be one of {schema['enum']}", schema)]
+    fmt = schema.get("format") or _IMPLIED_FORMATS.get(key)
+    number = value
+    if fmt == "bytes" and not isinstance(value, bool):
+        try:
+            number = parse_bytes(value) if isinstance(value, str) else int(value)
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError(value)
+        except (TypeError, ValueError, OverflowError):
+            return [(key, value, 'is not a size (a number of bytes or a string such as "10 GiB")', schema)]
+    elif fmt == "duration" and not isinstance(value, bool):
+        try:
+            number = float(parse_timedelta(value, default="s"))
+        except (TypeError, ValueError, KeyError, AttributeError):
+            return [(key, value, 'is not a duration (seconds or a string such as "500ms")', schema)]
+        if not math.isfinite(number):
+            return [(key, value, "must be a finite duration", schema)]
+    if isinstance(number, numbers.Real) and not isinstance(number, bool):
+        if isinstance(number, float) and math.isnan(number):
+            return [(key, value, "must be a number, not NaN", schema)]
+        bounds = (
+            ("minimum", lambda n, b: n >= b, ">="),
+            ("exclusiveMinimum", lambda n, b: n > b, ">"),
+            ("maximum", lambda n, b: n <= b, "<="),
+            ("exclusiveMaximum", lambda n, b: n < b, "<"),
+        )
+        for name, ok, op in bounds:
+            if name in schema and not ok(number, schema[name]):
+                return [(key, value, f"must be {op} {schema[name]}", schema)]
+    if isinstance(value, Mapping):
+        out: list = []
+        props = schema.get("properties", {})
+        extra = schema.get("additionalProperties", True)
+        for sub, subvalue in value.items():
+            name = str(sub)
+            if name not in props and name.replace("_", "-") in props:
+                name = name.replace("_", "-")
+            if name in props:
+                out += _problems(f"{key}.{name}", subvalue, props[name])
+            elif extra is False:
+                known = ", ".join(sorted(props))
+                out.append(
+                    (f"{key}.{name}", subvalue, f"is not a setting; the keys of cacheaffinity.{key} are {known}", {})
+                )
+            elif isinstance(extra, dict):
+                out += _problems(f"{key}.{name}", subvalue, extra)
+        return out
+    return []
+
+
+def _line(key: str, value: Any, what: str, schema: dict, argument: str | None = None) -> str:
+    if argument is None:
+        line = f"cacheaffinity.{key}={value!r} {what}"
+    else:
+        line = f"{argument}={value!r} (cacheaffinity.{key}) {what}"
+    if schema:
+        env = "DASK_CACHEAFFINITY__" + key.upper().replace(".", "__").replace("-", "_")
+        shown = _example(key, schema)
+        line += f'; e.g. "cacheaffinity.{key}: {shown}" in a Dask config file, or {env}="{shown}"'
+
+    return line
+
+
+def _message(problems: list, argument: str | None = None) -> str:
+    lines = [_line(*p, argument=argument) for p in problems]
+    return "invalid cacheaffinity setting: " + "; ".join(lines)
+
+
+def check(key: str, value: Any, *, source: str = "config") -> None:
+    """Raise ``ValueError`` unless ``value`` is valid for ``cacheaffinity.<key>``.
+
+    Keys the schema does not describe are not checked.  ``source="argument"``
+    names the keyword argument (``capacity=...``) in the message too.
+    """
+    schema = _subschema(key)
+    if schema is None:
+        return
+    problems = _problems(key, value, schema)
+    if problems:
+        argument = key.rsplit(".", 1)[-1].replace("-", "_") if source == "argument" else None
+        raise ValueError(_message(problems, argument))
+
+
+def validate(section: str | None = None) -> dict:
+    """Validate ``cacheaffinity.<section>`` (default: the whole namespace) of the
+    current Dask config against the schema.
+
+    Parameters
+    ----------
+    section : str, optional
+        ``"scheduler"``, ``"worker"``, ``"client"``, or a dotted sub-key.
+
+    Returns
+    -------
+    dict
+        The section's values (packaged defaults filled in for missing keys).
+
+    Raises
+    ------
+    ValueError
+        Naming every invalid key with its value, what is allowed and an example
+        to copy (a key of the Dask config file and its environment variable).
+    """
+    key = section or ""
+    values = dask.config.get("cacheaffinity" + (f".{key}" if key else ""), default=_MISSING)
+    if values is _MISSING:
+        values = default(key) if key else _defaults["cacheaffinity"]
+    if key:
+        schema = _subschema(key)
+        problems = [] if schema is None else _problems(key, values, schema)
+    else:
+        problems = []
+        if not isinstance(values, Mapping):
+            problems = [("", values, "must be a mapping", {})]
+        else:
+            for sub, subvalue in values.items():
+                schema = _subschema(str(sub))
+                if schema is None:
+                    problems.append(
+                        (str(sub), subvalue, f"is not a section; use {', '.join(_schema['properties'])}", {})
+                    )
+                else:
+                    problems += _problems(str(sub), subvalue, schema)
+    if problems:
+        raise ValueError(_message(problems))
+    return dict(values) if isinstance(values, Mapping) else values

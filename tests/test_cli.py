@@ -289,3 +289,34 @@ def test_where_without_plugin_or_scheduler_is_a_clear_error(schedulers):
     assert "dask scheduler --preload cacheaffinity" in no_plugin.stderr
     assert unreachable.returncode == 2 and not unreachable.stdout
     assert "cannot connect to a Dask scheduler at tcp://127.0.0.1:1" in unreachable.stderr
+
+
+def test_verify_repair_on_a_sound_index_changes_nothing(cache_dir):
+    directory, node = cache_dir
+    result = run("cache", "verify", "--repair", "--json", directory)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["index_rebuilt"] is False and out["ok"] == COLUMNS
+    assert (directory / "node-id").read_text().strip() == node
+
+
+def test_group_writable_directory_is_refused_unless_shared(cache_dir, tmp_path):
+    import grp
+    import os
+
+    directory, _ = cache_dir
+    os.chmod(directory, 0o2770)
+    refused = run("cache", "info", directory)
+    assert refused.returncode == 2 and not refused.stdout
+    assert "writable by group" in refused.stderr and "shared-group" in refused.stderr
+    assert "Traceback" not in refused.stderr
+    group = grp.getgrgid(os.stat(directory).st_gid).gr_name
+    shared = subprocess.run(
+        [str(CLI), "cache", "info", "--json", str(directory)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, DASK_CACHEAFFINITY__WORKER__SHARED_GROUP=group),
+    )
+    assert shared.returncode == 0, shared.stderr
+    assert json.loads(shared.stdout)["entries"] == COLUMNS

@@ -764,3 +764,34 @@ def test_memory_front_is_bounded_and_writes_through(tmp_path):
         assert front.stats()["memory_hits"] == 1
         front.drop_memory()
         assert front.memory_bytes == 0 and len(store) == 6
+
+
+# ------------------------------------------------------- layout upgrade
+def test_version_1_index_is_upgraded_in_place(tmp_path):
+    """A directory written before entries recorded their writer still reads."""
+    d = tmp_path / "cache"
+    with ColumnCache(d, capacity="1 MiB") as cache:
+        cache["old"] = np.arange(10, dtype=np.float32)
+    con = sqlite3.connect(d / INDEX_NAME)
+    con.executescript(
+        "DROP INDEX entries_file; ALTER TABLE entries DROP COLUMN writer; PRAGMA user_version=1;"
+    )
+    con.close()
+    with ColumnCache(d, capacity="1 MiB") as cache:
+        assert_same(cache["old"], np.arange(10, dtype=np.float32))
+        cache["new"] = np.arange(3)
+        assert_same(cache["new"], np.arange(3))
+    con = sqlite3.connect(d / INDEX_NAME)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 2
+    writers = dict(con.execute("SELECT key, writer FROM entries"))
+    assert writers == {"old": None, "new": os.geteuid()}
+    assert con.execute("PRAGMA index_list(entries)").fetchall()  # the file index exists
+
+
+def test_repair_of_a_sound_index_changes_nothing(tmp_path):
+    d = tmp_path / "cache"
+    with ColumnCache(d, capacity="1 MiB") as cache:
+        cache["k"] = np.arange(10)
+        assert cache.repair() is False
+        assert_same(cache["k"], np.arange(10))
+        assert cache.stats()["index_rebuilt"] == 0

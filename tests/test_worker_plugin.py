@@ -128,3 +128,56 @@ async def test_directory_in_job_scratch_warns_and_still_caches(
     assert job_scratch_of(str(scratch)) == str(scratch)
     assert job_scratch_of(str(tmp_path / "execute" / "dir_12345")) is None  # prefix only
     assert job_scratch_of(str(tmp_path / "local")) is None
+
+
+@pytest.mark.parametrize(
+    "kwargs, config, words",
+    [
+        pytest.param({"capacity": "lots"}, {}, "capacity='lots' (cacheaffinity.worker.capacity) is not a size", id="arg"),
+        pytest.param({}, {"cacheaffinity.worker.memory": "-1 GiB"}, "cacheaffinity.worker.memory='-1 GiB' must be >= 0", id="config"),
+        pytest.param({}, {"cacheaffinity.worker.weight": "heavy"}, "cacheaffinity.worker.weight='heavy'", id="weight"),
+        pytest.param({"shared_group": "no-such-group-xyz"}, {}, "is not a Unix group", id="group"),
+    ],
+)  # fmt: skip
+def test_invalid_settings_fail_setup_instead_of_running_uncached(tmp_path, kwargs, config, words):
+    @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)], config=config)
+    async def check(c, s, a):
+        plugin = CacheWorkerPlugin(directory=str(tmp_path / "cache"), **kwargs)
+        with pytest.raises(ValueError) as info:
+            await c.register_plugin(plugin)
+        assert words in str(info.value)
+        assert not (tmp_path / "cache").exists()
+        # Dask keeps the plugin; a task that asks for the cache gets the error, it
+        # does not run uncached
+        with pytest.raises(RuntimeError, match="refused its settings") as task_error:
+            await c.submit(cacheaffinity.cachestrategy)
+        assert words in str(task_error.value)
+
+    check()
+
+
+def test_default_directory_is_private_per_user(tmp_path, monkeypatch):
+    from cacheaffinity.worker.directory import default_directory
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_directory() == str(tmp_path / "xdg" / "cacheaffinity")
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/path")  # not usable: the XDG spec says ignore
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_directory() == str(tmp_path / "home" / ".cache" / "cacheaffinity")
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_untrusted_directory_is_one_warning_naming_owner_and_fix(c, s, a, tmp_path, caplog):
+    shared = tmp_path / "cache"
+    shared.mkdir(mode=0o777)
+    shared.chmod(0o777)
+    await c.register_plugin(CacheAffinityPlugin())
+    with caplog.at_level(logging.WARNING, logger="cacheaffinity.worker"):
+        await c.register_plugin(CacheWorkerPlugin(directory=str(shared)))
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert str(shared) in warnings[0] and "mode 0777" in warnings[0]
+    assert f"chmod go-w {shared}" in warnings[0]
+    assert a.plugins["cacheaffinity"].cache is None
+    assert not (shared / "node-id").exists()  # no identity taken from (or put in) it
+    assert await c.submit(read_columns, 2) == [None, None]

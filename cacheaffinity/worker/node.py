@@ -9,11 +9,17 @@ Notes
 -----
 Creation is atomic and race-free between processes: the id is written to a
 temporary file and hard-linked to ``node-id``; whoever links first wins and
-everyone reads the winner's id.
+everyone reads the winner's id.  A new directory is created with mode 0700 and
+``node-id`` is never read through a symbolic link (``O_NOFOLLOW``); whether the
+directory can be trusted at all is checked before, by
+:func:`cacheaffinity.worker.directory.trusted_directory`.  Nothing here ever
+changes or deletes an existing ``node-id``: a node keeps its identity through
+every repair of its cache.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import socket
@@ -36,7 +42,12 @@ def read_or_create_node_id(directory: str) -> str:
         If ``node-id`` exists but does not hold a valid id (the message names
         the file and how to fix it).
     """
-    os.makedirs(directory, exist_ok=True)
+    if not os.path.isdir(directory):
+        os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
     path = os.path.join(directory, NODE_ID_FILE)
     try:
         return read_node_id(path)
@@ -46,7 +57,8 @@ def read_or_create_node_id(directory: str) -> str:
     new_id = f"{host}-{uuid.uuid4().hex[:12]}"
     tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
-        with open(tmp, "w") as f:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with open(fd, "w") as f:
             f.write(new_id + "\n")
             f.flush()
             os.fsync(f.fileno())
@@ -64,8 +76,17 @@ def read_or_create_node_id(directory: str) -> str:
 
 def read_node_id(path: str) -> str:
     """The node id in the ``node-id`` file ``path`` (never creates one)."""
-    with open(path) as f:
-        value = f.read().strip()
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise ValueError(
+                f"{path} is a symbolic link; a node id is never read through one. Remove "
+                "the link to let the worker create a new id"
+            ) from None
+        raise
+    with open(fd, errors="replace") as f:
+        value = f.read(1024).strip()
     if not _VALID.match(value):
         raise ValueError(
             f"{path} holds {value[:80]!r}, which is not a cacheaffinity node id; "

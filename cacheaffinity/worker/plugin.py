@@ -8,7 +8,11 @@ callable to pass as ``coffea.processor.Runner(cachestrategy=...)``.
 
 The plugin resolves its settings *on the worker* (the disk is local):
 ``cacheaffinity.worker.directory`` (``{name}`` is replaced by the worker name),
-``capacity``, ``memory`` and ``weight``.  It opens the node's
+``capacity``, ``memory``, ``weight`` and ``shared-group``, validated against the
+schema before anything else: an invalid value makes :meth:`setup` raise
+``ValueError`` naming the key, the value and an example (and ``dask worker
+--preload cacheaffinity`` exit, see :func:`cacheaffinity.dask_setup`), rather
+than run uncached.  It opens the node's
 :class:`~cacheaffinity.worker.store.ColumnCache`, reads or creates the
 persistent node id in that directory, and tells the scheduler which cache node
 this worker belongs to and how its cache is doing (the ``cacheaffinity`` worker
@@ -18,25 +22,30 @@ It never decides placement; that is the scheduler plugin's job.
 
 Notes
 -----
-A cache directory that cannot be used is logged once; the worker then caches
-nothing and reports its host as node, and analyses run uncached but correct.
+A cache directory that cannot be used (or cannot be trusted: someone else's, a
+symbolic link, writable by others, see :mod:`cacheaffinity.worker.directory`) is
+logged once with the path, its owner and the fix; the worker then caches nothing
+and reports its host as node, and analyses run uncached but correct.
 """
 
 from __future__ import annotations
 
-import getpass
 import logging
 import os
-import tempfile
 import threading
 from typing import Any
 
-import dask.config
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from cacheaffinity import config
 from cacheaffinity.protocol import NODE_REPORT_TOPIC, PLUGIN_NAME, WORKER_METRIC
+from cacheaffinity.worker.directory import (
+    UntrustedDirectory,
+    default_directory,
+    group_id,
+    trusted_directory,
+)
 from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import read_or_create_node_id
 from cacheaffinity.worker.store import ColumnCache, MemoryFront
@@ -63,25 +72,20 @@ def job_scratch_of(directory: str) -> str | None:
     return None
 
 
-def default_directory() -> str:
-    """``<temporary-directory>/cacheaffinity-<user>``: node-local and shared by
-    the node's workers."""
-    base = dask.config.get("temporary-directory", None) or tempfile.gettempdir()
-    try:
-        user = getpass.getuser()
-    except Exception:  # no user name in some containers
-        user = str(os.getuid())
-    return os.path.join(base, f"cacheaffinity-{user}")
-
-
 class CacheWorkerPlugin(WorkerPlugin):
     """Node-local column cache of one worker process.
 
     Parameters
     ----------
-    directory, capacity, memory, weight
+    directory, capacity, memory, weight, shared_group
         Override ``cacheaffinity.worker.<name>``; ``None`` reads the config on
         the worker when the plugin is set up.
+
+    Raises
+    ------
+    ValueError
+        In :meth:`setup`, for an invalid setting (the message names the key,
+        the value and an example).
 
     Attributes
     ----------
@@ -100,12 +104,14 @@ class CacheWorkerPlugin(WorkerPlugin):
         capacity: str | int | None = None,
         memory: str | int | None = None,
         weight: float | None = None,
+        shared_group: str | int | None = None,
     ):
         self._args = {
             "directory": directory,
             "capacity": capacity,
             "memory": memory,
             "weight": weight,
+            "shared_group": shared_group,
         }
         self.node_id: str | None = None
         self.directory: str | None = None
@@ -113,6 +119,9 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.capacity: int = 0
         self.memory: int = 0
         self.weight: float | None = None
+        self.shared_group: int | None = None
+        #: Why :meth:`setup` refused the settings (None: it did not).
+        self.failed: str | None = None
         #: Per-file metadata (NanoEvents base forms) of this node.
         self.forms: FormStore | None = None
         self._lock = threading.Lock()
@@ -128,7 +137,19 @@ class CacheWorkerPlugin(WorkerPlugin):
 
     # ------------------------------------------------------------ lifecycle
     def setup(self, worker) -> None:
+        try:
+            self._settings(worker)
+        except ValueError as e:
+            # Dask keeps a plugin whose setup failed: remember why, so that
+            # tasks asking for the cache fail with it instead of running uncached.
+            self.failed = str(e)
+            raise
+        self.failed = None
+        self._open(worker)
+
+    def _settings(self, worker) -> None:
         a = self._args
+        config.validate("worker")
         self.capacity = config.get_bytes("worker.capacity", a["capacity"])
         self.memory = config.get_bytes("worker.memory", a["memory"])
         weight = config.get("worker.weight", a["weight"])
@@ -139,9 +160,13 @@ class CacheWorkerPlugin(WorkerPlugin):
                     f"cacheaffinity.worker.weight={weight!r} must be a finite number > 0"
                 )
         self.weight = weight
+        group = config.get("worker.shared-group", a["shared_group"])
+        self.shared_group = None if group is None else group_id(group)
         directory = config.get("worker.directory", a["directory"]) or default_directory()
         directory = os.path.expanduser(os.path.expandvars(str(directory)))
         self.directory = os.path.abspath(directory.replace("{name}", str(worker.name)))
+
+    def _open(self, worker) -> None:
         scratch = job_scratch_of(self.directory)
         if scratch is not None:
             logger.warning(
@@ -154,9 +179,17 @@ class CacheWorkerPlugin(WorkerPlugin):
                 scratch,
             )
         try:
+            trusted_directory(self.directory, shared_group=self.shared_group)
             self.node_id = read_or_create_node_id(self.directory)
-            self.cache = ColumnCache(self.directory, capacity=self.capacity)
+            self.cache = ColumnCache(
+                self.directory, capacity=self.capacity, shared_group=self.shared_group
+            )
             self.forms = FormStore(self.directory)
+        except UntrustedDirectory as e:
+            logger.warning("cacheaffinity: %s This worker caches nothing.", e)
+            self.cache = None
+            self.forms = None
+            self.node_id = None
         except (OSError, ValueError) as e:
             logger.warning(
                 "cacheaffinity: cache directory %s is unusable (%s); this worker caches "
@@ -247,6 +280,11 @@ def worker_cache(worker=None) -> CacheWorkerPlugin:
             "uncached. Start workers with `dask worker --preload cacheaffinity`, set "
             "distributed.worker.preload: [cacheaffinity], or call "
             "client.register_plugin(cacheaffinity.CacheWorkerPlugin())."
+        )
+    if plugin.failed:
+        raise RuntimeError(
+            f"the cacheaffinity plugin of worker {worker.address} refused its settings, so "
+            f"this task would run uncached: {plugin.failed}"
         )
     return plugin
 

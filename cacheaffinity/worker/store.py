@@ -13,7 +13,8 @@ Layout of a cache directory (other files in it, such as ``node-id``, are left
 alone)::
 
     columns.sqlite3     index: one row per key (file name, dtype, shape, size,
-                        xxh3-64 checksum, store time), in FIFO order
+                        xxh3-64 checksum, store time, writer's uid), in FIFO order
+    columns.lock        taken (flock) while a damaged index is rebuilt
     columns/ab/<32 hex> data files: the raw C-order bytes of one array each,
                         written once, never modified, deleted when evicted
     columns-tmp/        values being written; renamed into ``columns/`` when
@@ -44,10 +45,22 @@ names, and about as many lines as the adapter around diskcache would need.
 
 Notes
 -----
+Trust
+    A directory is used only if its user alone can write it: it is created
+    with mode 0700, and an existing one must be a real directory (not a
+    symbolic link) owned by this process's user and not writable by group or
+    others (see :mod:`cacheaffinity.worker.directory`; a shared-group mode
+    relaxes this for one Unix group).  Otherwise the cache is disabled with
+    one warning naming the path, its owner and the fix.  Data files are opened
+    with ``O_NOFOLLOW`` and must belong to the user that the entry names as
+    its writer; anything else is a miss.
+
 Thread and process safety
     Any number of threads and processes of one node may use one directory at
     the same time.  Each :class:`ColumnCache` holds one SQLite connection,
-    guarded by a lock and reopened after ``fork``; an index lookup takes
+    guarded by a lock and reopened after ``fork``; the locks of every cache
+    are replaced in a forked child (``os.register_at_fork``), so a fork while
+    another thread holds one does not deadlock the child.  An index lookup takes
     microseconds, file I/O happens outside the lock.  Writers serialise on
     SQLite's write lock for the short index transaction only.  A data file is
     never modified once it is visible, and file names are never reused, so a
@@ -62,10 +75,25 @@ Crashes
     replaced or evicted entries are deleted after the commit.  A process killed
     at any point leaves either a temporary (removed by the next
     :class:`ColumnCache` opened on the directory once it is older than
-    ``stale_after``), a data file nothing references (removed by
-    :meth:`ColumnCache.verify`), or a complete entry.  Nothing is fsync'ed: after
+    ``stale_after``), a data file nothing references (an *orphan*: collected
+    when a cache is opened and every ``ORPHAN_INTERVAL`` seconds by writers,
+    at most ``ORPHAN_BATCH`` files per pass, once it is older than the
+    ``orphan_after`` grace), or a complete entry.  Nothing is fsync'ed: after
     a power loss an entry may point to torn data, which its checksum turns into
     a miss.
+
+A damaged index heals
+    An index SQLite reports as corrupt (garbage pages, a truncated file, not a
+    database at all) is checked when a cache is opened (``PRAGMA
+    quick_check``) and whenever a statement fails with ``SQLITE_CORRUPT`` or
+    ``SQLITE_NOTADB``.  Under ``columns.lock`` the damaged file is moved aside
+    to ``columns.sqlite3.corrupt`` (replacing an older one), a new index is
+    created, and the rows that can still be read from the old one are copied
+    over if their data file exists with the recorded size (their checksum is
+    verified on every read anyway); the other data files become orphans.  The
+    ``node-id`` file is never touched, so the node keeps its identity.  Other
+    processes keep their connections: the new index is written over the old
+    one through SQLite's backup API, which they see like any other commit.
 
 Failures are misses, never errors
     ``get`` verifies the size and xxh3-64 checksum of every value it returns.
@@ -91,14 +119,18 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import os
 import re
+import shutil
 import sqlite3
+import stat
 import threading
 import time
 import uuid
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
@@ -108,14 +140,19 @@ import xxhash
 from dask.utils import format_bytes
 
 from cacheaffinity import config
+from cacheaffinity.worker.directory import UntrustedDirectory, group_id, trusted_directory
 
 __all__ = ["ColumnCache", "MemoryFront"]
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-#: Version of the index schema and directory layout.
-SCHEMA_VERSION = 1
+#: Version of the index schema and directory layout (1: without the writer
+#: column and the file index; upgraded in place).
+SCHEMA_VERSION = 2
 INDEX_NAME = "columns.sqlite3"
+LOCK_NAME = "columns.lock"
+#: Where a damaged index is moved (replacing an older one).
+CORRUPT_SUFFIX = ".corrupt"
 DATA_DIR = "columns"
 TMP_DIR = "columns-tmp"
 #: Sizes are accounted in whole file-system blocks (a 10-byte array uses 4 KiB).
@@ -128,11 +165,27 @@ MAX_EVICTIONS_PER_INSERT = 1024
 _FULL_BACKOFF = 30.0
 #: Seconds SQLite waits for another process's write transaction.
 _BUSY_TIMEOUT = 30.0
+#: Writers look for orphaned data files at most this often (seconds) ...
+ORPHAN_INTERVAL = 60.0
+#: ... and look at no more than this many data files per pass.
+ORPHAN_BATCH = 2048
+#: A data file nobody references is deleted only when older than this
+#: (seconds): a live writer commits its entry within the busy timeout.
+ORPHAN_AFTER = 4 * _BUSY_TIMEOUT
+#: Seconds after a rebuild during which a damaged index is only a miss.
+_HEAL_INTERVAL = 30.0
+#: SQLite result codes of a damaged index.
+_SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _NAME = re.compile(r"^[0-9a-f]{32}$")
 _MISSING = object()
 
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 _UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR}
+
+_UPGRADE_1 = """
+ALTER TABLE entries ADD COLUMN writer INTEGER;
+CREATE INDEX IF NOT EXISTS entries_file ON entries(file);
+"""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -144,8 +197,10 @@ CREATE TABLE IF NOT EXISTS entries (
     nbytes   INTEGER NOT NULL,                   -- bytes of data
     size     INTEGER NOT NULL,                   -- nbytes in whole blocks
     checksum BLOB NOT NULL,                      -- xxh3_64 digest (8 bytes)
-    stored   REAL NOT NULL                       -- time.time() of the store
+    stored   REAL NOT NULL,                      -- time.time() of the store
+    writer   INTEGER                             -- uid that wrote the data file
 );
+CREATE INDEX IF NOT EXISTS entries_file ON entries(file);
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('size', 0), ('count', 0);
 CREATE TRIGGER IF NOT EXISTS entries_insert AFTER INSERT ON entries BEGIN
@@ -185,6 +240,31 @@ def _problem(exc: BaseException) -> str:
         if (code is not None and code & 0xFF in (8, 14)) or "readonly" in text:
             return "unwritable"
     return "other"
+
+
+def _corruption(exc: BaseException) -> bool:
+    """Whether ``exc`` says the index file is damaged (not merely busy or full)."""
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code is not None and code & 0xFF in _SQLITE_CORRUPT:
+        return True
+    text = str(exc).lower()
+    return "malformed" in text or "not a database" in text
+
+
+#: Every open ColumnCache and MemoryFront, to replace their locks after fork.
+_LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _reset_locks_after_fork() -> None:
+    # A thread of the parent may have held a lock at fork(); that thread does
+    # not exist in the child, so the lock would never be released.
+    for obj in list(_LIVE.values()):
+        obj._reset_locks()
+
+
+os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
 def _unlink(path: str) -> bool:
@@ -228,6 +308,17 @@ class ColumnCache(MutableMapping):
         Temporaries older than this many seconds are deleted on open: they were
         left by a killed writer.  (Deleting the temporary of a writer that is
         still alive only makes that one write fail quietly.)
+    shared_group : str or int, optional
+        A Unix group whose members share this directory (see
+        :mod:`cacheaffinity.worker.directory`); ``None`` reads
+        ``cacheaffinity.worker.shared-group`` (default null: a private cache).
+    orphan_after : float, optional
+        Grace in seconds before a data file that no entry references is deleted
+        (default ``min(stale_after, ORPHAN_AFTER)``).
+    heal : bool, optional
+        Rebuild a damaged index (the default).  ``False`` leaves it as it is and
+        disables the cache, with the damage in :attr:`disabled` (the read-only
+        ``cacheaffinity cache info`` uses this).
 
     Attributes
     ----------
@@ -254,6 +345,9 @@ class ColumnCache(MutableMapping):
         capacity: int | str | None = None,
         *,
         stale_after: float = 300.0,
+        shared_group: str | int | None = None,
+        orphan_after: float | None = None,
+        heal: bool = True,
     ):
         #: Absolute path of the cache directory.
         self.directory: str = os.path.abspath(os.fspath(directory))
@@ -264,6 +358,15 @@ class ColumnCache(MutableMapping):
             raise ValueError(f"stale_after={stale_after!r} must be a number of seconds >= 0")
         #: Age in seconds after which a temporary is considered abandoned.
         self.stale_after: float = stale_after
+        #: Age in seconds after which an unreferenced data file is deleted.
+        self.orphan_after: float = (
+            min(stale_after, ORPHAN_AFTER) if orphan_after is None else float(orphan_after)
+        )
+        group = config.get("worker.shared-group", shared_group)
+        #: Group id of a shared-group cache, None for a private one.
+        self.shared_gid: int | None = None if group is None else group_id(group)
+        self._uid = os.geteuid()
+        self._heals = bool(heal)
         self._index = os.path.join(self.directory, INDEX_NAME)
         self._data = os.path.join(self.directory, DATA_DIR)
         self._tmp = os.path.join(self.directory, TMP_DIR)
@@ -272,11 +375,21 @@ class ColumnCache(MutableMapping):
         #: Guards the counters and warning flags.
         self._stats_lock = threading.Lock()
         self._con: sqlite3.Connection | None = None
+        #: No second rebuild before this ``time.monotonic()`` (a damage that a
+        #: rebuild does not cure must not make every statement rebuild).
+        self._next_heal = 0.0
+        self._next_orphan_pass = 0.0
+        #: Data subdirectory (two hex digits) the next orphan pass starts at.
+        self._orphan_cursor = 0
         self._inherited: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._closed = False
         #: Why this cache is unusable (None: usable).
         self._disabled: str | None = None
+        #: The directory failed the trust checks (the message), or None.
+        self.untrusted: str | None = None
+        #: The index was found damaged and left as it is (``heal=False``).
+        self.damaged: bool = False
         #: Writes are skipped until this ``time.monotonic()`` (full disk).
         self._pause_until = 0.0
         self._warned: set[str] = set()
@@ -293,16 +406,39 @@ class ColumnCache(MutableMapping):
                 "corrupt",
                 "skipped",
                 "temporaries_removed",
+                "orphans_removed",
+                "index_rebuilt",
             ),
             0,
         )
+        _LIVE[id(self)] = self
         try:
-            os.makedirs(self._data, exist_ok=True)
-            os.makedirs(self._tmp, exist_ok=True)
+            trusted_directory(self.directory, shared_group=self.shared_gid)
+        except UntrustedDirectory as e:
+            self._disabled = self.untrusted = str(e)
+            self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
+            return
+        except (OSError, ValueError) as e:
+            self._disabled = f"{type(e).__name__}: {e}"
+            self._warn_once(
+                "disk",
+                "cacheaffinity: cache directory %s cannot be used (%s); nothing will be "
+                "cached by this process. Point cacheaffinity.worker.directory to a "
+                "writable directory on local disk.",
+                self.directory,
+                self._disabled,
+            )
+            return
+        try:
+            self._mkdir(self._data)
+            self._mkdir(self._tmp)
             self._remove_stale_temporaries()
             self._probe_writable()
-            with self._lock:
-                self._connection()
+            self._open_index()
+        except UntrustedDirectory as e:  # a planted index, WAL or shm file
+            self._disabled = self.untrusted = str(e)
+            self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
+            return
         except (OSError, sqlite3.Error) as e:
             self._disabled = f"{type(e).__name__}: {e}"
             self._warn_once(
@@ -313,15 +449,109 @@ class ColumnCache(MutableMapping):
                 self.directory,
                 self._disabled,
             )
+            return
+        try:
+            self.collect_orphans()
+        except (OSError, sqlite3.Error, _Closed) as e:
+            logger.debug("cacheaffinity: orphan collection on open failed: %s", e)
 
     # ------------------------------------------------------------------ setup
+    def _reset_locks(self) -> None:
+        """Fresh locks in a forked child (the parent's may be held by a thread
+        that does not exist here)."""
+        self._lock = threading.RLock()
+        self._stats_lock = threading.Lock()
+
+    @property
+    def _file_mode(self) -> int:
+        return 0o600 if self.shared_gid is None else 0o660
+
+    def _mkdir(self, path: str) -> None:
+        """Create a directory of the cache (mode 0700, or 2770 in a shared group)."""
+        try:
+            os.mkdir(path, 0o700 if self.shared_gid is None else 0o770)
+        except FileExistsError:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                raise UntrustedDirectory(
+                    f"{path} in cache directory {self.directory} is not a directory; "
+                    f"remove it (the cache recreates it)"
+                ) from None
+            return
+        if self.shared_gid is not None:
+            os.chmod(path, 0o2770)
+
     def _probe_writable(self) -> None:
         path = os.path.join(self._tmp, f"{uuid.uuid4().hex}.tmp")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600
+        )
         os.close(fd)
         os.unlink(path)
 
+    def _check_index_file(self) -> None:
+        """Refuse an index (or its WAL/shm files) that is a link or someone else's."""
+        for suffix in ("", "-wal", "-shm"):
+            path = self._index + suffix
+            try:
+                st = os.lstat(path)
+            except FileNotFoundError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
+                raise UntrustedDirectory(
+                    f"{path} is not a regular file (a link?); the cache never creates one. "
+                    f"Remove it (the index is rebuilt)"
+                )
+            if self.shared_gid is None and st.st_uid != self._uid:
+                raise UntrustedDirectory(
+                    f"{path} belongs to uid {st.st_uid}, not to uid {self._uid} who runs this "
+                    "process; remove it (the index is rebuilt) or use your own directory"
+                )
+
+    def _open_index(self) -> None:
+        """Connect, check the index (``quick_check``) and rebuild it if it is damaged."""
+        try:
+            with self._lock:
+                con = self._connection()
+                result = con.execute("PRAGMA quick_check(1)").fetchone()
+            if result is None or result[0] != "ok":
+                raise sqlite3.DatabaseError(f"database disk image is malformed: {result}")
+        except sqlite3.DatabaseError as e:
+            if not _corruption(e):
+                raise
+            if not self._heals:
+                self.damaged = True
+                raise
+            self._heal(e)
+
+    def repair(self) -> bool:
+        """Check the whole index (``PRAGMA integrity_check``) and rebuild it if it is
+        damaged, keeping the entries that still read (the node id is untouched).
+
+        Returns
+        -------
+        bool
+            Whether the index was rebuilt.
+        """
+        self._check_usable()
+        if self._disabled:
+            raise ValueError(f"{self!r} cannot be used: {self._disabled}")
+        before = self.stats()["index_rebuilt"]
+        try:
+            with self._lock:
+                rows = self._connection().execute("PRAGMA integrity_check(1)").fetchall()
+            if rows != [("ok",)]:
+                raise sqlite3.DatabaseError(f"database disk image is malformed: {rows[:1]}")
+        except sqlite3.DatabaseError as e:
+            if not _corruption(e):
+                raise
+            self._heal(e)
+        if self._disabled:
+            raise ValueError(f"{self!r} cannot be used: {self._disabled}")
+        return self.stats()["index_rebuilt"] > before
+
     def _connect(self) -> sqlite3.Connection:
+        self._check_index_file()
         con = sqlite3.connect(
             self._index,
             timeout=_BUSY_TIMEOUT,
@@ -339,6 +569,19 @@ class ColumnCache(MutableMapping):
                     time.sleep(0.05)
             con.execute("PRAGMA synchronous=NORMAL")
             version = con.execute("PRAGMA user_version").fetchone()[0]
+            if version == 1:  # add the writer column and the file index
+                try:
+                    con.execute("BEGIN IMMEDIATE")
+                    if con.execute("PRAGMA user_version").fetchone()[0] == 1:
+                        for statement in filter(None, map(str.strip, _UPGRADE_1.split(";"))):
+                            con.execute(statement)
+                        con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+                    con.execute("COMMIT")
+                except BaseException:
+                    if con.in_transaction:
+                        con.execute("ROLLBACK")
+                    raise
+                version = SCHEMA_VERSION
             if version not in (0, SCHEMA_VERSION):
                 raise sqlite3.DatabaseError(
                     f"{self._index} has layout version {version}, this cacheaffinity "
@@ -355,6 +598,10 @@ class ColumnCache(MutableMapping):
                     if con.in_transaction:
                         con.execute("ROLLBACK")
                     raise
+            if self.shared_gid is not None:
+                st = os.stat(self._index)
+                if st.st_uid == self._uid and stat.S_IMODE(st.st_mode) & 0o060 != 0o060:
+                    os.chmod(self._index, 0o660)  # -wal and -shm copy this mode
         except BaseException:
             con.close()
             raise
@@ -376,20 +623,247 @@ class ColumnCache(MutableMapping):
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._lock:
-            con = self._connection()
-            con.execute("BEGIN IMMEDIATE")
             try:
-                yield con
-                con.execute("COMMIT")
-            except BaseException:
-                if con.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        con.execute("ROLLBACK")
+                con = self._connection()
+                con.execute("BEGIN IMMEDIATE")
+                try:
+                    yield con
+                    con.execute("COMMIT")
+                except BaseException:
+                    if con.in_transaction:
+                        with contextlib.suppress(sqlite3.Error):
+                            con.execute("ROLLBACK")
+                    raise
+            except sqlite3.DatabaseError as e:
+                if _corruption(e) and self._heals:
+                    self._heal(e)
                 raise
 
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self._lock:
-            return self._connection().execute(sql, args).fetchall()
+            try:
+                return self._connection().execute(sql, args).fetchall()
+            except sqlite3.DatabaseError as e:
+                if _corruption(e) and self._heals:
+                    self._heal(e)
+                raise
+
+    # ---------------------------------------------------------------- healing
+    def _salvage(self, con: sqlite3.Connection) -> list[tuple]:
+        """The rows of a damaged index that can still be read, in FIFO order.
+
+        A damaged page ends a scan; the next one starts at a growing distance
+        past the last id read (about 40 attempts per damaged region at most).
+        """
+        columns = "id, key, file, dtype, shape, nbytes, size, checksum, stored"
+        try:
+            has_writer = any(r[1] == "writer" for r in con.execute("PRAGMA table_info(entries)"))
+        except sqlite3.Error:
+            return []
+        if has_writer:
+            columns += ", writer"
+        rows: list[tuple] = []
+        start, jump = -(2**63), 0
+        while jump <= 2**40:
+            try:
+                got = 0
+                for row in con.execute(
+                    f"SELECT {columns} FROM entries WHERE id >= ? ORDER BY id", (start + jump,)
+                ):
+                    rows.append(row if has_writer else (*row, None))
+                    start, jump, got = row[0] + 1, 0, got + 1
+                return rows
+            except sqlite3.Error:
+                jump = max(1, 2 * jump)
+            if start == -(2**63):
+                start = 0
+        return rows
+
+    def _usable_row(self, row: tuple) -> bool:
+        """Whether a salvaged row's data file exists with the recorded size."""
+        _, key, name, dtype, shape, nbytes, size, checksum, stored, writer = row
+        if not (isinstance(key, str) and isinstance(name, str) and _NAME.match(name)):
+            return False
+        if not (isinstance(nbytes, int) and isinstance(size, int) and size == _blocks(nbytes)):
+            return False
+        if not (isinstance(checksum, bytes) and len(checksum) == 8):
+            return False
+        try:
+            st = os.lstat(self._path(name))
+        except OSError:
+            return False
+        return stat.S_ISREG(st.st_mode) and st.st_size == nbytes and (
+            writer is None or st.st_uid == writer
+        )
+
+    def _heal(self, exc: BaseException) -> None:
+        """Rebuild a damaged index in place, keeping the rows that still read.
+
+        Runs under ``columns.lock`` (one process heals, the others find a good
+        index when they get the lock).  The new index is written over the old
+        one with SQLite's backup API, so connections of other processes stay
+        valid and see the new content; only when that fails is the file removed
+        and created again.  Never raises: a cache that cannot be healed is
+        disabled with one warning.
+        """
+        with self._lock:
+            if self._closed or self._disabled or time.monotonic() < self._next_heal:
+                return
+            self._next_heal = time.monotonic() + _HEAL_INTERVAL
+            try:
+                self._rebuild(exc)
+            except (OSError, sqlite3.Error) as e:
+                self._disabled = f"the index is damaged ({exc}) and could not be rebuilt ({e})"
+                self._warn_once(
+                    "disk",
+                    "cacheaffinity: index %s is damaged (%s) and could not be rebuilt (%s); "
+                    "nothing is cached by this process. Run `cacheaffinity cache verify "
+                    "--repair %s` as the workers' user.",
+                    self._index,
+                    exc,
+                    e,
+                    self.directory,
+                )
+
+    def _rebuild(self, exc: BaseException) -> None:
+        lock_path = os.path.join(self.directory, LOCK_NAME)
+        fd = os.open(
+            lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._file_mode
+        )
+        try:
+            if self.shared_gid is not None and os.fstat(fd).st_uid == self._uid:
+                os.fchmod(fd, 0o660)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            if self._con is not None and self._pid == os.getpid():
+                with contextlib.suppress(sqlite3.Error):
+                    self._con.close()
+            self._con = None
+            # Another process may have rebuilt it while this one waited.
+            raw = sqlite3.connect(self._index, timeout=_BUSY_TIMEOUT, isolation_level=None)
+            try:
+                try:
+                    ok = raw.execute("PRAGMA quick_check(1)").fetchone()
+                    if ok is not None and ok[0] == "ok":
+                        version = raw.execute("PRAGMA user_version").fetchone()[0]
+                        if version in (0, 1, SCHEMA_VERSION):
+                            return
+                except sqlite3.DatabaseError:
+                    pass
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(self._index, self._index + CORRUPT_SUFFIX)
+                try:
+                    page_size = int(raw.execute("PRAGMA page_size").fetchone()[0])
+                except sqlite3.Error:
+                    page_size = 4096
+                rows = self._salvage(raw)
+                kept = [r for r in rows if self._usable_row(r)]
+                fresh = sqlite3.connect(":memory:", isolation_level=None)
+                try:
+                    fresh.execute(f"PRAGMA page_size={page_size}")
+                    fresh.executescript(
+                        f"BEGIN;{_SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;"
+                    )
+                    fresh.execute("BEGIN")
+                    fresh.executemany(
+                        "INSERT OR IGNORE INTO entries (id, key, file, dtype, shape, nbytes, size,"
+                        " checksum, stored, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        kept,
+                    )
+                    fresh.execute("COMMIT")
+                    try:
+                        fresh.backup(raw)
+                        raw.execute("PRAGMA journal_mode=WAL")
+                        good = raw.execute("PRAGMA quick_check(1)").fetchone()[0] == "ok"
+                    except sqlite3.Error:
+                        good = False
+                    if not good:  # the header itself is gone: start a new file
+                        raw.close()
+                        for suffix in ("-wal", "-shm", ""):
+                            _unlink(self._index + suffix)
+                        raw = sqlite3.connect(self._index, timeout=_BUSY_TIMEOUT, isolation_level=None)
+                        fresh.backup(raw)
+                finally:
+                    fresh.close()
+            finally:
+                raw.close()
+            self._count(index_rebuilt=1)
+            logger.warning(
+                "cacheaffinity: index %s was damaged (%s); rebuilt it with %d of %d readable "
+                "entries (a copy of the damaged file is %s; node id kept). Columns of the "
+                "other entries are read from storage again.",
+                self._index,
+                exc,
+                len(kept),
+                len(rows),
+                self._index + CORRUPT_SUFFIX,
+            )
+        finally:
+            os.close(fd)  # releases the lock
+
+    def collect_orphans(self, max_files: int | None = None) -> int:
+        """Delete data files that no entry references (bounded work).
+
+        Looks at the data subdirectories in turn, starting where the previous
+        pass stopped, until ``max_files`` files were looked at or every
+        subdirectory was visited once (``max_files`` defaults to
+        ``ORPHAN_BATCH``).  Only files older than ``orphan_after``
+        are deleted (a live writer commits its entry well within that).
+
+        Returns
+        -------
+        int
+            Files deleted.
+        """
+        self._check_usable()
+        if self._disabled:
+            return 0
+        if max_files is None:
+            max_files = ORPHAN_BATCH
+        self._next_orphan_pass = time.monotonic() + ORPHAN_INTERVAL
+        cutoff = time.time() - self.orphan_after
+        seen = removed = 0
+        for _ in range(256):
+            if seen >= max_files:
+                break
+            prefix = f"{self._orphan_cursor:02x}"
+            self._orphan_cursor = (self._orphan_cursor + 1) % 256
+            sub = os.path.join(self._data, prefix)
+            try:
+                with os.scandir(sub) as it:
+                    candidates = []
+                    for f in it:
+                        seen += 1
+                        if not _NAME.match(f.name) or not f.name.startswith(prefix):
+                            continue
+                        try:
+                            if f.stat(follow_symlinks=False).st_mtime > cutoff:
+                                continue
+                        except FileNotFoundError:
+                            continue
+                        candidates.append(f.name)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if not candidates:
+                continue
+            upper = f"{int(prefix, 16) + 1:02x}" if prefix != "ff" else "g"
+            known = {
+                n
+                for (n,) in self._query(
+                    "SELECT file FROM entries WHERE file >= ? AND file < ?", (prefix, upper)
+                )
+            }
+            for name in candidates:
+                if name not in known:
+                    removed += _unlink(os.path.join(sub, name))
+        if removed:
+            logger.info(
+                "cacheaffinity: deleted %d orphaned data files (left by killed writers) "
+                "from %s",
+                removed,
+                self._data,
+            )
+            self._count(orphans_removed=removed)
+        return removed
 
     def _remove_stale_temporaries(self) -> int:
         """Delete temporaries older than ``stale_after`` (left by dead writers)."""
@@ -453,7 +927,8 @@ class ColumnCache(MutableMapping):
     # ------------------------------------------------------------------ reads
     def _lookup(self, key: str) -> tuple | None:
         rows = self._query(
-            "SELECT file, dtype, shape, nbytes, checksum FROM entries WHERE key = ?", (key,)
+            "SELECT file, dtype, shape, nbytes, checksum, writer FROM entries WHERE key = ?",
+            (key,),
         )
         return rows[0] if rows else None
 
@@ -465,7 +940,7 @@ class ColumnCache(MutableMapping):
         _Corrupt
             If the entry does not read back exactly as it was stored.
         """
-        name, dtype_str, shape_json, nbytes, checksum = row
+        name, dtype_str, shape_json, nbytes, checksum, writer = row
         if not (isinstance(name, str) and _NAME.match(name)):
             raise _Corrupt(f"invalid file name {name!r} in the index")
         try:
@@ -484,10 +959,22 @@ class ColumnCache(MutableMapping):
                 f"inconsistent entry dtype={dtype_str} shape={shape_json} nbytes={nbytes}"
             )
         try:
-            f = open(self._path(name), "rb", buffering=0)
+            fd = os.open(self._path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             return None  # evicted or replaced by another process after the lookup
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise _Corrupt("the data file is a symbolic link") from None
+            raise
+        f = open(fd, "rb", buffering=0)
         with f:
+            st = os.fstat(fd)
+            owner = self._uid if writer is None and self.shared_gid is None else writer
+            if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
+                raise _Corrupt(
+                    f"the data file belongs to uid {st.st_uid}, the entry was written by "
+                    f"uid {owner}"
+                )
             out = np.empty(shape, dtype)
             view = memoryview(_as_bytes(out))
             done = 0
@@ -706,8 +1193,16 @@ class ColumnCache(MutableMapping):
     def _write_temporary(self, data: memoryview) -> str:
         name = uuid.uuid4().hex
         tmp = os.path.join(self._tmp, name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        fd = os.open(
+            tmp,
+            os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
+            0o600,
+        )
         try:
+            if self.shared_gid is not None:
+                # readable by the group whatever the umask; written once, by its
+                # writer only: another member can delete it, never change it
+                os.fchmod(fd, 0o640)
             with open(fd, "wb", buffering=0, closefd=True) as f:
                 done = 0
                 while done < len(data):
@@ -728,7 +1223,7 @@ class ColumnCache(MutableMapping):
                 if os.path.isdir(self._tmp):
                     raise _Lost(f"temporary {tmp} was removed as stale") from None
                 raise
-            os.makedirs(os.path.dirname(final), exist_ok=True)
+            self._mkdir(os.path.dirname(final))
             os.rename(tmp, final)
 
     def _store(self, key: str, arr: np.ndarray, size: int) -> None:
@@ -750,8 +1245,8 @@ class ColumnCache(MutableMapping):
                 used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
                 files, freed = self._evict_rows(con, used + size - self.capacity)
                 con.execute(
-                    "INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum, stored)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum, stored,"
+                    " writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         key,
                         name,
@@ -761,6 +1256,7 @@ class ColumnCache(MutableMapping):
                         size,
                         digest,
                         time.time(),
+                        self._uid,
                     ),
                 )
         except BaseException:
@@ -773,6 +1269,11 @@ class ColumnCache(MutableMapping):
         self._count(
             writes=1, bytes_written=arr.nbytes, evictions=len(files), bytes_evicted=freed
         )
+        if time.monotonic() >= self._next_orphan_pass:
+            try:
+                self.collect_orphans()
+            except (OSError, sqlite3.Error, _Closed) as e:
+                logger.debug("cacheaffinity: orphan collection failed: %s", e)
 
     def _evict_rows(self, con: sqlite3.Connection, need: int) -> tuple[list[str], int]:
         """Delete the oldest rows until ``need`` bytes are freed (inside a transaction)."""
@@ -892,7 +1393,7 @@ class ColumnCache(MutableMapping):
         if self._disabled:
             return out
         rows = self._query(
-            "SELECT key, file, dtype, shape, nbytes, checksum FROM entries ORDER BY id"
+            "SELECT key, file, dtype, shape, nbytes, checksum, writer FROM entries ORDER BY id"
         )
         for key, *row in rows:
             out["checked"] += 1
@@ -1038,6 +1539,11 @@ class MemoryFront(MutableMapping):
         self.memory_bytes: int = 0
         self._lock = threading.Lock()
         self._counts = dict(hits=0, memory_hits=0, misses=0, bytes_served=0)
+        _LIVE[id(self)] = self
+
+    def _reset_locks(self) -> None:
+        """A fresh lock in a forked child."""
+        self._lock = threading.Lock()
 
     def _keep(self, key: str, value: Any) -> None:
         nbytes = int(getattr(value, "nbytes", 0))
