@@ -4,7 +4,7 @@ What is real and what is not:
 
 - **real**: a ``distributed.Scheduler`` (in this process, no dashboard, bound to
   127.0.0.1), the real :class:`cacheaffinity.CacheAffinityPlugin` (and the
-  ``LocalityStealing`` extension it installs), the scheduler's own ``TaskState`` and
+  ``LocalityStealing`` policy it starts), the scheduler's own ``TaskState`` and
   ``WorkerState`` objects, the plugin's hooks as the scheduler calls them
   (``start``, ``update_graph``, ``add_worker``), and ``Scheduler.remove_worker`` itself
   for a node leaving;
@@ -136,13 +136,13 @@ async def measure(n_nodes: int, n_tasks: int, threads: int = 8, memory: bool = F
             out["place_us_per_task"] = out["place_s"] / n_tasks * 1e6
             ts0 = s.tasks[keys[0]]
             assert ts0.loose_restrictions and ts0.worker_restrictions, "placed"
-            assert len(plugin.target) == n_tasks
+            assert len(plugin.locator.target) == n_tasks
             if memory:
                 return out
 
             # one node leaves: the real Scheduler.remove_worker (calls the plugin hook)
-            victim = max(plugin.node_tasks, key=lambda n: len(plugin.node_tasks[n]))
-            moved_leave = len(plugin.node_tasks[victim])
+            victim = max(plugin.locator.node_tasks, key=lambda n: len(plugin.locator.node_tasks[n]))
+            moved_leave = len(plugin.locator.node_tasks[victim])
             addr = next(iter(plugin.node_workers[victim]))
             t0, c0 = time.perf_counter(), time.process_time()
             await s.remove_worker(addr, stimulus_id="scale-leave", close=False)

@@ -70,8 +70,9 @@ def mode_runs(mode, args, files, workdir):
         dashboard_address="127.0.0.1:0",
     ) as cluster, Client(cluster) as client:  # fmt: skip
         client.wait_for_workers(args.workers)
-        # stock: keep Dask's WorkStealing; cacheaffinity: install LocalityStealing
-        # (and no locator for stock: the paper's situation)
+        # stock: Dask's WorkStealing moves chunk tasks as any task; cacheaffinity: chunk
+        # tasks kept out of it and stolen by LocalityStealing (no locator for stock: the
+        # paper's situation)
         client.register_plugin(
             cacheaffinity.CacheAffinityPlugin(stealing=mode != "stock", locator=mode != "stock")
         )

@@ -21,7 +21,7 @@ cacheaffinity`` call :func:`dask_setup` here.
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
+from cacheaffinity._version import __version__
 
 import click
 

@@ -437,6 +437,28 @@ class TorusPlacement:
             return self._assign_balanced(st, bs)
         return st.names_arr[self._nearest_nodes(st, bs)].tolist()
 
+    def layout(self) -> _Nodes:
+        """The current node set: an immutable snapshot (node names, weights,
+        replica counts, replica ``points`` and their ``point_node``), replaced as
+        a whole by :meth:`set_nodes`, so ``is`` tells whether it changed."""
+        return self._state
+
+    def coordinates(self, chunk_ids: Iterable[str | bytes]) -> np.ndarray:
+        """Points of chunks on the torus, shape ``(n, dimensions)`` (for plots)."""
+        return _points(_as_bytes(chunk_ids, "coordinates(chunk_ids)"), self._seeds)
+
+    def nearest(self, chunk_ids: Iterable[str | bytes]) -> list[str]:
+        """Node of the nearest replica point of every chunk (its *home*), in input order.
+
+        ``balance`` is ignored: this is :meth:`assign` without bounded loads, the
+        node a chunk goes back to when nodes join or leave.
+        """
+        bs = _as_bytes(chunk_ids, "nearest(chunk_ids)")
+        st = self._nodes_or_raise()
+        if not bs:
+            return []
+        return st.names_arr[self._nearest_nodes(st, bs)].tolist()
+
     def ranking(self, chunk_id: str | bytes, k: int) -> list[str]:
         """The ``k`` nearest distinct nodes of one chunk, nearest first.
 

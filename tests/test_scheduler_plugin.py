@@ -221,13 +221,60 @@ async def test_check_raises_without_plugin(c, s, a):
     config={"distributed.scheduler.preload": ["cacheaffinity"], **NO_STEALING},
 )
 async def test_config_preload_installs_plugin_and_stealing(c, s, a, b):
+    from distributed.stealing import WorkStealing
+
     plugin = s.plugins["cacheaffinity"]
     assert isinstance(plugin, CacheAffinityPlugin)
-    assert isinstance(s.extensions["stealing"], cacheaffinity.LocalityStealing)
-    stealers = [
-        p for p in s.plugins.values() if type(p).__name__ in ("WorkStealing", "LocalityStealing")
-    ]
-    assert len(stealers) == 1
+    # Dask's own stealing extension stays, the chunk-task policy is the plugin's
+    ext = s.extensions["stealing"]
+    assert isinstance(ext, WorkStealing) and ext.chunk_tasks is plugin.locator.chunk_of
+    assert isinstance(plugin.stealing, cacheaffinity.LocalityStealing)
+    stealers = [p for p in s.plugins.values() if isinstance(p, WorkStealing)]
+    assert stealers == [ext]
+    assert s.stream_handlers["steal-response"].__self__ is ext
     info = await cacheaffinity.check(c)
     # workers without a worker plugin fall back to their host: one node here
     assert list(info["nodes"]) == [HOST_NODE_PREFIX + "127.0.0.1"]
+
+
+def test_locator_memory_is_bounded_by_locator_size():
+    from cacheaffinity.placement import TorusPlacement
+    from cacheaffinity.scheduler.locator import Locator
+    from cacheaffinity.scheduler.membership import Membership
+
+    loc = Locator(Membership(), TorusPlacement(), size=10)
+    for i in range(100):
+        key, chunk = f"t-{i}", f"chunk-{i}"
+        loc.track(key, chunk)
+        loc.set_target(key, "n1")
+        loc.note_steal(key)  # processed away from its target: located too
+        assert loc.finished(key, "n2") is False
+        loc.forget_task(key)
+    assert len(loc.holder) == 10 and len(loc.located) == 10
+    assert not loc.chunk_of and not loc.target and not loc.node_tasks and not loc.stolen
+    # the newest are kept, the oldest forgotten
+    assert loc.holder_of("chunk-99") == "n2" and loc.holder_of("chunk-89") is None
+    assert loc.where_located("chunk-90") == ("n2", "n1")
+
+
+@pytest.mark.parametrize(
+    "key, value",
+    [
+        pytest.param("locator-size", -1, id="locator-size-negative"),
+        pytest.param("recent-placements", 2.5, id="recent-placements-float"),
+    ],
+)
+def test_bounds_are_checked_at_construction(key, value):
+    import dask
+
+    with dask.config.set({f"cacheaffinity.scheduler.{key}": value}):
+        with pytest.raises(ValueError, match=rf"cacheaffinity\.scheduler\.{key}=\S+ must be"):
+            CacheAffinityPlugin()
+
+
+def test_recent_placements_bound_comes_from_config():
+    import dask
+
+    with dask.config.set({"cacheaffinity.scheduler.recent-placements": 7}):
+        assert CacheAffinityPlugin().recent_placements.maxlen == 7
+    assert CacheAffinityPlugin(locator_size=3).locator.size == 3

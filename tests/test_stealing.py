@@ -1,7 +1,8 @@
-"""Locality-preserving work stealing, driven deterministically.
+"""Locality-preserving stealing of chunk tasks, driven deterministically.
 
 The policy's periodic callback is stopped and :meth:`LocalityStealing.balance`
 is called by the tests themselves; tasks block on ``distributed.Event``s.
+Dask's own stealing of plain tasks: tests/test_dask_faithful.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from distributed.utils_test import async_poll_for, gen_cluster
 import cacheaffinity
 from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin, LocalityStealing
 from cacheaffinity.protocol import HOST_NODE_PREFIX
-from cacheaffinity.scheduler.plugin import _digest
+from cacheaffinity.scheduler._distributed import ChunkAwareWorkStealing
 
 CHUNKS = [f"uuid-{f:02d}/Events/{i * 1000}-{(i + 1) * 1000}" for f in range(8) for i in range(16)]
 
@@ -34,9 +35,11 @@ async def setup(c, s, tmp_path, **stealing_kwargs):
         and not any(n.startswith(HOST_NODE_PREFIX) for n in plugin.node_workers),
         timeout=10,
     )
-    ext = s.extensions["stealing"]
+    ext = plugin.stealing
     assert isinstance(ext, LocalityStealing)
-    await ext.stop()  # the tests call balance() themselves
+    # Dask's extension stays, unless Dask's stealing is off
+    assert isinstance(s.extensions.get("stealing"), ChunkAwareWorkStealing) == ext.dask_stealing
+    ext.stop()  # the tests call balance() themselves
     for k, v in stealing_kwargs.items():
         setattr(ext, k, v)
     return plugin, ext
@@ -91,7 +94,9 @@ async def test_idle_thief_gets_work_only_after_idle_time(c, s, a, b, tmp_path):
     assert plugin.counters["steals"] == 2
     # the stolen chunks are remembered where they were processed
     stolen = [ch for ch, addr in zip(mine, results) if addr == b.address]
-    assert {plugin.located[ch][0] for ch in stolen} == {plugin.worker_node[b.address]}
+    assert {plugin.locator.where_located(ch)[0] for ch in stolen} == {
+        plugin.worker_node[b.address]
+    }
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
@@ -101,7 +106,7 @@ async def test_thief_takes_the_chunk_its_node_holds(c, s, a, b, tmp_path):
     mine, futs = await fill_node(c, plugin, a, 8, ev)
     b_node = plugin.worker_node[b.address]
     cached = mine[5]  # neither the first nor the last in a's queue
-    plugin.located[cached] = (b_node, plugin.worker_node[a.address])
+    plugin.locator.set_located(cached, b_node, plugin.worker_node[a.address])
     make_idle_long_ago(ext, s, 10)
     ext.max_moves = 1  # one move: it must be the cached chunk
     ext.balance()
@@ -125,9 +130,9 @@ async def test_chunks_the_victims_node_holds_stay_unless_its_queue_is_long(
     assert set(await c.gather(futs)) == {a.address}
     del futs
     await async_poll_for(lambda: not a.state.tasks, timeout=10)
-    assert all(plugin.holder[_digest(ch)] == a_node for ch in mine)
+    assert all(plugin.locator.holder_of(ch) == a_node for ch in mine)
     cold = mine[3]
-    del plugin.holder[_digest(cold)]  # as if a's cache had never seen it
+    plugin.locator.forget_holder(cold)  # as if a's cache had never seen it
     # run 2: 1 running + 6 queued on a; b idle
     run2 = Event("warm-run-2")
     futs = cacheaffinity.map_chunks(c, blocked, mine, [run2.name] * 7, chunk_ids=mine, pure=False)
@@ -154,7 +159,7 @@ async def test_a_located_chunk_goes_to_its_holder_next_run(c, s, a, b, tmp_path)
     plugin, ext = await setup(c, s, tmp_path)
     a_node, b_node = plugin.worker_node[a.address], plugin.worker_node[b.address]
     chunk = next(ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == a_node)
-    plugin.located[chunk] = (b_node, a_node)  # stolen by b last run
+    plugin.locator.set_located(chunk, b_node, a_node)  # stolen by b last run
     fut = cacheaffinity.map_chunks(c, blocked, [chunk], ["unused"], chunk_ids=[chunk], pure=False)
     await Event("unused").set()
     assert await c.gather(fut) == [b.address]
@@ -173,6 +178,9 @@ def test_stealing_disabled_in_config_moves_nothing(config, tmp_path):
     async def run(c, s, a, b):
         plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=0)
         assert not ext.enabled
+        if "work-stealing" in str(config):  # Dask's switch: no stealing of any kind
+            assert "stealing" not in s.extensions
+            assert "cacheaffinity-stealing" not in s.periodic_callbacks
         ev = Event("hold-off")
         _, futs = await fill_node(c, plugin, a, 6, ev)
         make_idle_long_ago(ext, s, 10)

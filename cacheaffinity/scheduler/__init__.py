@@ -1,6 +1,18 @@
-"""Scheduler side of cacheaffinity: placement plugin and locality-preserving stealing.
+"""Scheduler side of cacheaffinity (runs in the Dask scheduler; never touches disk).
 
-Runs in the Dask scheduler process; never touches disk.
+Submodules, from the Dask hooks down:
+
+- :mod:`~cacheaffinity.scheduler.plugin`: :class:`CacheAffinityPlugin`, Dask's
+  hooks only; delegates to the modules below.
+- :mod:`~cacheaffinity.scheduler.membership`: workers <-> cache nodes, weights.
+- :mod:`~cacheaffinity.scheduler.locator`: chunk tasks and their targets, where
+  chunks were processed (bounded), the steal preference.
+- :mod:`~cacheaffinity.scheduler.stealing`: :class:`LocalityStealing`, stealing of
+  chunk tasks; plain tasks keep Dask's own stealing.
+- :mod:`~cacheaffinity.scheduler._distributed`: the only module using
+  distributed's undocumented scheduler internals (listed at its top).
+- :mod:`~cacheaffinity.scheduler.metrics`, :mod:`~cacheaffinity.scheduler.dashboard`:
+  Prometheus collector and dashboard page, reading ``CacheAffinityPlugin.snapshot()``.
 """
 
 from cacheaffinity.scheduler.plugin import CacheAffinityPlugin

@@ -275,22 +275,21 @@ class TorusView:
         """Refresh every source from the scheduler's plugin (event loop only)."""
         scheduler = self._scheduler()
         plugin = None if scheduler is None else scheduler.plugins.get(PLUGIN_NAME)
-        if plugin is None or not hasattr(plugin, "info") or getattr(plugin, "home", None) is None:
+        if plugin is None or not hasattr(plugin, "snapshot"):
             self._clear(
                 "<b>cacheaffinity</b>: the scheduler has no cacheaffinity plugin "
                 "(start it with <code>--preload cacheaffinity</code> or "
                 "<code>client.register_plugin(cacheaffinity.CacheAffinityPlugin())</code>)"
             )
             return
-        info = plugin.info()
+        info = plugin.snapshot()
         nodes: dict[str, dict] = info["nodes"]
         colors = node_colors(list(nodes))
-        self._update_replicas(plugin, colors)
+        self._update_replicas(info["layout"], colors)
         self.legend.visible = len(colors) <= 20  # the table names every node
-        placed = getattr(plugin, "recent_placements", ())
-        recent = list(placed)
-        self._update_chunks(plugin, recent, colors)
-        self._update_stats(plugin, info, colors, recent, getattr(placed, "maxlen", None))
+        recent = info["recent-placements"]
+        self._update_chunks(plugin.placement, recent, colors)
+        self._update_stats(info, colors, recent, info["recent-placements-size"])
         self._colors_seen = colors
 
     def _clear(self, message: str) -> None:
@@ -302,10 +301,9 @@ class TorusView:
         self._state_seen = self._recent_seen = self._colors_seen = None
         self.shown = Counter()
 
-    def _update_replicas(self, plugin, colors: dict[str, str]) -> None:
+    def _update_replicas(self, state, colors: dict[str, str]) -> None:
         # The placement's node set is an immutable snapshot swapped in as a whole
-        # (TorusPlacement._state): redraw only when it or the colours changed.
-        state = plugin.home._state
+        # (TorusPlacement.layout()): redraw only when it or the colours changed.
         if state is self._state_seen and colors == self._colors_seen:
             return
         self._state_seen = state
@@ -323,19 +321,15 @@ class TorusView:
             "color": [colors[n] for n in node_of_point],
         }
 
-    def _update_chunks(self, plugin, recent: list, colors: dict[str, str]) -> None:
+    def _update_chunks(self, placement, recent: list, colors: dict[str, str]) -> None:
         if recent == self._recent_seen and colors == self._colors_seen:
             return
         self._recent_seen = recent
-        from cacheaffinity.placement import _points  # the placement's own hashing
-
         latest = list(dict(recent).items())  # a chunk placed again: its latest node
         coords = self._coords
         new = [c for c, _ in latest if c not in coords]
         if new:
-            pts = _points(
-                [c.encode("utf-8", "surrogatepass") for c in new], plugin.home._seeds
-            )
+            pts = placement.coordinates(new)
             xs, ys = self._project(pts)
             coords.update(zip(new, zip(xs, ys)))
         if len(coords) > 2 * MAX_CHUNKS:  # forget chunks no longer shown
@@ -359,13 +353,13 @@ class TorusView:
         return xs, ys
 
     def _update_stats(
-        self, plugin, info: dict, colors: dict[str, str], recent: list, maxlen: int | None
+        self, info: dict, colors: dict[str, str], recent: list, maxlen: int | None
     ) -> None:
         from dask.utils import format_bytes
 
         nodes: dict[str, dict] = info["nodes"]
         names = sorted(nodes)
-        state = plugin.home._state
+        state = info["layout"]
         counts = dict(zip(state.names, state.counts.tolist()))
         rows: dict[str, list] = {k: [] for k in self.stats.data}
         labels = []

@@ -156,16 +156,18 @@ class CacheAffinityMetricCollector(PrometheusCollector):
 
     def _samples(self, plugin: Any) -> list[CounterMetricFamily | GaugeMetricFamily]:
         families = self._families()
-        nodes = plugin.info()["nodes"]
+        snapshot = plugin.snapshot()
+        nodes = snapshot["nodes"]
         for node, entry in sorted(nodes.items()):
             stats = entry.get("stats") or {}
             for name, key, _ in (*WORKER_COUNTERS, *WORKER_GAUGES):
                 value = stats.get(key)
                 if isinstance(value, (int, float)):
                     families[name].add_metric([node], value)
-        counted = set(nodes) | set(plugin.node_counters)
+        node_counters = snapshot["node-counters"]
+        counted = set(nodes) | set(node_counters)
         for node in sorted(counted):
-            counters = plugin.node_counters.get(node) or {}
+            counters = node_counters.get(node) or {}
             for name, key, _ in SCHEDULER_COUNTERS:
                 families[name].add_metric([node], counters.get(key, 0))
         return list(families.values())

@@ -1,38 +1,44 @@
-"""Locality-preserving work stealing (runs in the scheduler).
+"""Locality-preserving stealing of chunk tasks (runs in the scheduler).
 
-Defines :class:`LocalityStealing`, a drop-in replacement of Dask's
-:class:`distributed.stealing.WorkStealing` that the cacheaffinity scheduler
-plugin installs as ``scheduler.extensions["stealing"]``.
+Defines :class:`LocalityStealing`, the stealing policy for the tasks the
+cacheaffinity placement plugin places (*chunk tasks*), and the pure functions
+it is made of (also run by ``benchmarks/simulate.py``).
 
-Dask's stock stealing ignores loose restrictions and prices a task without
-dependencies at zero transfer cost, so it moves chunk tasks freely and destroys
-the chunk -> cache-node assignment.  This class keeps the stock machinery that
-other parts of Dask read (``stealable``, ``metrics``, ``cost_multipliers``,
-``in_flight``, the ``steal-request``/``steal-response`` protocol, the
-``stealing`` event topic) and replaces only the *policy* in :meth:`balance`:
+Tasks without a chunk identity are none of its business: Dask's own
+``WorkStealing`` extension stays ``scheduler.extensions["stealing"]`` and
+balances them exactly as in stock Dask; it only stops seeing chunk tasks (see
+:class:`~cacheaffinity.scheduler._distributed.ChunkAwareWorkStealing`).  Dask's
+stealing ignores loose restrictions and prices a task without dependencies at
+zero transfer cost, so it would move chunk tasks freely and destroy the
+chunk -> cache-node assignment.  For chunk tasks this policy runs instead,
+every ``cacheaffinity.scheduler.stealing.interval``:
 
-* a worker may take a task from another worker only after it has been idle for
-  at least ``cacheaffinity.scheduler.stealing.idle-time``;
+* a worker may take a chunk task from another worker only after it has been
+  idle for at least ``cacheaffinity.scheduler.stealing.idle-time``;
 * and only from a victim whose queue holds more than
   ``cacheaffinity.scheduler.stealing.backlog`` tasks per thread beyond what it
   is executing;
-* at most ``cacheaffinity.scheduler.stealing.max-moves`` moves per
-  ``cacheaffinity.scheduler.stealing.interval``;
-* among the victim's queued tasks it prefers chunks the thief's cache node is
-  known to hold, then chunks no node is known to hold (whose next-nearest node
-  is the thief's node first), then the task the victim would run last;
-* a chunk the victim's node holds (it processed it before) is taken by a thief
-  that does not hold it only if the victim's queue holds more than
-  ``cacheaffinity.scheduler.stealing.warm-backlog`` tasks per thread: such a
-  steal turns a cache hit into a read from storage and a decompression, which
-  costs about as much as that many cached chunks (LZMA: 8-10x);
-* a task that has started is never moved (the victim refuses the
-  ``steal-request`` of an executing task).
+* at most ``cacheaffinity.scheduler.stealing.max-moves`` moves per interval;
+* among the victim's queued chunk tasks it prefers chunks the thief's cache
+  node is known to hold, then chunks no node is known to hold (whose
+  next-nearest node is the thief's node first), then the task the victim would
+  run last (:meth:`~cacheaffinity.scheduler.locator.Locator.steal_preference`);
+* a chunk the victim's node holds is taken by a thief that does not hold it
+  only if the victim's queue holds more than
+  ``cacheaffinity.scheduler.stealing.warm-backlog`` tasks per thread;
+* a task that has started is never moved (the victim refuses the request);
+* a move never breaks a restriction a user set (resources, workers, hosts with
+  ``allow_other_workers=False``).
 
-``distributed.scheduler.work-stealing: false`` or
-``cacheaffinity.scheduler.stealing.enabled: false`` turn the policy off; the
-extension then only carries the moves the placement plugin asks for when cache
-nodes join (:meth:`move`).
+Moves use Dask's ``steal-request``/``steal-response`` protocol through the
+stock extension, so both share one in-flight bookkeeping, Dask's ``stealing``
+event topic and its ``dask_stealing_request_count_total`` metric.
+
+Switches: ``distributed.scheduler.work-stealing: false`` leaves the scheduler
+without a stealing extension: nothing is moved, neither plain tasks (stock
+Dask) nor chunk tasks (this policy, nor the moves of cache nodes joining).
+``cacheaffinity.scheduler.stealing.enabled: false`` turns this policy off
+(chunk tasks stay where placement sent them); Dask still steals plain tasks.
 """
 
 from __future__ import annotations
@@ -43,24 +49,29 @@ from time import monotonic
 from typing import TYPE_CHECKING, Any
 
 import dask.config
-from distributed.stealing import WorkStealing
 
 from cacheaffinity import config
+from cacheaffinity.scheduler import _distributed
+from cacheaffinity.scheduler.locator import choose_steal
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler, TaskState, WorkerState
+    from distributed.stealing import WorkStealing
 
-    from cacheaffinity.scheduler.plugin import CacheAffinityPlugin
+    from cacheaffinity.scheduler.locator import Locator
 
 logger = logging.getLogger("cacheaffinity.scheduler")
+task_logger = logging.getLogger("cacheaffinity.scheduler.tasks")
 
 __all__ = [
     "LocalityStealing",
     "choose_steal",
-    "install_stealing",
     "plan_steals",
     "track_idle",
 ]
+
+#: Key of the policy's callback in ``Scheduler.periodic_callbacks``.
+CALLBACK_NAME = "cacheaffinity-stealing"
 
 
 # ---------------------------------------------------------------------------
@@ -130,78 +141,32 @@ def plan_steals(
     return log
 
 
-def choose_steal(
-    candidates: Iterable[Any],
-    *,
-    priority: Callable[[Any], tuple | None],
-    chunk: Callable[[Any], str | None],
-    thief_holds: Callable[[str], bool],
-    runner_up_is_thief: Callable[[str], bool] | None,
-    victim_holds: Callable[[str], bool] | None = None,
-    take_warm: bool = True,
-    look: int = 64,
-) -> Any:
-    """The cache-aware preference among a victim's queued tasks.
-
-    Chunks the thief's node is known to hold first (``thief_holds``), then
-    chunks nobody is known to hold (cold), then chunks the victim's node holds
-    (``victim_holds``; taken only if ``take_warm``: such a steal turns a cache
-    hit into a read from storage), then tasks without a chunk.  Within the
-    cold (or warm) chunks, one of the ``look`` tasks the victim would run last
-    whose runner-up node is the thief's (``runner_up_is_thief``; None: do not
-    look), else the task the victim would run last (largest ``priority``).
-    Returns None when nothing may be taken.
-    """
-    candidates = list(candidates)
-    best = None
-    best_rank = None
-    rank_of: dict[int, int] = {}
-    for t in candidates:
-        c = chunk(t)
-        if c is None:
-            rank = 4
-        elif thief_holds(c):
-            rank = 0
-        elif victim_holds is not None and victim_holds(c):
-            if not take_warm:
-                continue
-            rank = 3
-        else:
-            rank = 2
-        rank_of[id(t)] = rank
-        pr = priority(t)
-        r = (rank, tuple(-x for x in pr) if pr else ())
-        if best_rank is None or r < best_rank:
-            best, best_rank = t, r
-    if best_rank is not None and best_rank[0] in (2, 3) and runner_up_is_thief is not None:
-        same = [t for t in candidates if rank_of.get(id(t)) == best_rank[0]]
-        for t in sorted(same, key=priority, reverse=True)[:look]:
-            if runner_up_is_thief(chunk(t)):
-                return t
-    return best
-
-
-class LocalityStealing(WorkStealing):
-    """Throttled, cache-aware work stealing.
+class LocalityStealing:
+    """Throttled, cache-aware stealing of chunk tasks.
 
     Configuration lives in ``cacheaffinity.scheduler.stealing``; keyword
     arguments of the same names in snake_case override it (``None`` = config).
+    Not a scheduler extension nor a plugin: the placement plugin owns it and
+    calls :meth:`start`/:meth:`stop`; moves go through the scheduler's stealing
+    extension.
 
     Parameters
     ----------
     scheduler
         The scheduler.
-    plugin
-        The cacheaffinity placement plugin, consulted for chunk identities, the
-        locator (where a chunk was last processed) and rankings.
-    enabled, idle_time, backlog, interval, max_moves
+    locator
+        Chunk tasks, where chunks are, and the steal preference.
+    enabled, idle_time, backlog, interval, max_moves, warm_backlog
         See the module docstring.
+    on_steal
+        Called with ``(task, victim, thief)`` for every move of the policy
+        (the plugin's counters).
     """
 
     def __init__(
         self,
         scheduler: Scheduler,
-        plugin: CacheAffinityPlugin | None = None,
+        locator: Locator,
         *,
         enabled: bool | None = None,
         idle_time: str | float | None = None,
@@ -209,13 +174,17 @@ class LocalityStealing(WorkStealing):
         interval: str | float | None = None,
         max_moves: int | None = None,
         warm_backlog: float | None = None,
+        on_steal: Callable[[TaskState, WorkerState, WorkerState], Any] | None = None,
     ):
-        super().__init__(scheduler)
-        #: The placement plugin (chunk ids, locator, rankings).
-        self.plugin = plugin
-        #: Whether :meth:`balance` moves anything at all.
-        self.enabled: bool = bool(config.get("scheduler.stealing.enabled", enabled)) and bool(
-            dask.config.get("distributed.scheduler.work-stealing")
+        self.scheduler = scheduler
+        self.locator = locator
+        #: Called with ``(task, victim, thief)`` for every move of the policy.
+        self.on_steal = on_steal
+        #: Whether Dask's work stealing is on (else nothing ever moves).
+        self.dask_stealing: bool = bool(dask.config.get("distributed.scheduler.work-stealing"))
+        #: Whether :meth:`balance` moves chunk tasks at all.
+        self.enabled: bool = (
+            bool(config.get("scheduler.stealing.enabled", enabled)) and self.dask_stealing
         )
         #: Seconds a thief must have been idle.
         self.idle_time: float = config.get_seconds("scheduler.stealing.idle-time", idle_time)
@@ -241,11 +210,12 @@ class LocalityStealing(WorkStealing):
             raise ValueError(
                 f"cacheaffinity.scheduler.stealing.max-moves={self.max_moves!r} must be >= 0"
             )
-        # WorkStealing keeps its period in seconds in ``_callback_time``.
-        self._callback_time = config.get_seconds("scheduler.stealing.interval", interval)
-        if self._callback_time <= 0:
+        #: Seconds between two rounds of the policy.
+        self.interval: float = config.get_seconds("scheduler.stealing.interval", interval)
+        if self.interval <= 0:
             raise ValueError(
-                "cacheaffinity.scheduler.stealing.interval must be > 0, e.g. '100ms'"
+                f"cacheaffinity.scheduler.stealing.interval={self.interval!r} must be > 0, "
+                "e.g. '100ms'"
             )
         #: address -> monotonic time the worker was first seen idle.
         self.idle_since: dict[str, float] = {}
@@ -253,46 +223,87 @@ class LocalityStealing(WorkStealing):
         self.steals: int = 0
         #: Moves requested because a cache node joined.
         self.membership_moves: int = 0
+        #: Moves not made because they would break a user's restriction.
+        self.refused: int = 0
 
-    # ------------------------------------------------------------------ moves
+    # ------------------------------------------------------------ lifecycle
+    def start(self) -> None:
+        """Run :meth:`balance` every ``interval`` (idempotent; not when disabled)."""
+        pcs = self.scheduler.periodic_callbacks
+        if not self.enabled or CALLBACK_NAME in pcs:
+            return
+        from tornado.ioloop import PeriodicCallback
+
+        pc = PeriodicCallback(self.balance, self.interval * 1000)
+        pcs[CALLBACK_NAME] = pc
+        pc.start()
+
+    def stop(self) -> None:
+        """Stop the periodic policy (idempotent).  Moves in flight complete."""
+        pc = self.scheduler.periodic_callbacks.pop(CALLBACK_NAME, None)
+        if pc is not None:
+            pc.stop()
+
+    @property
+    def extension(self) -> WorkStealing | None:
+        """The scheduler's stealing extension if it leaves chunk tasks to us."""
+        ext = self.scheduler.extensions.get("stealing")
+        return ext if isinstance(ext, _distributed.ChunkAwareWorkStealing) else None
+
+    @property
+    def in_flight(self) -> dict[TaskState, dict]:
+        """Chunk tasks with a steal request under way (the stock extension's record)."""
+        ext = self.extension
+        if ext is None:
+            return {}
+        chunk = self.locator.chunk_of
+        return {ts: info for ts, info in ext.in_flight.items() if ts.key in chunk}
+
+    # ------------------------------------------------------------ moves
     def move(self, ts: TaskState, thief: WorkerState, reason: str) -> bool:
-        """Ask the worker processing ``ts`` to hand it to ``thief``.
+        """Ask the worker processing chunk task ``ts`` to hand it to ``thief``.
 
         The victim answers through the stock ``steal-response`` handler; a task
-        that has started executing stays where it is.  Returns whether a
-        request was sent.
+        that has started executing stays where it is.  Nothing moves without
+        the scheduler's stealing extension (``distributed.scheduler.work-stealing:
+        false``), and never to a worker a user's restriction rules out.
+        Returns whether a request was sent.
         """
+        ext = self.extension
         victim = ts.processing_on
-        if victim is None or victim is thief or ts in self.in_flight:
+        if ext is None or victim is None or victim is thief:
             return False
         if thief.address not in self.scheduler.workers:
             return False
-        out = self.move_task_request(ts, victim, thief)
-        if out in ("in-flight", "comm-closed"):
+        if not _distributed.may_run_on(self.scheduler, ts, thief):
+            self.refused += 1
+            task_logger.debug(
+                "%s: not moved to %s (%s): a restriction rules it out",
+                ts.key, thief.address, reason,
+            )
+            return False
+        if not _distributed.request_move(ext, ts, victim, thief):
             return False
         if reason == "membership":
             self.membership_moves += 1
         return True
 
-    # ----------------------------------------------------------------- policy
+    # ------------------------------------------------------------ policy
     def balance(self) -> None:
         """One round of the throttled, cache-aware stealing policy."""
-        if not self.enabled or self.max_moves == 0:
+        ext = self.extension
+        if not self.enabled or self.max_moves == 0 or ext is None:
             return
         s = self.scheduler
         now = monotonic()
-        idle = s.idle
-        thieves = [
-            idle[a]
-            for a in track_idle(self.idle_since, idle, now, self.idle_time)
-            if idle[a].status.name == "running"
-        ]
+        idle = _distributed.idle_workers(s)
+        thieves = [idle[a] for a in track_idle(self.idle_since, idle, now, self.idle_time)]
         if not thieves:
             return
 
         def queued(ws: WorkerState) -> int:
             # tasks beyond those it can run now, net of moves under way
-            return len(ws.processing) + self.in_flight_tasks[ws] - ws.nthreads
+            return len(ws.processing) + _distributed.in_flight_tasks(ext, ws) - ws.nthreads
 
         victims = [
             ws
@@ -300,21 +311,16 @@ class LocalityStealing(WorkStealing):
             if ws not in thieves and queued(ws) > self.backlog * ws.nthreads
         ]
         if not victims:
-            if logger.isEnabledFor(logging.DEBUG):
-                logger.debug(
-                    "no victim for %d idle thieves; queues %s",
-                    len(thieves),
-                    {ws.name: queued(ws) for ws in s.workers.values()},
-                )
             return
 
         def move(ts: TaskState, victim: WorkerState, thief: WorkerState) -> bool:
             if not self.move(ts, thief, reason="steal"):
                 return False
             self.steals += 1
-            self.metrics["request_count_total"][0] += 1
-            if self.plugin is not None:
-                self.plugin.note_steal(ts, victim, thief)
+            ext.metrics["request_count_total"][0] += 1
+            self.locator.note_steal(ts.key)
+            if self.on_steal is not None:
+                self.on_steal(ts, victim, thief)
             return True
 
         moved = plan_steals(
@@ -324,59 +330,38 @@ class LocalityStealing(WorkStealing):
             queued=queued,
             # fill the thief's threads and one task of queue, so that it does not
             # fall idle (and wait idle-time again) between two stolen tasks
-            wanted=lambda ws: ws.nthreads + 1 - len(ws.processing) - self.in_flight_tasks[ws],
+            wanted=lambda ws: ws.nthreads
+            + 1
+            - len(ws.processing)
+            - _distributed.in_flight_tasks(ext, ws),
             choose=self._choose,
             move=move,
             backlog=self.backlog,
             max_moves=self.max_moves,
         )
-        log = [(ts.key, victim.address, thief.address) for ts, victim, thief in moved]
-        if log:
-            self.log(("request", [(now, 0, k, 0, v, 0, t, 0) for k, v, t in log]))
-            self.count += 1
+        if moved:
+            log = [(now, 0, ts.key, 0, v.address, 0, t.address, 0) for ts, v, t in moved]
+            ext.log(("request", log))
+            ext.count += 1
 
     def _choose(self, victim: WorkerState, thief: WorkerState) -> TaskState | None:
-        """The victim's queued task the thief should take, or None."""
+        """The victim's queued chunk task the thief should take, or None."""
+        ext = self.extension
+        chunk = self.locator.chunk_of
+        in_flight = ext.in_flight if ext is not None else {}
         candidates = [
             ts
             for ts in victim.processing
-            if ts not in self.in_flight and not ts.actor and not _executing(victim, ts)
+            if ts.key in chunk
+            and ts not in in_flight
+            and not _distributed.is_executing(victim, ts)
+            and _distributed.may_run_on(self.scheduler, ts, thief)
         ]
         if not candidates:
             return None
-        if self.plugin is None:
-            # the task the victim would run last (largest priority tuple)
-            return max(candidates, key=lambda ts: ts.priority)
-        queued = len(victim.processing) + self.in_flight_tasks[victim] - victim.nthreads
-        return self.plugin.steal_preference(
+        queued = (
+            len(victim.processing) + _distributed.in_flight_tasks(ext, victim) - victim.nthreads
+        )
+        return self.locator.steal_preference(
             candidates, victim, thief, take_warm=queued > self.warm_backlog * victim.nthreads
         )
-
-
-def _executing(ws: WorkerState, ts: TaskState) -> bool:
-    return ts in ws.executing or ts in ws.long_running
-
-
-async def install_stealing(
-    scheduler: Scheduler, plugin: CacheAffinityPlugin
-) -> LocalityStealing:
-    """Replace the scheduler's stealing extension by :class:`LocalityStealing`.
-
-    Idempotent: an installed ``LocalityStealing`` is reused.  The stock
-    extension (if any) is stopped and unregistered first, so exactly one
-    object answers ``steal-response`` messages.
-    """
-    current: Any = scheduler.extensions.get("stealing")
-    if isinstance(current, LocalityStealing):
-        current.plugin = plugin
-        return current
-    if current is not None:
-        current.teardown()
-        for name, p in list(scheduler.plugins.items()):
-            if p is current:
-                del scheduler.plugins[name]
-    ext = LocalityStealing(scheduler, plugin)
-    scheduler.extensions["stealing"] = ext
-    # The scheduler starts its plugins once; this one arrives after that.
-    await ext.start()
-    return ext

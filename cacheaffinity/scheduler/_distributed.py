@@ -1,0 +1,169 @@
+"""The one place where cacheaffinity touches distributed's scheduler internals.
+
+Runs in the scheduler process.  Everything the scheduler side needs from
+distributed beyond its documented plugin API (``SchedulerPlugin`` hooks,
+``Scheduler.tasks``/``workers``/``log_event``, ``TaskState`` restriction
+fields) goes through this module, so that an upstream change breaks one file
+and the test that checks these names (``tests/test_dask_faithful.py::
+test_distributed_internals_used_by_the_adapter_exist``).
+
+Undocumented names of distributed used here (none starts with an underscore):
+
+* ``distributed.stealing.WorkStealing`` and of its instances:
+  ``put_key_in_stealable(ts)`` (the seam :class:`ChunkAwareWorkStealing`
+  overrides), ``key_stealable``, ``remove_key_from_stealable(ts)``,
+  ``move_task_request(ts, victim, thief)`` (the steal-request protocol),
+  ``in_flight``, ``in_flight_tasks``, ``metrics["request_count_total"]``,
+  ``log(msg)``, ``count``;
+* ``Scheduler.extensions["stealing"]``, ``Scheduler.periodic_callbacks``,
+  ``Scheduler.idle``, ``Scheduler.coerce_hostname(host)``,
+  ``Scheduler.bulk_schedule_unrunnable_after_adding_worker(ws)``,
+  ``Scheduler.transitions(recs, stimulus_id)``;
+* ``WorkerState.processing``, ``executing``, ``long_running``, ``resources``,
+  ``status``.
+
+Checked (tests/test_stealing.py, test_scheduler_plugin.py, test_dask_faithful.py
+pass) with distributed/dask 2026.8.0 (the project's pin), 2026.3.0 and 2026.1.2
+(2026.1.0 cannot be installed with dask 2026.1.0: its metadata asks for dask
+2025.12).
+
+Notes
+-----
+Stock stealing is *adopted*, not replaced: the ``WorkStealing`` object Dask
+created keeps its state, its plugin registration and its ``steal-response``
+stream handler; only its class becomes :class:`ChunkAwareWorkStealing`, whose
+single override keeps chunk tasks out of the stealable sets.  So plain tasks
+are balanced exactly as stock Dask does (same object, same code), and the
+locality policy moves chunk tasks with the same ``steal-request`` protocol, so
+the in-flight bookkeeping of both is one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Container
+from typing import TYPE_CHECKING, Any
+
+from distributed.stealing import WorkStealing
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler, TaskState, WorkerState
+
+logger = logging.getLogger("cacheaffinity.scheduler")
+
+__all__ = [
+    "ChunkAwareWorkStealing",
+    "adopt_stealing",
+    "idle_workers",
+    "in_flight_tasks",
+    "is_executing",
+    "may_run_on",
+    "release_stealing",
+    "request_move",
+    "schedule_unrunnable",
+]
+
+
+class ChunkAwareWorkStealing(WorkStealing):
+    """Dask's ``WorkStealing`` that leaves chunk tasks alone.
+
+    The only override is :meth:`put_key_in_stealable`: a task whose key is in
+    :attr:`chunk_tasks` never enters the stealable sets, so stock balancing
+    never picks it.  Everything else (cost levels, fast-task blocklist,
+    restriction checks, in-flight protocol, metrics, interval) is stock.
+    """
+
+    #: Keys of the tasks cacheaffinity places (a live container owned by the
+    #: placement plugin's locator); empty: behaves exactly as ``WorkStealing``.
+    chunk_tasks: Container = frozenset()
+
+    def put_key_in_stealable(self, ts: TaskState) -> None:
+        if ts.key in self.chunk_tasks:
+            return
+        super().put_key_in_stealable(ts)
+
+
+def adopt_stealing(scheduler: Scheduler, chunk_tasks: Container) -> WorkStealing | None:
+    """Make the scheduler's stealing extension leave ``chunk_tasks`` alone.
+
+    Returns the extension, or None when the scheduler has none
+    (``distributed.scheduler.work-stealing: false``) or has a stealing
+    extension of another kind (left as it is, with a warning: it may move chunk
+    tasks).  Idempotent.
+    """
+    ext: Any = scheduler.extensions.get("stealing")
+    if ext is None:
+        return None
+    if type(ext) is WorkStealing:
+        ext.__class__ = ChunkAwareWorkStealing
+    if not isinstance(ext, ChunkAwareWorkStealing):
+        logger.warning(
+            "cacheaffinity: the scheduler's stealing extension is a %s, not Dask's "
+            "WorkStealing; it is left as it is and may move chunk tasks off their cache node",
+            type(ext).__name__,
+        )
+        return None
+    ext.chunk_tasks = chunk_tasks
+    for ts in [ts for ts in ext.key_stealable if ts.key in chunk_tasks]:
+        ext.remove_key_from_stealable(ts)
+    return ext
+
+
+def release_stealing(ext: WorkStealing | None) -> None:
+    """Give chunk tasks back to stock stealing (the plugin is going away)."""
+    if isinstance(ext, ChunkAwareWorkStealing):
+        ext.chunk_tasks = frozenset()
+
+
+def request_move(ext: WorkStealing, ts: TaskState, victim: WorkerState, thief: WorkerState) -> bool:
+    """Send the stock ``steal-request`` for ``ts``; True if a request went out."""
+    if ts in ext.in_flight:
+        return False
+    out = ext.move_task_request(ts, victim, thief)
+    return out not in ("in-flight", "comm-closed")
+
+
+def in_flight_tasks(ext: WorkStealing | None, ws: WorkerState) -> int:
+    """Net tasks moving to (+) or away from (-) ``ws`` by pending steal requests."""
+    return 0 if ext is None else ext.in_flight_tasks[ws]
+
+
+def is_executing(ws: WorkerState, ts: TaskState) -> bool:
+    """Whether ``ts`` has started on ``ws`` (a steal request would be refused)."""
+    return ts in ws.executing or ts in ws.long_running
+
+
+def idle_workers(scheduler: Scheduler) -> dict[str, WorkerState]:
+    """The scheduler's idle, running workers by address (paused ones excluded)."""
+    return {a: ws for a, ws in scheduler.idle.items() if ws.status.name == "running"}
+
+
+def may_run_on(scheduler: Scheduler, ts: TaskState, ws: WorkerState) -> bool:
+    """Whether moving ``ts`` to ``ws`` respects every restriction a user set.
+
+    Resource restrictions are always binding (a worker without the resource
+    cannot run the task).  Worker and host restrictions bind unless the task
+    allows other workers (cacheaffinity's own restrictions of chunk tasks always
+    do).  Actors never move.
+    """
+    if ts.actor:
+        return False
+    if ts.resource_restrictions:
+        have = ws.resources
+        if any(have.get(r, 0) < need for r, need in ts.resource_restrictions.items()):
+            return False
+    if ts.loose_restrictions:
+        return True
+    # As Scheduler.valid_workers: the named workers and the workers on the named hosts.
+    allowed: bool | None = None
+    if ts.worker_restrictions:
+        allowed = ws.address in ts.worker_restrictions
+    if ts.host_restrictions:
+        on_host = ws.host in {scheduler.coerce_hostname(h) for h in ts.host_restrictions}
+        allowed = on_host or bool(allowed)
+    return allowed is not False
+
+
+def schedule_unrunnable(scheduler: Scheduler, ws: WorkerState, stimulus_id: str) -> None:
+    """Let tasks waiting in ``no-worker`` run on ``ws`` if they may (a node joined)."""
+    scheduler.transitions(scheduler.bulk_schedule_unrunnable_after_adding_worker(ws), stimulus_id)
