@@ -50,6 +50,7 @@ __all__ = [
     "make_dataset",
     "dataset_stats",
     "template_path",
+    "synthetic_module",
 ]
 
 # The synthetic data generator: this is the one place benchmarks import it from (it may
@@ -58,10 +59,14 @@ __all__ = [
 SYNTHETIC = "cacheaffinity.synthetic"
 
 
-def _synthetic():
+def synthetic_module():
+    """The synthetic data generator module (:data:`SYNTHETIC`)."""
     import importlib
 
     return importlib.import_module(SYNTHETIC)
+
+
+_synthetic = synthetic_module
 
 
 def make_dataset(*args: Any, **kwargs: Any) -> Any:

@@ -93,7 +93,8 @@ there is no preferred node).
     python benchmarks/consecutive_runs.py --events 80000 --files 4 --chunksize 1250 --workers 4 --runs 5 --repeats 3
     python benchmarks/consecutive_runs.py --storage local --events 2000 --files 2 --workers 2 --runs 2 --scenarios stable
 
-Prints a table, writes benchmarks/results/consecutive_runs.json and .png.  Exits non-zero
+Prints a table, writes benchmarks/results/consecutive_runs.json and .png (realistic analysis;
+``consecutive_runs_light.json`` / ``.png`` with ``--analysis light``).  Exits non-zero
 only on errors; missed targets are reported (``targets`` in the JSON).
 """
 
@@ -1014,12 +1015,19 @@ def parse_args(argv=None) -> tuple[Config, str]:
     return cfg, a.out
 
 
+def result_name(cfg: Config) -> str:
+    """``consecutive_runs`` for the realistic analysis (the headline), else
+    ``consecutive_runs_<analysis>``."""
+    return "consecutive_runs" if cfg.analysis == "realistic" else f"consecutive_runs_{cfg.analysis}"
+
+
 def write_results(doc: dict, cfg: Config, out: str | os.PathLike) -> tuple[str, str]:
-    """Write ``consecutive_runs.json`` and ``.png`` into ``out``; returns their paths."""
+    """Write ``<result_name>.json`` and ``.png`` into ``out``; returns their paths."""
     out = Path(out)
     config = dataclasses.asdict(cfg)
     config["design"] = (__doc__ or "").split("\n\n", 1)[1].split("    python ")[0].strip()
-    j, png = str(out / "consecutive_runs.json"), str(out / "consecutive_runs.png")
+    name = result_name(cfg)
+    j, png = str(out / f"{name}.json"), str(out / f"{name}.png")
     write_json(j, config=config, results=doc)
     ds = doc["dataset"]
     title = (

@@ -117,7 +117,7 @@ def _run_xrootd(data: Path, tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=540, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    doc = json.loads((tmp_path / "out" / "consecutive_runs.json").read_text())["results"]
+    doc = json.loads((tmp_path / "out" / "consecutive_runs_light.json").read_text())["results"]
     assert doc["storage"]["kind"] == "xrootd"
     assert "htb" in doc["storage"]["qdisc"]
     assert doc["identical_results"]
