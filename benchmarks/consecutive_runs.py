@@ -154,6 +154,7 @@ from examples.realistic import branches_read  # noqa: E402
 __all__ = [
     "ANALYSES",
     "MODES",
+    "analysis_branches",
     "Config",
     "ModeCluster",
     "headline",
@@ -1013,6 +1014,23 @@ def parse_args(argv=None) -> tuple[Config, str]:
         analysis=a.analysis, repeats=a.repeats, floors=not a.no_floors,
     )  # fmt: skip
     return cfg, a.out
+
+
+def analysis_branches(analysis: str = "realistic", template: str | None = None) -> tuple[str, ...]:
+    """The branches ``analysis`` reads from the template, plus the kinematics (pt, eta, phi,
+    mass, charge) NanoEvents' behaviours need for each collection read: ``--branches`` for
+    small generated datasets that hold only what the analysis reads (tests, notebook)."""
+    import uproot
+
+    from benchmarks._common import template_path
+
+    path = template or template_path()
+    read = branches_read(ANALYSES[analysis][0](), path)
+    colls = {b.split("_")[0] for b in read if "_" in b}
+    with uproot.open(path) as f:
+        names = set(f["Events"].keys())
+    kin = {f"{c}_{k}" for c in colls for k in ("pt", "eta", "phi", "mass", "charge")}
+    return tuple(sorted(set(read) | (kin & names)))
 
 
 def result_name(cfg: Config) -> str:
