@@ -13,6 +13,8 @@ Tables (``RENDERERS``):
     the headline (``consecutive_runs.json``): per mode run 2 (and run 1) wall time, origin
     and decompressed MB, hit rate, ratio to cacheaffinity's run 2; with ``--repeats`` data
     the median [min-max]; the floors and ratios; the commit it was measured on.
+``consecutive_runs_light``
+    the same for the light analysis (``consecutive_runs_light.json``), if measured.
 ``measured``
     one row per other benchmark (executor runs, cache read, placement, stealing, scheduler
     CPU, scale, simulation) with its figures, command and commit.
@@ -105,10 +107,10 @@ MODE_LABELS = {
 # ----------------------------------------------------------------------------- consecutive runs
 
 
-def render_consecutive_runs(results: str) -> str:
-    doc = _load(results, "consecutive_runs")
+def render_consecutive_runs(results: str, name: str = "consecutive_runs") -> str:
+    doc = _load(results, name)
     if doc is None:
-        return "(no benchmarks/results/consecutive_runs.json)\n"
+        return f"Not measured yet (`make bench` writes `benchmarks/results/{name}.json`).\n"
     r, c = doc["results"], doc["config"]
     ds = r["dataset"]
     load = [x for x in (r.get("load_average_before"), r.get("load_average_after")) if x]
@@ -423,6 +425,7 @@ def render_measured(results: str) -> str:
 
 RENDERERS: dict[str, Callable[[str], str]] = {
     "consecutive_runs": render_consecutive_runs,
+    "consecutive_runs_light": lambda results: render_consecutive_runs(results, "consecutive_runs_light"),
     "measured": render_measured,
 }
 
