@@ -277,6 +277,8 @@ class Storage:
         self.cfg, self.files, self.workdir = cfg, files, workdir
         self.origin = self.xcache = None
         self._stack = contextlib.ExitStack()
+        self._xcache_stack: contextlib.ExitStack | None = None
+        self._xcache_gen = 0
 
     def __enter__(self) -> Storage:
         if self.cfg.storage == "local":
@@ -288,18 +290,31 @@ class Storage:
         export = Path(self.files[0]).parent
         self.origin = self._stack.enter_context(xrd.XRootDServer(export))
         if "xcache" in (*self.cfg.modes, *self.cfg.membership_modes):
-            cache_dir = self.workdir / "xcache"
             os.chmod(self.workdir, 0o755)
-            self.xcache = self._stack.enter_context(
-                xrd.XCacheServer(
-                    self.origin, cache_dir, blocksize=self.cfg.xcache_blocksize, prefetch=0
-                )
-            )
+            self.fresh_xcache()
         xrd.limit_loopback_bandwidth(self.cfg.rate or "100gbit", port=self.origin.port)
         self._stack.callback(xrd.remove_loopback_bandwidth_limit)
         return self
 
+    def fresh_xcache(self) -> None:
+        """(Re)start XCache with a new, empty cache directory (before every repeat, so
+        that each repeat's run 1 starts cold for the xcache mode as for the others)."""
+        if self.origin is None or "xcache" not in (*self.cfg.modes, *self.cfg.membership_modes):
+            return
+        from cacheaffinity.testing import xrootd as xrd
+
+        if self._xcache_stack is not None:
+            self._xcache_stack.close()
+        self._xcache_gen += 1
+        self._xcache_stack = contextlib.ExitStack()
+        cache_dir = self.workdir / f"xcache-{self._xcache_gen}"
+        self.xcache = self._xcache_stack.enter_context(
+            xrd.XCacheServer(self.origin, cache_dir, blocksize=self.cfg.xcache_blocksize, prefetch=0)
+        )
+
     def __exit__(self, *exc) -> None:
+        if self._xcache_stack is not None:
+            self._xcache_stack.close()
         self._stack.close()
 
     def fileset(self, mode: str) -> dict[str, list[str]]:
@@ -669,6 +684,8 @@ def run_benchmark(cfg: Config, log=print) -> dict:
     try:
         with Storage(cfg, files, workdir) as storage:
             for rep in range(cfg.repeats):
+                if rep:
+                    storage.fresh_xcache()  # a cold XCache for every repeat
                 repeats.append(_one_repeat(cfg, storage, workdir, rep, files, log))
             storage_info = storage.describe()
     finally:

@@ -110,7 +110,7 @@ def _run_xrootd(data: Path, tmp_path: Path) -> None:
         sys.executable, str(REPO / "benchmarks" / "consecutive_runs.py"),
         "--storage", "xrootd", "--rate", "1gbit", "--workers", "2", "--runs", "2",
         "--events", str(TINY["events"]), "--files", "1", "--chunksize", str(TINY["chunksize"]),
-        "--branches", *TINY["branches"], "--analysis", "light", "--no-floors",
+        "--branches", *TINY["branches"], "--analysis", "light", "--no-floors", "--repeats", "2",
         "--modes", "direct", "xcache", "cacheaffinity",
         "--scenarios", "stable", "--data", str(data), "--out", str(tmp_path / "out"),
     ]  # fmt: skip
@@ -130,6 +130,11 @@ def _run_xrootd(data: Path, tmp_path: Path) -> None:
     assert s["cacheaffinity"][1]["origin_bytes"] < 0.1 * s["cacheaffinity"][0]["origin_bytes"]
     assert s["xcache"][1]["storage_bytes"] > 0  # XCache still serves the compressed bytes
     assert s["cacheaffinity"][1]["hit_rate"] >= 0.9
+    # every repeat starts cold, XCache included (a new cache directory per repeat)
+    assert len(doc["repeats"]) == 2
+    for rp in doc["repeats"]:
+        for mode in ("direct", "xcache", "cacheaffinity"):
+            assert rp["sequences"]["stable"][mode][0]["origin_bytes"] > 0, mode
 
 
 @pytest.mark.timeout(300)
