@@ -205,7 +205,7 @@ class Config:
     #: which processor: "realistic" (examples/realistic.py, ~180 branches) or "light"
     #: (examples/analysis.py, dimuon mass + jet HT, ~10 branches)
     analysis: str = "realistic"
-    #: independent repeats (fresh clusters and caches each); headline = median [min-max]
+    #: independent repeats (fresh clusters and caches each); headline = median [min, max]
     repeats: int = 1
     #: measure the floors (coffea-in-memory, processor-only) on the cacheaffinity cluster
     floors: bool = True
@@ -882,7 +882,7 @@ def evaluate_targets(doc: dict, cfg: Config) -> dict:
 
 
 def headline_rows(doc: dict) -> list[dict]:
-    """The headline table: per mode, median [min-max] over the repeats."""
+    """The headline table: per mode, median [min, max] over the repeats."""
     h = doc["headline"]
     rows = []
 

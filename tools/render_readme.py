@@ -12,7 +12,7 @@ Tables (``RENDERERS``):
 ``consecutive_runs``
     the headline (``consecutive_runs.json``): per mode run 2 (and run 1) wall time, origin
     and decompressed MB, hit rate, ratio to cacheaffinity's run 2; with ``--repeats`` data
-    the median [min-max]; the floors and ratios; the commit it was measured on.
+    the median [min, max]; the floors and ratios; the commit it was measured on.
 ``consecutive_runs_light``
     the same for the light analysis (``consecutive_runs_light.json``), if measured.
 ``measured``
@@ -91,7 +91,7 @@ def _spread(s: dict | None, fmt: Callable[[float], str] = _f) -> str:
     if not s or s.get("median") is None:
         return "-"
     if s.get("n", 1) > 1 and s["min"] != s["max"]:
-        return f"{fmt(s['median'])} [{fmt(s['min'])}-{fmt(s['max'])}]"
+        return f"{fmt(s['median'])} [{fmt(s['min'])}, {fmt(s['max'])}]"
     return fmt(s["median"])
 
 
@@ -117,12 +117,17 @@ def render_consecutive_runs(results: str, name: str = "consecutive_runs") -> str
     loads = f"load average {min(x[0] for x in load):.1f}-{max(x[0] for x in load):.1f}" if load else ""
     analysis = r.get("analysis", "light")
     repeats = len(r.get("repeats") or [None])
+    all_modes = ["direct", "dask-default+cache", "coffea-affinity+cache", "xcache", "cacheaffinity"]
     cmd = (
         f"python benchmarks/consecutive_runs.py --events {c['events']} --files {c['files']} "
         f"--chunksize {c['chunksize']} --workers {c['workers']} --runs {c['runs']}"
         + (f" --analysis {analysis} --repeats {repeats}" if "headline" in r else "")
         + (" --storage local" if c.get("storage") == "local" else "")
-    )
+        + (" --modes " + " ".join(c["modes"]) if c.get("modes") and list(c["modes"]) != all_modes else "")
+        + (" --scenarios " + " ".join(c["scenarios"])
+           if c.get("scenarios") and list(c["scenarios"]) != ["stable", "membership"] else "")
+        + (" --no-floors" if c.get("floors") is False else "")
+    )  # fmt: skip
     caption = (
         f"Measured on commit {commit_label(doc)}, {_date(doc)}: {analysis} analysis, "
         f"{int(ds['events']):,} events ({ds['branches']} branches, "
@@ -214,7 +219,7 @@ def _consecutive_headline(r: dict) -> list[str]:
         if s.get("median") is not None:
             out.append(f"| {labels.get(name, name)} | - | {_spread(s)} | - | 0 | 0 | - |")
     out.append("")
-    out.append("All figures: median [min-max] over the repeats (fresh clusters and caches each).")
+    out.append("All figures: median [min, max] over the repeats (fresh clusters and caches each).")
     for name, s in ratios.items():
         if " run 2 / cacheaffinity run 2" in name:
             continue
