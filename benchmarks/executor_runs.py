@@ -1,4 +1,4 @@
-"""Consecutive coffea runs with CacheAffinityExecutor against the in-memory floor.
+"""Consecutive coffea runs with CacheAffinityExecutor against the coffea-in-memory floor.
 
 On generated NanoAOD-like data (LZMA-9 by default), one local cluster of W
 worker processes (W cache nodes), side by side in one invocation:
@@ -8,7 +8,8 @@ worker processes (W cache nodes), side by side in one invocation:
 - ``run 2``, ``run 3``...:  CacheAffinityExecutor, warm node caches (disk);
 - ``floor``:  the same executor with every column buffer already in worker memory
   (a per-process dict filled by a previous run) and the forms cached: what is left
-  is the analysis itself plus coffea/Dask overhead.
+  is the analysis itself plus the coffea pipeline and Dask overhead (floor (b),
+  ``coffea-in-memory``; the compute-only floor (a) is measured by consecutive_runs.py).
 
 Warm disk-cache runs and floor runs alternate (``--repeats``); the ratio uses the
 best of each, so warm-up effects in the worker processes do not count.  To compare
