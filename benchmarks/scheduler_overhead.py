@@ -12,7 +12,13 @@ own cache node).  Every round submits the same number N of trivial tasks to both
   made on the client.  Strict restrictions (``allow_other_workers=False``): with loose ones
   Dask's stock stealing moves about half of the trivial tasks elsewhere, so the placement
   would no longer be the same;
-- ``unrestricted``: one plain ``client.map`` (Dask places the tasks), for reference.
+- ``unrestricted``: one plain ``client.map`` (Dask places the tasks), for reference;
+- ``annotated`` (diagnostic): ``plain`` plus the chunk annotations ``map_chunks`` attaches,
+  on the plain scheduler: what carrying chunk identities costs without the plugin.
+
+Also per round, each scheduler's CPU while idle for 2 s (``idle_cpu_ms_per_s``: periodic
+callbacks, e.g. a stealing policy's timer) and each batch's wall time, so that the part of
+the difference that is periodic rather than per task can be estimated.
 
 Headline (the definition the issue asks for): scheduler process CPU time (user + system
 of the scheduler subprocess, from /proc via psutil, read before and after each batch, so
@@ -115,6 +121,25 @@ def run_plain(client, chunks, placement):
     return futs  # in the order of chunks
 
 
+def run_annotated(client, chunks, placement):
+    """``plain`` + the chunk annotations of ``map_chunks``, on the plain scheduler (no
+    plugin): what carrying chunk identities costs the scheduler by itself."""
+    workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
+    groups: dict[str, list[int]] = {w: [] for w in workers}
+    for n, i in enumerate(placement):
+        groups[workers[i]].append(n)
+    futs: list = [None] * len(chunks)
+    for w, idx in groups.items():
+        if idx:
+            cs = [chunks[n] for n in idx]
+            fs = cacheaffinity.map_chunks(client, noop, cs, chunk_ids=cs, workers=[w],
+                                          allow_other_workers=False, pure=False)  # fmt: skip
+            for n, f in zip(idx, fs):
+                futs[n] = f
+    client.gather(futs)
+    return futs
+
+
 def run_unrestricted(client, chunks, placement=None):
     futs = client.map(noop, chunks, pure=False)
     client.gather(futs)
@@ -147,7 +172,10 @@ def main(argv=None):
         "plain": start_cluster(tmp, "plain", args.workers, preload=False),
         "plugin": start_cluster(tmp, "plugin", args.workers, preload=True),
     }
-    runners = {"chunk": run_chunk, "plain": run_plain, "unrestricted": run_unrestricted}
+    runners = {"chunk": run_chunk, "plain": run_plain, "unrestricted": run_unrestricted,
+               "annotated": run_annotated}  # fmt: skip
+    walls: dict[str, list[float]] = {m: [] for m in runners}
+    idle: dict[str, list[float]] = {"plugin": [], "plain": []}
     results: dict[str, list[float]] = {m: [] for m in runners}
     overheads: list[float] = []
     hooks: list[float] = []
@@ -166,9 +194,9 @@ def main(argv=None):
                 client, procs = clusters["plugin" if mode == "chunk" else "plain"]
                 sched = psutil.Process(procs[0].pid)
                 h0 = sum(client.run_on_scheduler(hook_seconds).values()) if mode == "chunk" else 0
-                c0 = cpu(sched)
+                c0, w0 = cpu(sched), time.perf_counter()
                 futs = runners[mode](client, chunks, placement)
-                c1 = cpu(sched)
+                c1, w1 = cpu(sched), time.perf_counter()
                 if mode == "chunk":
                     hs = client.run_on_scheduler(hook_seconds)
                     h1 = sum(hs.values())
@@ -180,12 +208,18 @@ def main(argv=None):
                 per_round[mode] = (c1 - c0) / args.tasks * 1e6
                 if r:
                     results[mode].append(per_round[mode])
+                    walls[mode].append(w1 - w0)
                     if mode == "chunk":
                         hooks.append((h1 - h0) / args.tasks * 1e6)
                         same_worker.append(share)
                     print(f"round {r} {mode:12s}: {per_round[mode]:7.1f} us scheduler CPU per task",
                           flush=True)  # fmt: skip
             if r:
+                for name in ("plugin", "plain"):
+                    sched = psutil.Process(clusters[name][1][0].pid)
+                    i0 = cpu(sched)
+                    time.sleep(2.0)
+                    idle[name].append((cpu(sched) - i0) / 2.0 * 1e3)
                 overheads.append(per_round["chunk"] / per_round["plain"] - 1)
                 print(f"round {r}: chunk / plain - 1 = {overheads[-1]:+.1%}; chunk tasks on their "
                       f"placed worker {same_worker[-1]:.1%}, plain tasks on the same index "
@@ -214,6 +248,9 @@ def main(argv=None):
         "overhead": spread(overheads),
         "hook_us_per_task": spread(hooks),
         "chunk_tasks_on_placed_worker": spread(same_worker),
+        "annotated_us_per_task": spread(results["annotated"]),
+        "idle_cpu_ms_per_s": {k: spread(v) for k, v in idle.items()},
+        "batch_wall_s": {k: spread(v) for k, v in walls.items()},
         "target": "<= +5%",
         "pass": statistics.median(overheads) <= 0.05,
         "load_1min": round(max(load_before[0], load_after[0]), 2),
@@ -226,6 +263,10 @@ def main(argv=None):
     print(f"HEADLINE chunk vs plain restricted: {o['median']:+.1%} [{o['min']:+.1%} .. {o['max']:+.1%}] "
           f"over {o['n']} rounds of {args.tasks} tasks (target <= +5%: "
           f"{'met' if head['pass'] else 'MISSED'}); load {load_before[0]:.1f} -> {load_after[0]:.1f}")  # fmt: skip
+    print(f"diagnostics: plain + chunk annotations (no plugin) {med['annotated']:.1f} us per task; "
+          f"idle scheduler CPU {statistics.median(idle['plugin']):.1f} ms/s with the plugin vs "
+          f"{statistics.median(idle['plain']):.1f} ms/s plain; chunk batch wall "
+          f"{statistics.median(walls['chunk']):.2f} s")  # fmt: skip
     by_hook = {k: v / (args.tasks * (args.rounds + 1)) * 1e6 for k, v in hs.items()}
     print(f"inside the plugin's hooks: {statistics.median(hooks):.1f} us per task ("
           + ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_hook.items())) + ")")  # fmt: skip
