@@ -354,6 +354,14 @@ def _scheduler_overhead(results: str) -> list[str]:
                 + f"; {c['tasks']:,} tasks, {c['rounds']} interleaved rounds); inside the plugin's hooks "
                 f"{_spread(h['hook_us_per_task'], lambda v: f'{v:.1f}')} us per task"
                 + (f"; load average {load:.1f} while measured: indicative only" if load and load > 2 else ""))  # fmt: skip
+        ann, plain = h.get("annotated_us_per_task"), h["plain_us_per_task"]
+        idle = h.get("idle_cpu_ms_per_s") or {}
+        if ann and ann.get("median") and plain.get("median"):
+            text += (f". Diagnostics: the same plain tasks carrying the chunk annotations, without the plugin: "
+                     f"{ann['median'] / plain['median'] - 1:+.1%}")  # fmt: skip
+        if idle.get("plugin", {}).get("median") is not None and idle.get("plain", {}).get("median") is not None:
+            text += (f"; idle scheduler CPU {idle['plugin']['median']:.0f} ms/s with the plugin vs "
+                     f"{idle['plain']['median']:.0f} ms/s without (periodic callbacks)")  # fmt: skip
         cmd = f"python benchmarks/scheduler_overhead.py --tasks {c['tasks']} --rounds {c['rounds']}"
     else:
         med = r["median_us_per_task"]
