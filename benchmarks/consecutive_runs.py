@@ -49,7 +49,8 @@ Scenarios:
     (1 - share is what a perfect cache can hit).
 
 Floors, measured on the ``cacheaffinity`` mode's cluster in the same invocation, one of each
-after every warm round (interleaved with the runs):
+per warm round, interleaved with the runs (after the runs of rounds 2, 4, ..., before those of
+rounds 3, 5, ...):
 
 ``coffea-in-memory`` (floor b)
     the same executor and coffea/NanoEvents pipeline (chunk tasks, NanoEvents built per
@@ -640,26 +641,34 @@ def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: l
         log(f"[repeat {rep + 1}] {len(clusters)} clusters started in {time.perf_counter() - t0:.1f} s "
             f"(load {os.getloadavg()[0]:.1f})")  # fmt: skip
         floor_cluster = clusters.get(("stable", "cacheaffinity")) if cfg.floors else None
+        def measure_floors(run: int, when: str) -> None:
+            for name, fn in (("coffea-in-memory", floor_cluster.floor_in_memory),
+                             ("processor-only", floor_cluster.floor_compute)):  # fmt: skip
+                r = fn()
+                r["round"], r["when"] = run, when
+                floors[name].append(r)
+                log(f"[floor] {name:22s} {when} round {run}: {r['wall_s']:7.2f} s")
+
         for run in range(1, cfg.runs + 1):
+            # warm rounds: one of each floor per round, before the round's runs in odd
+            # rounds (3, 5, ...) and after them in even ones, so order effects cancel
+            before = floor_cluster is not None and run >= 3 and run % 2 == 1
+            if before:
+                measure_floors(run, "before")
             for (scenario, mode), c in clusters.items():
                 row = c.run()
                 row["repeat"] = rep + 1
                 sequences[scenario].setdefault(mode, []).append(row)
                 log(_progress_line(scenario, row))
-            if floor_cluster is None:
+            if floor_cluster is None or before:
                 continue
             if run == 1:  # fill the in-memory dicts and load the events: not timed as floors
                 floors["fill"] = floor_cluster.floor_in_memory(fill=True)
                 floors["load"] = floor_cluster.load_compute_floor(files)
                 log(f"[floors] in-memory fill {floors['fill']['wall_s']:.2f} s; processor-only "
                     f"load {floors['load']['seconds']:.2f} s")  # fmt: skip
-            else:  # one of each after every warm round, interleaved with the runs
-                for name, fn in (("coffea-in-memory", floor_cluster.floor_in_memory),
-                                 ("processor-only", floor_cluster.floor_compute)):  # fmt: skip
-                    r = fn()
-                    r["after_run"] = run
-                    floors[name].append(r)
-                    log(f"[floor] {name:22s} after run {run}: {r['wall_s']:7.2f} s")
+            else:
+                measure_floors(run, "after")
     finally:
         for c in clusters.values():
             c.close()

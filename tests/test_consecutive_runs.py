@@ -149,7 +149,7 @@ def test_realistic_repeats_and_floors(tmp_path):
     branches = cr.analysis_branches("realistic")
     assert set(read) < set(branches)  # plus the kinematics NanoEvents' behaviours need
     cfg = cr.Config(
-        workers=2, runs=2, storage="local", data=str(tmp_path / "data"), events=800, files=1,
+        workers=2, runs=3, storage="local", data=str(tmp_path / "data"), events=800, files=1,
         chunksize=400, branches=branches, progress=False, modes=("direct", "cacheaffinity"),
         scenarios=("stable",), analysis="realistic", repeats=2, floors=True,
     )  # fmt: skip
@@ -165,11 +165,13 @@ def test_realistic_repeats_and_floors(tmp_path):
         f = rp["floors"]
         assert f["fill"]["storage_bytes"] > 0  # the in-memory fill read the files
         assert f["load"]["chunks"] == 2 and f["load"]["bytes_in_memory"] > 0
-        assert len(f["coffea-in-memory"]) == len(f["processor-only"]) == 1  # after run 2
-        assert f["coffea-in-memory"][0]["storage_bytes"] == 0  # all from worker memory
+        # one of each floor per warm round: after round 2's runs, before round 3's
+        for name in ("coffea-in-memory", "processor-only"):
+            assert [(x["round"], x["when"]) for x in f[name]] == [(2, "after"), (3, "before")]
+        assert all(x["storage_bytes"] == 0 for x in f["coffea-in-memory"])  # worker memory
         assert f["processor-only"][0]["process_s_sum"] > 0
         ca = rp["sequences"]["stable"]["cacheaffinity"]
-        assert ca[0]["hit_rate"] == 0 and ca[1]["hit_rate"] == 1
+        assert ca[0]["hit_rate"] == 0 and ca[1]["hit_rate"] == ca[2]["hit_rate"] == 1
         direct = rp["sequences"]["stable"]["direct"]
         # uncached: every run decompresses what the cold cached run 1 inserted
         assert direct[1]["decompressed_bytes"] == ca[0]["decompressed_bytes"] > 0
