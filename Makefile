@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench venv clean system-deps
+.PHONY: demo test test-slow bench bench-dry bench-quick venv clean system-deps
 
 venv: $(STAMP)
 
@@ -27,17 +27,18 @@ test: $(STAMP) system-deps
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
 
-# Full size: the consecutive-run benchmark needs root (private network namespace for
-# XRootD) and takes ~30 min on 2 cores; add --storage local where XRootD is missing.
+# Every benchmark in order with repeats, each step timed (benchmarks/run_all.py), then the
+# README tables rendered from the new JSON (tools/render_readme.py). Run it ALONE on a quiet
+# machine: needs root (private network namespace for XRootD); ~4-5 h on 2 cores.
+#   make bench-dry   the commands only;  make bench-quick   every script at a tiny size (~15 min)
 bench: $(STAMP) system-deps
-	$(PY) benchmarks/consecutive_runs.py --events 80000 --files 4 --chunksize 1250 --workers 4 --runs 5
-	$(PY) benchmarks/simulate.py
-	$(PY) benchmarks/scheduler_scale.py
-	$(PY) benchmarks/placement.py
-	$(PY) benchmarks/cache_read.py
-	$(PY) benchmarks/scheduler_overhead.py
-	$(PY) benchmarks/executor_runs.py
-	$(PY) benchmarks/stealing_slow_node.py
+	$(PY) benchmarks/run_all.py
+
+bench-dry:
+	$(PY) benchmarks/run_all.py --dry-run
+
+bench-quick: $(STAMP) system-deps
+	$(PY) benchmarks/run_all.py --quick
 
 # XRootD server and network-namespace tools for the storage tests (needs root; the
 # tests that need them skip with the reason when they are missing).

@@ -6,7 +6,14 @@
 - :func:`pyplot` and :func:`save_png`: matplotlib with the Agg backend (no display),
   PNG written atomically;
 - :func:`print_table`: a plain-text table for the terminal;
-- :func:`best_of`: wall and CPU time of a callable, best and median of a few runs.
+- :func:`best_of`: wall and CPU time of a callable, best and median of a few runs;
+- :func:`git_info`: the commit the benchmark ran on and whether the tree was dirty
+  (:func:`write_json` stamps it into every results file);
+- :func:`spread`: median, min and max of repeated measurements (the headline form);
+- :func:`branch_bytes`: uncompressed bytes of given branches of ROOT files (what a
+  run that reads those branches decompresses);
+- ``make_dataset``, ``dataset_stats``: the synthetic NanoAOD generator, imported here
+  only, so that its module can move without touching every script.
 
 Files are written under a temporary name in the target directory and renamed into
 place, so an interrupted benchmark never leaves a truncated result behind.
@@ -20,6 +27,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +44,43 @@ __all__ = [
     "print_table",
     "best_of",
     "Timing",
+    "git_info",
+    "spread",
+    "branch_bytes",
+    "make_dataset",
+    "dataset_stats",
+    "template_path",
+    "synthetic_module",
 ]
+
+# The synthetic data generator: this is the one place benchmarks import it from (it may
+# move out of the runtime package; change SYNTHETIC only).  Imported on first use, so
+# that scripts without ROOT data (placement, simulate) do not load uproot.
+SYNTHETIC = "cacheaffinity.synthetic"
+
+
+def synthetic_module():
+    """The synthetic data generator module (:data:`SYNTHETIC`)."""
+    import importlib
+
+    return importlib.import_module(SYNTHETIC)
+
+
+_synthetic = synthetic_module
+
+
+def make_dataset(*args: Any, **kwargs: Any) -> Any:
+    """:func:`cacheaffinity.synthetic.make_dataset` (see :data:`SYNTHETIC`)."""
+    kwargs.setdefault("template", template_path())
+    return _synthetic().make_dataset(*args, **kwargs)
+
+
+def dataset_stats(*args: Any, **kwargs: Any) -> Any:
+    """:func:`cacheaffinity.synthetic.dataset_stats` (see :data:`SYNTHETIC`)."""
+    return _synthetic().dataset_stats(*args, **kwargs)
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DEFAULT_OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
 
@@ -115,9 +159,103 @@ def _atomic_write(path: str, write: Callable[[str], None]) -> None:
         raise
 
 
+def git_info(repo: str = REPO) -> dict[str, Any]:
+    """``{"commit": sha, "dirty": bool, "dirty_files": [...]}`` of the repository the
+    benchmarks run from (``commit`` None outside a git checkout).
+
+    ``dirty`` counts tracked files with changes (``git status --porcelain
+    --untracked-files=no``) outside ``benchmarks/results/`` (results being rewritten
+    by the run itself do not make the measured code dirty).
+    """
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", "-C", repo, *args], capture_output=True, text=True, check=True, timeout=30
+        ).stdout
+
+    try:
+        commit = git("rev-parse", "HEAD").strip()
+        status = git("status", "--porcelain", "--untracked-files=no").splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None, "dirty_files": []}
+    files = [line[3:] for line in status if not line[3:].startswith("benchmarks/results/")]
+    return {"commit": commit, "dirty": bool(files), "dirty_files": files}
+
+
+def template_path() -> str:
+    """The NanoAOD template the synthetic data are resampled from (env or default)."""
+    env = os.environ.get("CACHEAFFINITY_NANOAOD_TEMPLATE")
+    if env:
+        return env
+    path = _synthetic().default_template_path()
+    if not path.exists():  # a git worktree beside the repository: try the shared data
+        for d in (os.environ.get("CACHEAFFINITY_NANOAOD_DIR"), "/work/shared/data/nanoaod"):
+            if d and os.path.exists(os.path.join(d, "nano_dy.root")):
+                return os.path.join(d, "nano_dy.root")
+    return str(path)
+
+
+def spread(values: Sequence[float]) -> dict[str, Any]:
+    """``{"median", "min", "max", "n", "values"}`` of repeated measurements (None-safe:
+    None values are left out; all None gives None statistics)."""
+    vals = [float(v) for v in values if v is not None]
+    if not vals:
+        return {"median": None, "min": None, "max": None, "n": 0, "values": []}
+    return {
+        "median": statistics.median(vals),
+        "min": min(vals),
+        "max": max(vals),
+        "n": len(vals),
+        "values": vals,
+    }
+
+
+def branch_bytes(
+    files: Sequence[str], branches: Sequence[str] | None, treename: str = "Events"
+) -> dict[str, int]:
+    """Uncompressed and compressed bytes of ``branches`` summed over ``files``, and of
+    every branch (``branches=None``: all).
+
+    Returns ``{"uncompressed", "compressed", "total_uncompressed", "total_compressed",
+    "branches", "branches_found"}``: what a run reading those branches decompresses,
+    and the files' totals (uproot's ``TBranch.uncompressed_bytes``; data baskets only).
+    """
+    import uproot
+
+    want = None if branches is None else set(branches)
+    out = dict.fromkeys(
+        ("uncompressed", "compressed", "total_uncompressed", "total_compressed"), 0
+    )
+    found: set[str] = set()
+    for f in files:
+        with uproot.open(f) as rf:
+            tree = rf[treename]
+            for name, b in tree.iteritems(recursive=False):
+                u, c = int(b.uncompressed_bytes), int(b.compressed_bytes)
+                out["total_uncompressed"] += u
+                out["total_compressed"] += c
+                if want is None or name in want:
+                    out["uncompressed"] += u
+                    out["compressed"] += c
+                    found.add(name)
+    out["branches"] = len(want) if want is not None else len(found)
+    out["branches_found"] = len(found)
+    return out
+
+
 def write_json(path: str, config: dict[str, Any], results: Any, **extra: Any) -> None:
-    """Write ``{"config", "machine", "results", **extra}`` as indented JSON."""
-    doc = {"config": config, "machine": machine_info(), "results": results, **extra}
+    """Write ``{"config", "machine", "commit", "dirty", "results", **extra}`` as
+    indented JSON; ``commit``/``dirty`` from :func:`git_info`."""
+    g = git_info()
+    doc = {
+        "config": config,
+        "machine": machine_info(),
+        "commit": g["commit"],
+        "dirty": g["dirty"],
+        "dirty_files": g["dirty_files"],
+        "results": results,
+        **extra,
+    }
 
     def write(tmp: str) -> None:
         with open(tmp, "w") as f:

@@ -62,6 +62,9 @@ import xxhash
 
 from cacheaffinity.worker.store import ColumnCache
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from benchmarks._common import git_info  # noqa: E402
+
 CODECS = {
     "LZMA(9)": lambda: uproot.LZMA(9),
     "ZLIB(1)": lambda: uproot.ZLIB(1),
@@ -568,6 +571,7 @@ def main(argv: list[str] | None = None) -> int:
             "loadavg_end": os.getloadavg(),
         },
         "machine": machine_info(cache_dir),
+        **{k: v for k, v in git_info().items()},
         "results": results,
         "summary": summary,
     }

@@ -26,15 +26,17 @@ from pathlib import Path
 
 import uproot
 
-from cacheaffinity.synthetic import (
-    CODECS,
-    DEFAULT_JITTER,
-    MAX_JITTER,
-    TREE_NAME,
-    dataset_stats,
-    file_name,
-    make_dataset,
-)
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from benchmarks._common import synthetic_module  # noqa: E402  (the generator's one import)
+
+_synthetic = synthetic_module()
+CODECS = _synthetic.CODECS
+DEFAULT_JITTER = _synthetic.DEFAULT_JITTER
+MAX_JITTER = _synthetic.MAX_JITTER
+TREE_NAME = _synthetic.TREE_NAME
+dataset_stats = _synthetic.dataset_stats
+file_name = _synthetic.file_name
+make_dataset = _synthetic.make_dataset
 
 
 def _parser() -> argparse.ArgumentParser:

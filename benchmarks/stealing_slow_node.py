@@ -37,8 +37,7 @@ from coffea.nanoevents import NanoAODSchema  # noqa: E402
 from distributed import Client, LocalCluster, get_worker  # noqa: E402
 
 import cacheaffinity  # noqa: E402
-from benchmarks._common import pyplot, save_png, write_json  # noqa: E402
-from cacheaffinity.synthetic import make_dataset  # noqa: E402
+from benchmarks._common import make_dataset, pyplot, save_png, write_json  # noqa: E402
 from examples.analysis import DimuonJetProcessor, summary  # noqa: E402
 
 
@@ -99,12 +98,15 @@ def mode_runs(mode, args, files, workdir):
                 "run": run,
                 "wall_s": wall,
                 "hit_rate": hits / (hits + misses) if hits + misses else None,
+                # column buffers that missed and were decompressed and cached this run
+                "decompressed_MB": (after.get("bytes_written", 0) - before.get("bytes_written", 0)) / 1e6,
                 "off_target": c1.get("off-target", 0) - c0.get("off-target", 0),
                 "on_target": c1.get("on-target", 0) - c0.get("on-target", 0),
                 "steal_outcomes_total": outcomes,
             }
             print(f"{mode:14s} run {run}: {wall:6.2f} s, hit rate "
                   f"{row['hit_rate'] if row['hit_rate'] is None else round(row['hit_rate'], 4)}, "
+                  f"decompressed {row['decompressed_MB']:.1f} MB, "
                   f"off node {row['off_target']}, steal outcomes so far {outcomes}", flush=True)  # fmt: skip
             reference = reference or summary(out)
             assert summary(out) == reference

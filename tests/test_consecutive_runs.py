@@ -27,12 +27,17 @@ sys.path.insert(0, str(REPO))
 
 from benchmarks import consecutive_runs as cr  # noqa: E402
 
-TINY = dict(events=1200, files=1, chunksize=200, branches=("Muon_*", "Jet_*"), progress=False)
+TINY = dict(events=1200, files=1, chunksize=200, branches=("Muon_*", "Jet_*"), progress=False,
+            analysis="light", floors=False)
 
 
 def test_bad_configuration_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown mode 'nope'"):
         cr.Config(modes=("nope",)).check()
+    with pytest.raises(ValueError, match="analysis='nope'"):
+        cr.Config(analysis="nope").check()
+    with pytest.raises(ValueError, match="repeats=0"):
+        cr.Config(repeats=0).check()
     with pytest.raises(ValueError, match="--runs 4"):
         cr.Config(runs=3, scenarios=("stable", "membership")).check()
     cfg = cr.Config(storage="local")
@@ -105,13 +110,14 @@ def _run_xrootd(data: Path, tmp_path: Path) -> None:
         sys.executable, str(REPO / "benchmarks" / "consecutive_runs.py"),
         "--storage", "xrootd", "--rate", "1gbit", "--workers", "2", "--runs", "2",
         "--events", str(TINY["events"]), "--files", "1", "--chunksize", str(TINY["chunksize"]),
-        "--branches", *TINY["branches"], "--modes", "direct", "xcache", "cacheaffinity",
+        "--branches", *TINY["branches"], "--analysis", "light", "--no-floors", "--repeats", "2",
+        "--modes", "direct", "xcache", "cacheaffinity",
         "--scenarios", "stable", "--data", str(data), "--out", str(tmp_path / "out"),
     ]  # fmt: skip
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=540, cwd=REPO, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-5000:]
-    doc = json.loads((tmp_path / "out" / "consecutive_runs.json").read_text())["results"]
+    doc = json.loads((tmp_path / "out" / "consecutive_runs_light.json").read_text())["results"]
     assert doc["storage"]["kind"] == "xrootd"
     assert "htb" in doc["storage"]["qdisc"]
     assert doc["identical_results"]
@@ -124,3 +130,65 @@ def _run_xrootd(data: Path, tmp_path: Path) -> None:
     assert s["cacheaffinity"][1]["origin_bytes"] < 0.1 * s["cacheaffinity"][0]["origin_bytes"]
     assert s["xcache"][1]["storage_bytes"] > 0  # XCache still serves the compressed bytes
     assert s["cacheaffinity"][1]["hit_rate"] >= 0.9
+    # every repeat starts cold, XCache included (a new cache directory per repeat)
+    assert len(doc["repeats"]) == 2
+    for rp in doc["repeats"]:
+        for mode in ("direct", "xcache", "cacheaffinity"):
+            assert rp["sequences"]["stable"][mode][0]["origin_bytes"] > 0, mode
+
+
+@pytest.mark.timeout(300)
+def test_realistic_repeats_and_floors(tmp_path):
+    """The realistic analysis, 2 repeats, both floors, on the files it reads (generated with
+    only the branches the analysis reads, so that the test stays small)."""
+    from benchmarks._common import template_path
+    from examples.realistic import TTbarLikeProcessor, branches_read
+
+    read = branches_read(TTbarLikeProcessor(), template_path())
+    assert len(read) >= 150
+    branches = cr.analysis_branches("realistic")
+    assert set(read) < set(branches)  # plus the kinematics NanoEvents' behaviours need
+    cfg = cr.Config(
+        workers=2, runs=3, storage="local", data=str(tmp_path / "data"), events=800, files=1,
+        chunksize=400, branches=branches, progress=False, modes=("direct", "cacheaffinity"),
+        scenarios=("stable",), analysis="realistic", repeats=2, floors=True,
+    )  # fmt: skip
+    lines: list[str] = []
+    doc = cr.run_benchmark(cfg, log=lines.append)
+    assert doc["identical_results"]  # every run, mode, repeat and floor: the same histograms
+    assert len(doc["repeats"]) == 2
+    # all clusters of a repeat are up before round 1; the mode order rotates
+    assert [rp["mode_order"] for rp in doc["repeats"]] == [["direct", "cacheaffinity"],
+                                                         ["cacheaffinity", "direct"]]
+    assert lines[1].startswith("[repeat 1] 2 clusters started")
+    for rp in doc["repeats"]:
+        f = rp["floors"]
+        assert f["fill"]["storage_bytes"] > 0  # the in-memory fill read the files
+        assert f["load"]["chunks"] == 2 and f["load"]["bytes_in_memory"] > 0
+        # one of each floor per warm round: after round 2's runs, before round 3's
+        for name in ("coffea-in-memory", "processor-only"):
+            assert [(x["round"], x["when"]) for x in f[name]] == [(2, "after"), (3, "before")]
+        assert all(x["storage_bytes"] == 0 for x in f["coffea-in-memory"])  # worker memory
+        assert f["processor-only"][0]["process_s_sum"] > 0
+        ca = rp["sequences"]["stable"]["cacheaffinity"]
+        assert ca[0]["hit_rate"] == 0 and ca[1]["hit_rate"] == ca[2]["hit_rate"] == 1
+        direct = rp["sequences"]["stable"]["direct"]
+        # uncached: every run decompresses what the cold cached run 1 inserted
+        assert direct[1]["decompressed_bytes"] == ca[0]["decompressed_bytes"] > 0
+        assert ca[1]["decompressed_bytes"] == 0
+    h = doc["headline"]
+    for name in ("cacheaffinity run 1 / run 2", "direct run 2 / cacheaffinity run 2",
+                 "cacheaffinity run 1 / direct run 1",
+                 "cacheaffinity run 2 / floor (b) coffea-in-memory",
+                 "cacheaffinity run 2 / floor (a) processor-only"):  # fmt: skip
+        r = h["ratios"][name]
+        assert r["n"] == 2 and r["min"] <= r["median"] <= r["max"], (name, r)
+        assert name in doc["targets"]
+    assert h["modes"]["direct"]["run2_decompressed_MB"]["median"] > 0
+    vol = doc["decompressed_per_uncached_run"]
+    assert vol["branches_found"] == len(read)
+    rows = cr.headline_rows(doc)
+    assert [r["mode"] for r in rows][-2:] == ["floor: coffea-in-memory", "floor: processor-only"]
+    j, _ = cr.write_results(doc, cfg, tmp_path / "out")
+    saved = json.loads(Path(j).read_text())
+    assert len(saved["commit"]) == 40 and saved["dirty"] in (True, False)

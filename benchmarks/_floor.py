@@ -1,0 +1,61 @@
+"""Worker-side store of fully loaded events for the compute-only floor (runs in workers).
+
+The true floor of a warm run is the processor's own compute on events whose arrays are
+already in the worker's memory: no file, no column cache, no NanoEvents form building.
+:func:`load` (one task per chunk, pinned to a worker) opens the chunk's file once, builds
+its NanoEvents with every buffer the processor reads in a plain dict, runs the processor
+once to materialise them, closes the file and keeps the events in :data:`_EVENTS`;
+:func:`process` (pinned to the same worker) then times only ``processor.process(events)``.
+A buffer missing after the load would need the closed file and fail: the floor cannot
+silently read storage.  Benchmarks only: nothing bounds the store's size.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+_EVENTS: dict[str, Any] = {}
+
+
+def load(key: str, filename: str, treename: str, start: int, stop: int, dataset: str,
+         processor_instance) -> dict:
+    """Load chunk ``key`` (entries ``start``-``stop`` of ``filename``) into this worker."""
+    import uproot
+    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+
+    t0 = time.perf_counter()
+    buffers: dict = {}
+    f = uproot.open(filename)
+    try:
+        events = NanoEventsFactory.from_root(
+            file=f, treepath=treename, schemaclass=NanoAODSchema, mode="virtual",
+            metadata={"dataset": dataset, "filename": filename, "treename": treename,
+                      "entrystart": start, "entrystop": stop},
+            entry_start=start, entry_stop=stop, buffer_cache=buffers,
+        ).events()  # fmt: skip
+        processor_instance.process(events)  # materialise every buffer the processor reads
+    finally:
+        f.close()
+    _EVENTS[key] = events
+    return {
+        "key": key,
+        "seconds": time.perf_counter() - t0,
+        "buffers": len(buffers),
+        "bytes": int(sum(getattr(b, "nbytes", 0) for b in buffers.values())),
+    }
+
+
+def process(key: str, processor_instance) -> dict:
+    """``processor_instance.process`` on the events of chunk ``key``, timed."""
+    events = _EVENTS[key]
+    t0 = time.perf_counter()
+    out = processor_instance.process(events)
+    return {"out": out, "seconds": time.perf_counter() - t0}
+
+
+def clear() -> int:
+    """Drop every loaded chunk; returns how many there were."""
+    n = len(_EVENTS)
+    _EVENTS.clear()
+    return n

@@ -1,0 +1,80 @@
+"""Benchmark plumbing: the ``make bench`` step list, the results stamp and statistics of
+benchmarks/_common.py, and scheduler_overhead.py at a tiny size (real dask schedulers and
+workers in subprocesses).  Timings are not asserted, only what must hold at any load."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import uproot
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import _common, run_all  # noqa: E402
+
+
+def test_bench_steps_in_order_with_repeats():
+    names = [n for n, _ in run_all.commands(False, "OUT", "DATA")]
+    assert names[0] == "consecutive_runs" and names[-1] == "render_readme"
+    assert set(names) >= {"consecutive_runs_light", "scheduler_overhead", "executor_runs",
+                          "stealing_slow_node", "cache_read", "placement", "scheduler_scale",
+                          "simulate"}  # fmt: skip
+    cmd = dict(run_all.commands(False, "OUT", "DATA"))
+    head = cmd["consecutive_runs"]
+    for flag, value in (("--analysis", "realistic"), ("--repeats", "3"), ("--workers", "4"),
+                        ("--events", "80000"), ("--out", "OUT")):  # fmt: skip
+        assert head[head.index(flag) + 1] == value
+    assert "--storage" not in head  # XRootD origin (the default), all five modes
+    so = cmd["scheduler_overhead"]
+    assert so[so.index("--tasks") + 1] == "10000"
+    # quick: every script, into the given directory, no README rendering
+    quick = dict(run_all.commands(True, "Q", "D"))
+    assert "render_readme" not in quick and len(quick) == len(cmd) - 1
+    assert all("Q" in argv for argv in quick.values())
+
+
+def test_git_stamp_and_spread(tmp_path):
+    g = _common.git_info()
+    assert len(g["commit"]) == 40 and isinstance(g["dirty"], bool)
+    _common.write_json(str(tmp_path / "x.json"), config={"a": 1}, results={"b": 2})
+    doc = json.loads((tmp_path / "x.json").read_text())
+    assert doc["commit"] == g["commit"] and doc["dirty"] == g["dirty"]
+    s = _common.spread([3.0, None, 1.0, 2.0])
+    assert (s["median"], s["min"], s["max"], s["n"]) == (2.0, 1.0, 3.0, 3)
+    assert _common.spread([None])["median"] is None
+
+
+def test_branch_bytes_match_uproot(nanoaod_dir):
+    f = str(nanoaod_dir / "nano_dy.root")
+    b = _common.branch_bytes([f, f], ["Muon_pt", "nMuon", "no_such_branch"])
+    with uproot.open(f) as rf:
+        t = rf["Events"]
+        one = t["Muon_pt"].uncompressed_bytes + t["nMuon"].uncompressed_bytes
+        total = sum(x.uncompressed_bytes for x in t.values(recursive=False))
+    assert b["uncompressed"] == 2 * one
+    assert b["total_uncompressed"] == 2 * total
+    assert (b["branches"], b["branches_found"]) == (3, 2)
+
+
+@pytest.mark.timeout(300)
+def test_scheduler_overhead_tiny(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "scheduler_overhead.py"), "--tasks", "200",
+         "--rounds", "1", "--workers", "2", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=280, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "HEADLINE chunk vs plain restricted" in proc.stdout
+    doc = json.loads((tmp_path / "scheduler_overhead.json").read_text())
+    assert len(doc["commit"]) == 40
+    h = doc["results"]["headline"]
+    assert h["tasks"] == 200 and h["overhead"]["n"] == 1
+    assert h["chunk_us_per_task"]["median"] > 0 and h["plain_us_per_task"]["median"] > 0
+    # the plugin placed every chunk task where cacheaffinity.where said
+    assert h["chunk_tasks_on_placed_worker"]["median"] == 1.0
+    assert (tmp_path / "scheduler_overhead.png").read_bytes()[:4] == b"\x89PNG"
