@@ -2,7 +2,7 @@
 
 The headline result in the form of the VISPA paper's Fig. 3: R consecutive runs of one
 analysis (:class:`examples.analysis.DimuonJetProcessor`) on generated NanoAOD-like LZMA-9
-data (:func:`cacheaffinity.synthetic.make_dataset`), and per run the wall time, the data
+data (:func:`testbed.synthetic.make_dataset`), and per run the wall time, the data
 still read from storage and the cache hit rate.  Every mode runs on its own local cluster
 of W worker processes (1 thread each) acting as W cache nodes (each its own, initially
 empty, cache directory), on the same files, in one invocation:
@@ -109,7 +109,7 @@ from distributed import Client, LocalCluster  # noqa: E402
 
 import cacheaffinity  # noqa: E402
 from benchmarks._common import print_table, pyplot, save_png, write_json  # noqa: E402
-from cacheaffinity.synthetic import dataset_stats, make_dataset  # noqa: E402
+from testbed.synthetic import dataset_stats, make_dataset  # noqa: E402
 from examples.analysis import DimuonJetProcessor, summary  # noqa: E402
 
 __all__ = [
@@ -221,7 +221,7 @@ class Storage:
     def __enter__(self) -> Storage:
         if self.cfg.storage == "local":
             return self
-        from cacheaffinity.testing import xrootd as xrd
+        from testbed import xrootd as xrd
 
         for k, v in xrd.BOUNDED_CLIENT_ENV.items():
             os.environ.setdefault(k, v)
@@ -271,7 +271,7 @@ class Storage:
     def describe(self) -> dict:
         if self.origin is None:
             return {"kind": "local", "directory": str(Path(self.files[0]).parent)}
-        from cacheaffinity.testing import xrootd as xrd
+        from testbed import xrootd as xrd
 
         return {
             "kind": "xrootd",
@@ -687,7 +687,7 @@ def main(argv=None) -> int:
     cfg, out = parse_args(argv)
     cfg.check()
     if cfg.storage == "xrootd":
-        from cacheaffinity.testing import xrootd as xrd
+        from testbed import xrootd as xrd
 
         missing = xrd.missing_requirements()
         if missing:

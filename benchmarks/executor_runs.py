@@ -42,7 +42,7 @@ from distributed import Client, LocalCluster  # noqa: E402
 import cacheaffinity  # noqa: E402
 from benchmarks._common import pyplot, save_png, write_json  # noqa: E402
 from benchmarks._memory import memory_buffers  # noqa: E402
-from cacheaffinity.synthetic import dataset_stats, make_dataset  # noqa: E402
+from testbed.synthetic import dataset_stats, make_dataset  # noqa: E402
 from examples.analysis import DimuonJetProcessor, summary  # noqa: E402
 
 COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")

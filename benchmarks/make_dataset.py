@@ -1,4 +1,4 @@
-"""Generate a NanoAOD-like benchmark dataset (see :mod:`cacheaffinity.synthetic`).
+"""Generate a NanoAOD-like benchmark dataset (see :mod:`testbed.synthetic`).
 
     python benchmarks/make_dataset.py OUTDIR --events 200000 --files 8 \\
         [--codec lzma] [--level 9] [--seed 0] [--jitter 0.02] [--template PATH] \\
@@ -24,9 +24,11 @@ import sys
 import time
 from pathlib import Path
 
-import uproot
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository's testbed package
 
-from cacheaffinity.synthetic import (
+import uproot  # noqa: E402
+
+from testbed.synthetic import (  # noqa: E402
     CODECS,
     DEFAULT_JITTER,
     MAX_JITTER,

@@ -38,7 +38,7 @@ from distributed import Client, LocalCluster, get_worker  # noqa: E402
 
 import cacheaffinity  # noqa: E402
 from benchmarks._common import pyplot, save_png, write_json  # noqa: E402
-from cacheaffinity.synthetic import make_dataset  # noqa: E402
+from testbed.synthetic import make_dataset  # noqa: E402
 from examples.analysis import DimuonJetProcessor, summary  # noqa: E402
 
 
