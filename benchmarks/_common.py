@@ -56,7 +56,7 @@ __all__ = [
 # The synthetic data generator: this is the one place benchmarks import it from (it may
 # move out of the runtime package; change SYNTHETIC only).  Imported on first use, so
 # that scripts without ROOT data (placement, simulate) do not load uproot.
-SYNTHETIC = "cacheaffinity.synthetic"
+SYNTHETIC = "testbed.synthetic"
 
 
 def synthetic_module():
@@ -70,13 +70,13 @@ _synthetic = synthetic_module
 
 
 def make_dataset(*args: Any, **kwargs: Any) -> Any:
-    """:func:`cacheaffinity.synthetic.make_dataset` (see :data:`SYNTHETIC`)."""
+    """:func:`testbed.synthetic.make_dataset` (see :data:`SYNTHETIC`)."""
     kwargs.setdefault("template", template_path())
     return _synthetic().make_dataset(*args, **kwargs)
 
 
 def dataset_stats(*args: Any, **kwargs: Any) -> Any:
-    """:func:`cacheaffinity.synthetic.dataset_stats` (see :data:`SYNTHETIC`)."""
+    """:func:`testbed.synthetic.dataset_stats` (see :data:`SYNTHETIC`)."""
     return _synthetic().dataset_stats(*args, **kwargs)
 
 

@@ -4,7 +4,7 @@ The headline result in the form of the VISPA paper's Fig. 3: R consecutive runs 
 analysis (``--analysis``: ``realistic``, :class:`examples.realistic.TTbarLikeProcessor`, a
 ttbar/HH->bbWW-like selection reading ~180 branches; or ``light``,
 :class:`examples.analysis.DimuonJetProcessor`, ~10 branches) on generated NanoAOD-like LZMA-9
-data (:func:`cacheaffinity.synthetic.make_dataset`), and per run the wall time, the data
+data (:func:`testbed.synthetic.make_dataset`), and per run the wall time, the data
 still read from storage and the cache hit rate.  Every mode runs on its own local cluster
 of W worker processes (1 thread each) acting as W cache nodes (each its own, initially
 empty, cache directory), on the same files, in one invocation:
@@ -284,7 +284,7 @@ class Storage:
     def __enter__(self) -> Storage:
         if self.cfg.storage == "local":
             return self
-        from cacheaffinity.testing import xrootd as xrd
+        from testbed import xrootd as xrd
 
         for k, v in xrd.BOUNDED_CLIENT_ENV.items():
             os.environ.setdefault(k, v)
@@ -302,7 +302,7 @@ class Storage:
         that each repeat's run 1 starts cold for the xcache mode as for the others)."""
         if self.origin is None or "xcache" not in (*self.cfg.modes, *self.cfg.membership_modes):
             return
-        from cacheaffinity.testing import xrootd as xrd
+        from testbed import xrootd as xrd
 
         if self._xcache_stack is not None:
             self._xcache_stack.close()
@@ -347,7 +347,7 @@ class Storage:
     def describe(self) -> dict:
         if self.origin is None:
             return {"kind": "local", "directory": str(Path(self.files[0]).parent)}
-        from cacheaffinity.testing import xrootd as xrd
+        from testbed import xrootd as xrd
 
         return {
             "kind": "xrootd",
@@ -1087,7 +1087,7 @@ def main(argv=None) -> int:
     cfg, out = parse_args(argv)
     cfg.check()
     if cfg.storage == "xrootd":
-        from cacheaffinity.testing import xrootd as xrd
+        from testbed import xrootd as xrd
 
         missing = xrd.missing_requirements()
         if missing:

@@ -1,4 +1,4 @@
-"""Generate a NanoAOD-like benchmark dataset (see :mod:`cacheaffinity.synthetic`).
+"""Generate a NanoAOD-like benchmark dataset (see :mod:`testbed.synthetic`).
 
     python benchmarks/make_dataset.py OUTDIR --events 200000 --files 8 \\
         [--codec lzma] [--level 9] [--seed 0] [--jitter 0.02] [--template PATH] \\

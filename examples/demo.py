@@ -27,7 +27,7 @@ from coffea.nanoevents import NanoAODSchema
 from distributed import Client, LocalCluster
 
 import cacheaffinity
-from cacheaffinity.synthetic import make_dataset
+from testbed.synthetic import make_dataset
 from examples.analysis import DimuonJetProcessor, summary
 
 COUNTERS = ("hits", "misses", "bytes_served", "storage_bytes", "storage_opens")

@@ -29,7 +29,7 @@ The corrections are toys (no correction files are shipped), but they read the sa
 and do the same kind of per-object arithmetic as the real ones.  Optional branches (a
 trigger path, a flag, a weight) are used only when the file has them, so the processor runs
 on every NanoAOD version in ``../shared/data/nanoaod`` of the NanoAODv6/v7 family and on
-the generated data of :func:`cacheaffinity.synthetic.make_dataset` (resampled from
+the generated data of :func:`testbed.synthetic.make_dataset` (resampled from
 ``nano_dy.root``).
 
 Histograms: event counts per channel and cut use integer storage (exact whatever the

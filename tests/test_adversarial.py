@@ -37,7 +37,7 @@ from distributed import Client, LocalCluster
 from distributed.utils_test import gen_cluster
 
 import cacheaffinity
-from cacheaffinity.testing import skip_or_fail
+from testbed import skip_or_fail
 from cacheaffinity.worker import store as store_module
 from cacheaffinity.worker.directory import UntrustedDirectory, trusted_directory
 from cacheaffinity.worker.node import read_or_create_node_id

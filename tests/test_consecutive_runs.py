@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from cacheaffinity.testing import skip_or_fail
+from testbed import skip_or_fail
 
-from cacheaffinity.testing import xrootd as xrd
+from testbed import xrootd as xrd
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))

@@ -20,7 +20,7 @@ import dask
 import numpy as np
 import pytest
 
-from cacheaffinity.testing import skip_or_fail
+from testbed import skip_or_fail
 from distributed import Client, LocalCluster
 from distributed.utils_test import async_poll_for, gen_cluster
 from tornado.httpclient import AsyncHTTPClient, HTTPClient

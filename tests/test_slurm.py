@@ -17,15 +17,15 @@ from pathlib import Path
 import dask
 import pytest
 
-from cacheaffinity.testing import skip_or_fail
+from testbed import skip_or_fail
 from coffea import processor
 from coffea.nanoevents import NanoAODSchema
 from distributed import Client
 
 import cacheaffinity
 from cacheaffinity.jobqueue import cache_filesystems, slurm_cluster
-from cacheaffinity.synthetic import make_dataset
-from cacheaffinity.testing.slurm import LocalSlurm, missing_requirements
+from testbed.synthetic import make_dataset
+from testbed.slurm import LocalSlurm, missing_requirements
 from examples.analysis import DimuonJetProcessor, summary
 
 REPO = Path(__file__).resolve().parent.parent

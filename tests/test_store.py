@@ -26,7 +26,7 @@ import hypothesis.extra.numpy as hnp
 import numpy as np
 import pytest
 
-from cacheaffinity.testing import skip_or_fail
+from testbed import skip_or_fail
 import xxhash
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st

@@ -1,4 +1,4 @@
-"""Tests of cacheaffinity.synthetic: NanoAOD-like files resampled from a real NanoAOD template."""
+"""Tests of testbed.synthetic: NanoAOD-like files resampled from a real NanoAOD template."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 import uproot
 
-from cacheaffinity import synthetic
-from cacheaffinity.synthetic import (
+from testbed import synthetic
+from testbed.synthetic import (
     EVENT_ID_BRANCHES,
     TEMPLATE_ENV,
     dataset_stats,

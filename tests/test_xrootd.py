@@ -1,7 +1,7 @@
 """Real XRootD storage: an origin server and an XCache proxy, read with uproot.
 
 CI runs the suite as root but in the host's network namespace, and ``xrootd`` binds every
-interface: so the test runs ``python -m cacheaffinity.testing.xrootd check`` under
+interface: so the test runs ``python -m testbed.xrootd check`` under
 ``unshare -n`` (only ``lo``, brought up), which starts both servers there, reads a real NanoAOD
 file locally, via the origin and via XCache (cold, warm, and with the origin stopped), and
 prints JSON.  While the servers run, the test checks from the host that they are invisible
@@ -25,9 +25,9 @@ from pathlib import Path
 
 import pytest
 
-from cacheaffinity.testing import skip_or_fail
+from testbed import skip_or_fail
 
-from cacheaffinity.testing import xrootd as xrd
+from testbed import xrootd as xrd
 
 REPO = Path(__file__).resolve().parent.parent
 SAMPLE = "nano_dy.root"  # 1499 branches, LZMA NanoAOD
@@ -91,7 +91,7 @@ def test_origin_and_xcache_read_like_local(export_dir, tmp_path):
     host_qdisc = _host("tc", "qdisc", "show", "dev", "lo")
     argv = xrd.private_netns_argv(
         [
-            sys.executable, "-m", "cacheaffinity.testing.xrootd", "check",
+            sys.executable, "-m", "testbed.xrootd", "check",
             "--pause", "--blocksize", "64k", "--prefetch", "0", "--rate", "1gbit",
             str(export_dir / SAMPLE),
         ]

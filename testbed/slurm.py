@@ -144,7 +144,7 @@ class LocalSlurm:
         self.conf.write_text(
             "\n".join(
                 [
-                    "# written by cacheaffinity.testing.slurm.LocalSlurm",
+                    "# written by testbed.slurm.LocalSlurm",
                     "ClusterName=cacheaffinity-test",
                     "SlurmctldHost=localhost(127.0.0.1)",
                     f"SlurmctldPort={self.ctld_port}",

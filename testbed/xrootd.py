@@ -26,7 +26,7 @@ inside the namespace, unreachable but alive, until killed by pid.
 :func:`limit_loopback_bandwidth` puts an HTB rate limit on that namespace's ``lo`` only
 (never on a real interface).
 
-``python -m cacheaffinity.testing.xrootd check FILE.root`` runs the whole chain (origin,
+``python -m testbed.xrootd check FILE.root`` runs the whole chain (origin,
 XCache, uproot reads compared with local reads, cache directory contents) and prints JSON;
 ``tests/test_xrootd.py`` drives it.
 
@@ -285,7 +285,7 @@ def require_private_netns(what: str = "this") -> None:
             f"{what} must run inside a private network namespace with only `lo` "
             "(xrootd binds every interface): run the process under "
             "`unshare -n sh -c 'ip link set lo up && exec \"$@\"' sh CMD...` "
-            "(cacheaffinity.testing.xrootd.private_netns_argv) or call "
+            "(testbed.xrootd.private_netns_argv) or call "
             "reexec_in_private_netns() first"
         )
 
@@ -630,7 +630,7 @@ class _XRootDDaemon:
 def _common_config(d: _XRootDDaemon) -> str:
     assert d.workdir is not None
     return (
-        f"# written by cacheaffinity.testing.xrootd ({type(d).__name__})\n"
+        f"# written by testbed.xrootd ({type(d).__name__})\n"
         f"xrd.port {d.port}\n"
         "# no reverse DNS look-ups of clients\n"
         "xrd.network nodnr\n"
@@ -1103,7 +1103,7 @@ def selfcheck(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m cacheaffinity.testing.xrootd",
+        prog="python -m testbed.xrootd",
         description="Serve ROOT files from a real XRootD origin and XCache in a private "
         "network namespace and check that uproot reads them identically.",
     )
