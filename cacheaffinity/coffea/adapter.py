@@ -4,8 +4,11 @@ coffea has no public seam for what :class:`~cacheaffinity.coffea.CacheAffinityEx
 needs: building a chunk's events from a stored form without opening the file,
 and learning which work function and options the ``Runner`` handed to the
 executor (docs/coffea-seam.md proposes one).  This module uses the following
-coffea names that are private or undocumented; ``tests/test_coffea_adapter.py``
-fails when any of them changes (:func:`check` is what it runs):
+coffea names that are private or undocumented;
+``tests/test_coffea_inputs.py::test_adapter_matches_installed_coffea`` fails
+when any of them changes (:func:`check` is what it runs, and what the workers
+run once before using the private names: on a mismatch they log it once and
+run coffea's own work function instead):
 
 Private names (leading underscore)
     - ``coffea.processor.Runner._work_function`` and its parameter names
