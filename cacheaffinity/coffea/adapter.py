@@ -19,7 +19,8 @@ Private names (leading underscore)
     - ``coffea.nanoevents.mapping.UprootSourceMapping._extract_base_form``:
       the NanoEvents base form of a TTree (stored per file).
     - ``coffea.nanoevents.NanoEventsFactory._from_mapping``: events from a
-      stored form and a mapping.
+      stored form and a mapping (called with keywords: coffea 2026.7 has an
+      extra ``buffer_cache`` parameter).
 
 Undocumented shapes of public names
     - ``Runner.automatic_retries(retries, skipbadfiles, func, *args,
@@ -100,10 +101,7 @@ SIGNATURES = {
         UprootSourceMapping._extract_base_form,
         ("tree", "iteritems_options"),
     ),
-    "NanoEventsFactory._from_mapping": (
-        NanoEventsFactory._from_mapping,
-        ("mapping", "partition_key", "base_form", "schemaclass", "metadata", "mode"),
-    ),
+
     "UprootSourceMapping.__init__": (
         UprootSourceMapping.__init__,
         ("self", "fileopener", "start", "stop", "cache", "access_log", "file_handle",
@@ -115,6 +113,15 @@ SIGNATURES = {
         ("dataset", "filename", "treename", "entrystart", "entrystop", "fileuuid",
          "usermeta", "preload"),
     ),  # fmt: skip
+}
+
+#: Parameters each callable must have, in any order (it is called with keywords).
+KEYWORD_SIGNATURES = {
+    # coffea 2026.7 has an extra (unused) ``buffer_cache`` parameter after base_form
+    "NanoEventsFactory._from_mapping": (
+        NanoEventsFactory._from_mapping,
+        ("mapping", "partition_key", "base_form", "schemaclass", "metadata", "mode"),
+    ),
 }
 
 _WORK_PARAMS = SIGNATURES["Runner._work_function"][1]
@@ -134,6 +141,10 @@ def check() -> list[str]:
             continue
         if params[: len(expected)] != expected:
             problems.append(f"{label}{params} no longer starts with {expected}")
+    for label, (fn, expected) in KEYWORD_SIGNATURES.items():
+        params = set(inspect.signature(fn).parameters)
+        if not set(expected) <= params:
+            problems.append(f"{label} lacks parameters {sorted(set(expected) - params)}")
     if "buffer_cache" not in inspect.signature(UprootSourceMapping.__init__).parameters:
         problems.append("UprootSourceMapping has no buffer_cache parameter")
     return problems
@@ -256,13 +267,17 @@ def events_from_form(
     )
     if tree is not None:
         mapping.preload_column_source(file_uuid, object_path, tree)
+    kwargs = {}
+    if "buffer_cache" in inspect.signature(NanoEventsFactory._from_mapping).parameters:
+        kwargs["buffer_cache"] = buffer_cache  # coffea 2026.7 (unused there)
     return NanoEventsFactory._from_mapping(
-        mapping,
-        (file_uuid, object_path, f"{start}-{stop}"),
-        base_form,
-        schema,
-        metadata,
+        mapping=mapping,
+        partition_key=(file_uuid, object_path, f"{start}-{stop}"),
+        base_form=base_form,
+        schemaclass=schema,
+        metadata=metadata,
         mode="virtual",
+        **kwargs,
     )
 
 
