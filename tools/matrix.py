@@ -2,7 +2,8 @@
 
 ``make test-matrix`` runs this script.  For each end of the declared dependency
 ranges it creates a virtual environment (``.venv-oldest``, ``.venv-newest``),
-installs the project there with that end's pins as pip constraints, and runs
+installs the project there with that end's pins as pip constraints (``-c``:
+every pinned package the project needs gets exactly that version), and runs
 :data:`CORE_TESTS` with it:
 
 - ``oldest``: ``requirements/oldest.txt`` (the lower bounds in pyproject.toml);
@@ -84,7 +85,7 @@ def run_end(name: str, reuse: bool, pytest_args: list[str]) -> tuple[bool, str, 
         sh([str(python), "-m", "pip", "install", "--quiet", "--upgrade", "pip"])
         rc = sh(
             [str(python), "-m", "pip", "install", "--quiet", "-c", str(pins),
-             "-r", str(pins), "-e", str(REPO), *TEST_PACKAGES]
+             "-e", str(REPO), *TEST_PACKAGES]
         )  # fmt: skip
         if rc != 0:
             return False, f"install failed with {pins.name}", (time.monotonic() - t0) / 60
