@@ -80,6 +80,8 @@ def outcomes(junit: Path) -> dict[str, str]:
     """``{test id: passed|failed|skipped}`` from a JUnit XML report."""
     out = {}
     for case in ET.parse(junit).getroot().iter("testcase"):
+        if not case.get("name"):
+            raise AssertionError(f"unnamed entry in {junit}: {ET.tostring(case)[:2000]!r}")
         name = f"{case.get('classname')}::{case.get('name')}"
         if case.find("failure") is not None or case.find("error") is not None:
             out[name] = "failed"
@@ -97,44 +99,86 @@ def split_kind(test_id: str) -> tuple[str, str]:
     return m.group(1), test_id[: m.start(1)] + "*" + test_id[m.end(1) :]
 
 
-@pytest.mark.timeout(3000)
-def test_coffea_executor_tests_pass_with_cacheaffinity(tmp_path):
-    root = coffea_sdist(coffea.__version__)
-    junit = tmp_path / "upstream.xml"
+def node_id(test_id: str) -> str:
+    """``tests.test_x::f[a]`` (JUnit) -> ``tests/test_x.py::f[a]`` (pytest node id)."""
+    classname, name = test_id.split("::", 1)
+    return classname.replace(".", "/") + ".py::" + name
+
+
+def run_upstream(root: Path, junit: Path, args: list[str]) -> subprocess.CompletedProcess:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         [str(HERE), str(HERE.parent), env.get("PYTHONPATH", "")]
     ).rstrip(os.pathsep)
     cmd = [
-        sys.executable, "-m", "pytest", *UPSTREAM_TESTS,
+        sys.executable, "-m", "pytest", *args,
         "-p", "coffea_upstream_plugin", f"--ca-executors={','.join(KINDS)}",
         "-p", "no:cacheprovider", "-q", "-o", "addopts=", "-o", "log_level=WARNING",
         "-W", "ignore::DeprecationWarning", f"--junitxml={junit}",
     ]  # fmt: skip
-    select = os.environ.get("CACHEAFFINITY_UPSTREAM_SELECT")
-    if select:
-        cmd += ["-k", select]
     done = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=2900)
     assert junit.exists(), f"coffea's tests did not run:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
-    results = outcomes(junit)
-    by_kind: dict[str, dict[str, str]] = {k: {} for k in KINDS}
+    return done
+
+
+def by_kind_of(results: dict[str, str]) -> dict[str, dict[str, str]]:
+    out: dict[str, dict[str, str]] = {k: {} for k in KINDS}
     for test_id, outcome in results.items():
         kind, generic = split_kind(test_id)
-        by_kind[kind][generic] = outcome
+        out[kind][generic] = outcome
+    return out
+
+
+#: How often a case that passed with DaskExecutor and failed with ours is rerun
+#: (both executors) before it counts: some coffea/uproot releases fail at random
+#: (uproot 5.7.0: RNTuple footer checksum assertion under threads, both executors).
+RERUNS = 2
+
+
+@pytest.mark.timeout(3000)
+def test_coffea_executor_tests_pass_with_cacheaffinity(tmp_path):
+    root = coffea_sdist(coffea.__version__)
+    select = os.environ.get("CACHEAFFINITY_UPSTREAM_SELECT")
+    args = list(UPSTREAM_TESTS) + (["-k", select] if select else [])
+    done = run_upstream(root, tmp_path / "upstream.xml", args)
+    by_kind = by_kind_of(outcomes(tmp_path / "upstream.xml"))
     counts = {k: Counter(v.values()) for k, v in by_kind.items()}
-    print(f"coffea {coffea.__version__} upstream executor tests: " + "; ".join(
-        f"{k}: {len(by_kind[k])} run, {counts[k]['passed']} passed, {counts[k]['failed']} failed, "
-        f"{counts[k]['skipped']} skipped" for k in KINDS
-    ))  # fmt: skip
     assert set(by_kind["dask"]) == set(by_kind["cacheaffinity"]), "both executors ran the same cases"
     assert len(by_kind["dask"]) >= (20 if select else 150), (
         f"too few coffea cases ran:\n{done.stdout[-3000:]}"
     )
     assert counts["dask"]["passed"] > 0
-    regressions = sorted(
-        t for t, o in by_kind["dask"].items() if o == "passed" and by_kind["cacheaffinity"][t] != "passed"
+
+    def regressions():
+        return sorted(
+            t for t, o in by_kind["dask"].items()
+            if o == "passed" and by_kind["cacheaffinity"][t] != "passed"
+        )  # fmt: skip
+
+    reran = []
+    for attempt in range(RERUNS):
+        if not regressions():
+            break
+        ids = [node_id(t.replace("*", k)) for t in regressions() for k in KINDS]
+        reran.extend(regressions())
+        junit = tmp_path / f"rerun{attempt}.xml"
+        run_upstream(root, junit, ids)
+        for kind, cases in by_kind_of(outcomes(junit)).items():
+            for t, o in cases.items():
+                if o == "passed":  # passed at least once
+                    by_kind[kind][t] = "passed"
+    print(
+        f"coffea {coffea.__version__} upstream executor tests: "
+        + "; ".join(
+            f"{k}: {len(by_kind[k])} run, {counts[k]['passed']} passed, "
+            f"{counts[k]['failed']} failed, {counts[k]['skipped']} skipped"
+            for k in KINDS
+        )
+        + f"; reran {len(set(reran))} case(s) that passed with dask only: "
+        + f"{len(regressions())} still failing with cacheaffinity"
     )
-    assert not regressions, (
-        f"{len(regressions)} coffea cases pass with DaskExecutor but not with "
-        f"CacheAffinityExecutor, e.g. {regressions[:5]}\n{done.stdout[-6000:]}"
+    assert not regressions(), (
+        f"{len(regressions())} coffea cases pass with DaskExecutor but not with "
+        f"CacheAffinityExecutor (after {RERUNS} reruns), e.g. {regressions()[:5]}\n"
+        f"{done.stdout[-6000:]}"
     )
