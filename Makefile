@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow bench bench-dry bench-quick venv clean system-deps
+.PHONY: demo test test-slow test-matrix bench bench-dry bench-quick venv clean system-deps
 
 venv: $(STAMP)
 
@@ -26,6 +26,13 @@ test: $(STAMP) system-deps
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# Core tests (executor, coffea inputs, coffea's own executor tests, scheduler plugin,
+# stealing) at the oldest (requirements/oldest.txt) and newest (requirements/constraints.txt)
+# ends of the declared dependency ranges, each in its own venv (.venv-oldest, .venv-newest).
+# The selection is CORE_TESTS in tools/matrix.py.
+test-matrix:
+	$(PYTHON) tools/matrix.py
 
 # Every benchmark in order with repeats, each step timed (benchmarks/run_all.py), then the
 # README tables rendered from the new JSON (tools/render_readme.py). Run it ALONE on a quiet
@@ -46,4 +53,4 @@ system-deps:
 	@bash .ci/install-system-deps || echo "warning: system packages missing (run as root: bash .ci/install-system-deps)"
 
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-oldest .venv-newest .pytest_cache .hypothesis

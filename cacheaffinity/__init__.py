@@ -11,6 +11,8 @@ decompressed columns.  The package is laid out by the process each part runs in:
   chunk tasks on their cache node; :class:`LocalityStealing` throttles stealing.
 - :mod:`cacheaffinity.worker` (workers): :class:`ColumnCache` on local disk,
   :class:`CacheWorkerPlugin`, the coffea hook :func:`cachestrategy`.
+- :mod:`cacheaffinity.coffea` (client and workers): :class:`CacheAffinityExecutor`
+  for coffea's ``Runner`` and the only code that knows coffea internals.
 - :mod:`cacheaffinity.client` (client): :func:`chunk`, :func:`chunks`,
   :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`.
 - :mod:`cacheaffinity.config`: the ``cacheaffinity`` Dask config namespace.
@@ -75,7 +77,7 @@ __all__ = [
 def __getattr__(name):
     # coffea is heavy to import and only the client needs the executor.
     if name == "CacheAffinityExecutor":
-        from cacheaffinity.executor import CacheAffinityExecutor
+        from cacheaffinity.coffea import CacheAffinityExecutor
 
         return CacheAffinityExecutor
     raise AttributeError(f"module 'cacheaffinity' has no attribute {name!r}")

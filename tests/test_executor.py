@@ -92,11 +92,19 @@ def test_generated_data(client, tmp_path, codec):
     fileset = {"gen": [str(f) for f in files]}
     reference = summary(run(processor.IterativeExecutor(), fileset, chunksize=500))
     out1, d1 = run_counted(client, fileset, chunksize=500)
-    # the data files go away: run 2 must not need them
-    shutil.move(tmp_path / codec, tmp_path / f"{codec}-moved")
+    # run 2 reads nothing from the files (it only checks their size and time)
     out2, d2 = run_counted(client, fileset, chunksize=500)
     assert summary(out1) == reference == summary(out2)
+    assert d1["storage_opens"] > 0
     assert d2["misses"] == 0 and d2["storage_opens"] == 0 and d2["storage_bytes"] == 0
+    # the data files go away: the cache must not stand in for them (coffea fails too)
+    shutil.move(tmp_path / codec, tmp_path / f"{codec}-moved")
+    with pytest.raises(Exception) as info:
+        run_counted(client, fileset, chunksize=500)
+    chain = [info.value]
+    while chain[-1].__cause__ or chain[-1].__context__:
+        chain.append(chain[-1].__cause__ or chain[-1].__context__)
+    assert any(isinstance(e, FileNotFoundError) for e in chain), chain
 
 
 def test_missing_column_falls_back_to_storage(client, tmp_path, nanoaod_dir):

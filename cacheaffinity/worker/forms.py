@@ -1,26 +1,43 @@
-"""Node-local store of per-file metadata: NanoEvents base forms (runs in workers).
+"""Node-local store of per-file metadata, e.g. NanoEvents base forms (runs in workers).
 
 coffea rebuilds the NanoEvents form of a file for every chunk, which reads the
 file's streamers and branch list from storage (about 1.4 s per chunk on a real
 1500-branch NanoAOD file).  :class:`FormStore` keeps that form, and what else a
 chunk needs to build its events without opening the file, as one JSON document
-per (file UUID, tree, reading options) in ``<cache directory>/forms/``.
+per (file identity, tree, reading options) in ``<cache directory>/forms/``.
 
 Notes
 -----
-JSON only: nothing in a shared cache directory is ever unpickled.  A document is
-written under a temporary name and renamed into place, so readers see a whole
-document or none; a document that does not parse or lacks its fields is a miss,
-removed and logged.  Forms are small (tens to hundreds of kB) and few (one per
-file), so they are not counted against the column capacity; ``clear()`` of the
-column cache does not remove them, :meth:`FormStore.clear` does.
+Identity and integrity
+    Every document carries the identity of the file bytes it was built from
+    (size, modification time or checksum, ROOT UUID: see
+    :class:`cacheaffinity.coffea.identity.FileIdentity`) and an xxh3-64
+    checksum of its body.  :meth:`FormStore.get` returns a document only if
+    both match what the caller expects; anything else (a file replaced in
+    place, a torn or edited document, an old layout) is a miss, and the
+    document is removed.
+
+JSON only
+    Nothing in a shared cache directory is ever unpickled.  A document is
+    written under a temporary name and renamed into place, so readers see a
+    whole document or none.
+
+Failures are misses
+    A problem (unreadable, corrupt or mismatched document, full disk, read-only
+    directory) is logged **once per condition** per store, not once per file;
+    the chunk then reads the file from storage.  Forms are small (tens to
+    hundreds of kB) and few (one per file), so they are not counted against
+    the column capacity; ``clear()`` of the column cache does not remove them,
+    :meth:`FormStore.clear` does.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import threading
 import uuid as uuidlib
 from typing import Any
 
@@ -30,75 +47,148 @@ logger = logging.getLogger("cacheaffinity.worker")
 
 __all__ = ["FormStore"]
 
-_REQUIRED = ("base_form", "object_path", "num_entries", "file_uuid")
+#: Layout version of a stored document; other versions are misses.
+LAYOUT = 2
+
+
+def _checksum(body: str) -> str:
+    return xxhash.xxh3_64_hexdigest(body.encode())
 
 
 class FormStore:
-    """JSON documents keyed by (file UUID, tree path, reading options).
+    """JSON documents keyed by (file identity, tree path, reading options).
 
     Parameters
     ----------
     directory
         The node's cache directory; documents live in ``directory/forms``.
+
+    Attributes
+    ----------
+    hits, misses : int
+        Lookups of this store object that returned a document / none.
     """
 
     def __init__(self, directory: str):
         self.directory = os.path.join(directory, "forms")
-        self._warned = False
+        self._warned: set[str] = set()
+        self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
 
     @staticmethod
-    def key(file_uuid: str, treename: str, options: Any = None) -> str:
-        """A file name for the document of this file, tree and options."""
-        token = xxhash.xxh3_128_hexdigest(repr((file_uuid, treename, options)).encode())
-        return f"{file_uuid}-{token}.json"
+    def key(file_identity: str, treename: str, options: Any = None) -> str:
+        """A file name for the document of this file identity, tree and options.
 
-    def get(self, name: str) -> dict | None:
+        ``file_identity`` is any string that changes when the file's bytes
+        change (``FileIdentity.token``).
+        """
+        token = xxhash.xxh3_128_hexdigest(repr((file_identity, treename, options)).encode())
+        return f"{token}.json"
+
+    # ------------------------------------------------------------ logging
+    def _log_once(self, condition: str, level: int, msg: str, *args: Any) -> None:
+        with self._lock:
+            first = condition not in self._warned
+            self._warned.add(condition)
+        logger.log(level if first else logging.DEBUG, msg, *args)
+
+    def _miss(self) -> None:
+        with self._lock:
+            self.misses += 1
+
+    # ------------------------------------------------------------ reading
+    def get(self, name: str, identity: Any = None) -> dict | None:
+        """The document stored under ``name``, or None.
+
+        Parameters
+        ----------
+        name
+            From :meth:`key`.
+        identity
+            The identity (JSON value) the document must have been stored with;
+            ``None`` accepts any.
+        """
         path = os.path.join(self.directory, name)
         try:
             with open(path, encoding="utf-8") as f:
-                doc = json.load(f)
+                outer = json.load(f)
         except FileNotFoundError:
-            self.misses += 1
+            self._miss()
             return None
         except (OSError, ValueError) as e:
-            logger.warning("cacheaffinity: unreadable form %s (%s); removed, rebuilding", path, e)
+            self._log_once(
+                "unreadable", logging.WARNING,
+                "cacheaffinity: unreadable form %s (%s); removed, rebuilding from the file "
+                "(further unreadable forms are logged at debug level)", path, e,
+            )  # fmt: skip
             self._remove(path)
-            self.misses += 1
+            self._miss()
             return None
-        if not isinstance(doc, dict) or any(k not in doc for k in _REQUIRED):
-            logger.warning("cacheaffinity: incomplete form %s; removed, rebuilding", path)
+        problem = self._check(outer, identity)
+        if problem is not None:
+            level = logging.INFO if problem == "identity" else logging.WARNING
+            self._log_once(
+                problem, level,
+                "cacheaffinity: form %s: %s mismatch; removed, rebuilding from the file "
+                "(further %s mismatches are logged at debug level)", path, problem, problem,
+            )  # fmt: skip
             self._remove(path)
-            self.misses += 1
+            self._miss()
             return None
-        self.hits += 1
-        return doc
+        with self._lock:
+            self.hits += 1
+        return outer["doc"]
 
-    def put(self, name: str, doc: dict) -> bool:
-        """Store ``doc`` (JSON-serialisable); a failure is logged once, never raised."""
+    @staticmethod
+    def _check(outer: Any, identity: Any) -> str | None:
+        if not isinstance(outer, dict) or outer.get("layout") != LAYOUT:
+            return "layout"
+        body = outer.get("body")
+        if not isinstance(body, str) or outer.get("checksum") != _checksum(body):
+            return "checksum"
+        try:
+            inner = json.loads(body)
+        except ValueError:
+            return "checksum"
+        if not isinstance(inner, dict) or not isinstance(inner.get("doc"), dict):
+            return "layout"
+        if identity is not None and inner.get("identity") != identity:
+            return "identity"
+        outer["doc"] = inner["doc"]
+        return None
+
+    # ------------------------------------------------------------ writing
+    def put(self, name: str, doc: dict, identity: Any = None) -> bool:
+        """Store ``doc`` (JSON-serialisable) with the file ``identity`` it was
+        built from; a failure is logged once per condition, never raised."""
         path = os.path.join(self.directory, name)
         tmp = f"{path}.{os.getpid()}.{uuidlib.uuid4().hex[:8]}.tmp"
         try:
+            body = json.dumps({"identity": identity, "doc": doc}, separators=(",", ":"))
+            data = json.dumps(
+                {"layout": LAYOUT, "checksum": _checksum(body), "body": body},
+                separators=(",", ":"),
+            )
             os.makedirs(self.directory, exist_ok=True)
-            data = json.dumps(doc, separators=(",", ":"))
             with open(tmp, "w", encoding="utf-8") as f:
                 f.write(data)
             os.replace(tmp, path)
             return True
         except (OSError, TypeError, ValueError) as e:
-            if not self._warned:
-                self._warned = True
-                logger.warning(
-                    "cacheaffinity: cannot store file metadata in %s (%s); chunks of "
-                    "this file will reopen it",
-                    self.directory,
-                    e,
-                )
+            code = getattr(e, "errno", None)
+            condition = f"write:{errno.errorcode.get(code, type(e).__name__)}"
+            self._log_once(
+                condition, logging.WARNING,
+                "cacheaffinity: cannot store file metadata in %s (%s); chunks of such files "
+                "reopen them (logged once; further %s failures at debug level)",
+                self.directory, e, condition,
+            )  # fmt: skip
             self._remove(tmp)
             return False
 
     def clear(self) -> int:
+        """Remove every document; returns how many."""
         n = 0
         try:
             names = os.listdir(self.directory)

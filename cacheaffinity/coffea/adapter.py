@@ -1,0 +1,303 @@
+"""Everything that knows coffea's internals, in one place (imported by client and workers).
+
+coffea has no public seam for what :class:`~cacheaffinity.coffea.CacheAffinityExecutor`
+needs: building a chunk's events from a stored form without opening the file,
+and learning which work function and options the ``Runner`` handed to the
+executor (docs/coffea-seam.md proposes one).  This module uses the following
+coffea names that are private or undocumented;
+``tests/test_coffea_inputs.py::test_adapter_matches_installed_coffea`` fails
+when any of them changes (:func:`check` is what it runs, and what the workers
+run once before using the private names: on a mismatch they log it once and
+run coffea's own work function instead):
+
+Private names (leading underscore)
+    - ``coffea.processor.Runner._work_function`` and its parameter names
+      ``format, xrootdtimeout, schema, use_dataframes, savemetrics, item,
+      processor_instance, uproot_options, iteritems_options, checkpointer,
+      cache_function``: recognised in the function the ``Runner`` hands to the
+      executor, to read the options and replace ``cache_function``.
+    - ``coffea.nanoevents.mapping.UprootSourceMapping._extract_base_form``:
+      the NanoEvents base form of a TTree (stored per file).
+    - ``coffea.nanoevents.NanoEventsFactory._from_mapping``: events from a
+      stored form and a mapping (called with keywords: coffea 2026.7 has an
+      extra ``buffer_cache`` parameter).
+
+Undocumented shapes of public names
+    - ``Runner.automatic_retries(retries, skipbadfiles, func, *args,
+      use_result_type=...)``: the outer partial the executor receives.
+    - ``coffea.processor.executor.WorkItem`` / ``FileMeta``: the items.
+    - ``DaskExecutor.__call__`` submits chunk tasks with one
+      ``self.client.map(function, items, ...)`` call (the executor's client
+      wrapper attaches chunk identities there).
+    - ``UprootSourceMapping(fileopener, start, stop, cache=, access_log=,
+      file_handle=, use_ak_forth=, virtual=, buffer_cache=)`` with a
+      ``coffea.nanoevents.mapping.base.UUIDOpener`` subclass, and
+      ``BaseSourceMapping.interpret_key`` / ``coffea.nanoevents.util.key_to_tuple``
+      (buffer keys ``<uuid>/<tree>/<start>-<stop>/<attribute>/<form key>``).
+    - A processor sent compressed is ``lz4.frame.compress(cloudpickle.dumps(p))``
+      (``Runner(processor_compression=...)``).
+
+Public seams used as documented: ``Runner(cachestrategy=...)`` (the
+``buffer_cache`` mapping), ``ExecutorBase.copy``/``function_name``,
+``DaskExecutor`` fields, ``NanoEventsFactory.events()``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+from coffea.nanoevents import NanoEventsFactory, schemas
+from coffea.nanoevents.mapping import UprootSourceMapping
+from coffea.nanoevents.mapping.base import BaseSourceMapping, UUIDOpener
+from coffea.nanoevents.util import key_to_tuple
+from coffea.processor import DaskExecutor, ProcessorABC, Runner
+from coffea.processor.executor import FileMeta, WorkItem
+
+__all__ = [
+    "FileMeta",
+    "ProcessorABC",
+    "RunnerCall",
+    "UUIDOpener",
+    "WorkItem",
+    "accessed_columns",
+    "check",
+    "events_from_form",
+    "extract_base_form",
+    "is_base_schema",
+    "logged_columns",
+    "unwrap",
+]
+
+#: (object, attribute) pairs this module needs, private ones first.
+NAMES = (
+    (Runner, "_work_function"),
+    (UprootSourceMapping, "_extract_base_form"),
+    (NanoEventsFactory, "_from_mapping"),
+    (Runner, "automatic_retries"),
+    (Runner, "get_cache"),
+    (BaseSourceMapping, "interpret_key"),
+    (BaseSourceMapping, "preload_column_source"),
+    (UUIDOpener, "open_uuid"),
+    (DaskExecutor, "__call__"),
+)
+
+#: Parameters each callable must accept, in this order (a prefix of its signature).
+SIGNATURES = {
+    "Runner._work_function": (
+        Runner._work_function,
+        ("format", "xrootdtimeout", "schema", "use_dataframes", "savemetrics", "item",
+         "processor_instance", "uproot_options", "iteritems_options", "checkpointer",
+         "cache_function"),
+    ),  # fmt: skip
+    "Runner.automatic_retries": (
+        Runner.automatic_retries,
+        ("retries", "skipbadfiles", "func", "args", "use_result_type", "kwargs"),
+    ),
+    "Runner.get_cache": (Runner.get_cache, ("cachestrategy",)),
+    "UprootSourceMapping._extract_base_form": (
+        UprootSourceMapping._extract_base_form,
+        ("tree", "iteritems_options"),
+    ),
+
+    "UprootSourceMapping.__init__": (
+        UprootSourceMapping.__init__,
+        ("self", "fileopener", "start", "stop", "cache", "access_log", "file_handle",
+         "use_ak_forth", "virtual"),
+    ),  # fmt: skip
+    "UUIDOpener.__init__": (UUIDOpener.__init__, ("self", "uuid_pfnmap")),
+    "WorkItem": (
+        WorkItem,
+        ("dataset", "filename", "treename", "entrystart", "entrystop", "fileuuid",
+         "usermeta", "preload"),
+    ),  # fmt: skip
+}
+
+#: Parameters each callable must have, in any order (it is called with keywords).
+KEYWORD_SIGNATURES = {
+    # coffea 2026.7 has an extra (unused) ``buffer_cache`` parameter after base_form
+    "NanoEventsFactory._from_mapping": (
+        NanoEventsFactory._from_mapping,
+        ("mapping", "partition_key", "base_form", "schemaclass", "metadata", "mode"),
+    ),
+}
+
+_WORK_PARAMS = SIGNATURES["Runner._work_function"][1]
+
+
+def check() -> list[str]:
+    """What of the above no longer holds in the installed coffea (empty: all)."""
+    problems = []
+    for obj, name in NAMES:
+        if not hasattr(obj, name):
+            problems.append(f"{obj.__module__}.{obj.__qualname__}.{name} is gone")
+    for label, (fn, expected) in SIGNATURES.items():
+        try:
+            params = tuple(inspect.signature(fn).parameters)
+        except (TypeError, ValueError) as e:
+            problems.append(f"{label}: no signature ({e})")
+            continue
+        if params[: len(expected)] != expected:
+            problems.append(f"{label}{params} no longer starts with {expected}")
+    for label, (fn, expected) in KEYWORD_SIGNATURES.items():
+        params = set(inspect.signature(fn).parameters)
+        if not set(expected) <= params:
+            problems.append(f"{label} lacks parameters {sorted(set(expected) - params)}")
+    if "buffer_cache" not in inspect.signature(UprootSourceMapping.__init__).parameters:
+        problems.append("UprootSourceMapping has no buffer_cache parameter")
+    return problems
+
+
+@dataclass
+class RunnerCall:
+    """What the ``Runner`` asked the executor to run per chunk.
+
+    Attributes
+    ----------
+    retries, skipbadfiles, use_result_type
+        ``Runner.automatic_retries`` arguments.
+    work : dict
+        ``Runner._work_function`` arguments by name, without ``item``.
+    inner : functools.partial
+        The ``Runner._work_function`` partial as the Runner built it.
+    """
+
+    retries: int
+    skipbadfiles: Any
+    use_result_type: bool
+    work: dict
+    inner: partial
+
+    def coffea_work(self, cache_function=None) -> partial:
+        """coffea's own work function, with ``cache_function`` replaced if given."""
+        if cache_function is None:
+            return self.inner
+        return partial(
+            self.inner.func,
+            *self.inner.args,
+            **dict(self.inner.keywords, cache_function=cache_function),
+        )
+
+    def run(self, work, arg):
+        """``work(arg)`` under coffea's retry and ``skipbadfiles`` rules."""
+        return Runner.automatic_retries(
+            self.retries, self.skipbadfiles, work, arg, use_result_type=self.use_result_type
+        )
+
+
+def unwrap(function) -> RunnerCall | None:
+    """The :class:`RunnerCall` in the function a ``Runner`` hands its executor.
+
+    ``None`` if ``function`` is not ``partial(Runner.automatic_retries, retries,
+    skipbadfiles, partial(Runner._work_function, ..., cache_function=...))``
+    (another caller, or a coffea release that changed it).
+    """
+    if not (
+        isinstance(function, partial)
+        and function.func is Runner.automatic_retries
+        and len(function.args) == 3
+        and isinstance(function.args[2], partial)
+        and function.args[2].func is Runner._work_function
+        and set(function.keywords) <= {"use_result_type"}
+    ):
+        return None
+    inner = function.args[2]
+    if "cache_function" not in inner.keywords:
+        return None
+    try:
+        bound = inspect.signature(Runner._work_function).bind_partial(
+            *inner.args, **inner.keywords
+        )
+    except TypeError:
+        return None
+    work = dict(bound.arguments)
+    if "item" in work or set(work) != set(_WORK_PARAMS) - {"item"}:
+        return None
+    retries, skipbadfiles, _ = function.args
+    return RunnerCall(
+        retries=retries,
+        skipbadfiles=skipbadfiles,
+        use_result_type=function.keywords.get("use_result_type", False),
+        work=work,
+        inner=inner,
+    )
+
+
+def is_base_schema(schema) -> bool:
+    return isinstance(schema, type) and issubclass(schema, schemas.BaseSchema)
+
+
+def extract_base_form(tree, iteritems_options: dict) -> dict:
+    """The NanoEvents base form of a TTree, as ``NanoEventsFactory.from_root`` builds it."""
+    base_form = UprootSourceMapping._extract_base_form(tree, iteritems_options=iteritems_options)
+    base_form["typenames"] = tree.typenames()
+    return base_form
+
+
+def events_from_form(
+    opener: UUIDOpener,
+    file_uuid: str,
+    object_path: str,
+    start: int,
+    stop: int,
+    base_form: dict,
+    schema,
+    metadata: dict,
+    *,
+    access_log: list,
+    file_handle: Any,
+    buffer_cache: Any,
+    tree: Any = None,
+):
+    """Virtual NanoEvents of a chunk from a stored base form (what
+    ``NanoEventsFactory.from_root(mode="virtual")`` builds, without reading the
+    file's metadata).  Returns the factory."""
+    mapping = UprootSourceMapping(
+        opener,
+        start,
+        stop,
+        cache={},
+        access_log=access_log,
+        file_handle=file_handle,
+        use_ak_forth=True,
+        virtual=True,
+        buffer_cache=buffer_cache,
+    )
+    if tree is not None:
+        mapping.preload_column_source(file_uuid, object_path, tree)
+    kwargs = {}
+    if "buffer_cache" in inspect.signature(NanoEventsFactory._from_mapping).parameters:
+        kwargs["buffer_cache"] = buffer_cache  # coffea 2026.7 (unused there)
+    return NanoEventsFactory._from_mapping(
+        mapping=mapping,
+        partition_key=(file_uuid, object_path, f"{start}-{stop}"),
+        base_form=base_form,
+        schemaclass=schema,
+        metadata=metadata,
+        mode="virtual",
+        **kwargs,
+    )
+
+
+def accessed_columns(buffer_keys) -> set[str]:
+    """``metrics["columns"]`` entries (``"<branch>-<attribute>"``) of buffer keys,
+    as ``Runner._work_function`` derives them from its access log."""
+    out = set()
+    for key in buffer_keys:
+        try:
+            attribute = key_to_tuple(key)[3]
+            nodes = BaseSourceMapping.interpret_key(key)[5]
+        except Exception:
+            continue
+        for i, node in enumerate(nodes):
+            if node.startswith("!load") and i > 0 and not nodes[i - 1].startswith("!"):
+                out.add(f"{nodes[i - 1]}-{attribute}")
+    return out
+
+
+def logged_columns(access_log) -> set[str]:
+    """``metrics["columns"]`` entries of a mapping's access log, exactly as
+    ``Runner._work_function`` computes them."""
+    return {f"{x.branch}-{key_to_tuple(x.buffer_key)[3]}" for x in access_log}

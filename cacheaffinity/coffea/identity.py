@@ -1,0 +1,260 @@
+"""Identity of a file's bytes and of a coffea chunk (runs in the client and in workers).
+
+A column cache entry must never outlive the bytes it came from, and a chunk must
+be placed by what it reads.  This module defines
+
+- :class:`FileIdentity`: what proves a file's bytes unchanged, as storage offers
+  it: the size plus a checksum when the storage reports one without reading the
+  file (an S3/HTTP ``ETag``, a ``checksum`` field), else the modification time;
+  plus what the file says about itself (the ROOT file UUID; for parquet a digest
+  of the footer, which holds the schema, row-group offsets, sizes and
+  statistics);
+- :func:`file_identity`: the :class:`FileIdentity` of a path or URL, now
+  (``os.stat`` for local files, ``fsspec`` ``info`` for URLs such as
+  ``root://``); :class:`IdentityUnavailable` when storage cannot tell;
+- :func:`chunk_identity`: the placement identity of a coffea work item,
+  ``<file uuid>.<stamp>/<tree>/<start>-<stop>``.
+
+Nothing here imports coffea: work items are read by attribute.
+
+Notes
+-----
+The identity is taken again for every run (client: once per file and run;
+worker: once per chunk), never kept across runs: a file replaced in place
+between two runs of one client session has a new size or modification time
+(or checksum), hence new chunk identities and new cache keys.  A replacement
+that keeps size *and* modification time to the nanosecond *and* the ROOT UUID
+is not detected; for parquet the footer digest covers that case too.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat as statmod
+import threading
+import uuid as uuidlib
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import xxhash
+
+logger = logging.getLogger("cacheaffinity.coffea")
+
+__all__ = [
+    "FileIdentity",
+    "IdentityUnavailable",
+    "chunk_identity",
+    "file_identity",
+    "file_identities",
+    "parquet_footer_digest",
+]
+
+#: fsspec ``info`` fields that carry a content checksum reported by the storage.
+CHECKSUM_FIELDS = ("checksum", "ETag", "etag", "md5", "md5Hash", "crc32c", "sha256")
+#: fsspec ``info`` fields that carry a modification time.
+MTIME_FIELDS = ("mtime", "LastModified", "last_modified", "modified", "updated", "mtime_ns")
+
+
+class IdentityUnavailable(OSError):
+    """Storage cannot prove a file's bytes unchanged (no size, or neither a
+    modification time nor a checksum); the file is then read uncached."""
+
+
+@dataclass(frozen=True)
+class FileIdentity:
+    """What proves a file's bytes unchanged.
+
+    Attributes
+    ----------
+    size : int
+        Size in bytes.
+    stamp : str
+        ``"checksum:<field>:<value>"`` or ``"mtime:<value>"``.
+    content : str
+        What the file says about itself: the ROOT UUID, a parquet footer
+        digest, or ``""`` if not read.
+    """
+
+    size: int
+    stamp: str
+    content: str = ""
+
+    def with_content(self, content: str) -> FileIdentity:
+        return FileIdentity(self.size, self.stamp, content)
+
+    @property
+    def token(self) -> str:
+        """A short hex digest of all three parts (the cache-key prefix)."""
+        return xxhash.xxh3_64_hexdigest(f"{self.content}|{self.size}|{self.stamp}".encode())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"size": self.size, "stamp": self.stamp, "content": self.content}
+
+
+def _local_path(path: str) -> str | None:
+    if "://" not in path:
+        return path
+    parsed = urlparse(path)
+    if parsed.scheme == "file":
+        return parsed.path
+    return None
+
+
+def file_identity(path: str, storage_options: dict | None = None) -> FileIdentity:
+    """The :class:`FileIdentity` of ``path`` (a local path or an fsspec URL), now.
+
+    Raises
+    ------
+    FileNotFoundError
+        The file does not exist.
+    IdentityUnavailable
+        Storage reports no size, or neither a checksum nor a modification
+        time, or no fsspec implementation handles the URL's protocol.
+    """
+    local = _local_path(path)
+    if local is not None:
+        st = os.stat(local)
+        if not statmod.S_ISREG(st.st_mode):
+            raise IdentityUnavailable(f"{path} is not a regular file")
+        return FileIdentity(int(st.st_size), f"mtime:{st.st_mtime_ns}")
+    try:
+        import fsspec.core
+
+        fs, fspath = fsspec.core.url_to_fs(path, **(storage_options or {}))
+    except (ImportError, ValueError) as e:
+        raise IdentityUnavailable(
+            f"no fsspec file system for {path!r} ({e}); for root:// install fsspec-xrootd"
+        ) from e
+    info = fs.info(fspath)
+    size = info.get("size")
+    if size is None:
+        raise IdentityUnavailable(f"storage reports no size for {path}")
+    for field in CHECKSUM_FIELDS:
+        if info.get(field):
+            return FileIdentity(int(size), f"checksum:{field}:{info[field]}")
+    for field in MTIME_FIELDS:
+        if info.get(field) is not None:
+            return FileIdentity(int(size), f"mtime:{info[field]}")
+    raise IdentityUnavailable(
+        f"storage reports neither a checksum nor a modification time for {path}"
+    )
+
+
+def parquet_footer_digest(path: str, storage_options: dict | None = None) -> str:
+    """xxh3-128 digest of a parquet file's footer (metadata + length + magic).
+
+    The footer describes every column chunk (offsets, sizes, encodings,
+    statistics) and the schema with its key-value metadata, so two files with
+    different data have different footers in practice; the cache key adds
+    size and modification time.
+    """
+    local = _local_path(path)
+    if local is not None:
+        f = open(local, "rb")
+    else:
+        import fsspec
+
+        f = fsspec.open(path, "rb", **(storage_options or {})).open()
+    with f:
+        f.seek(0, os.SEEK_END)
+        size = f.tell()
+        if size < 12:
+            raise IdentityUnavailable(f"{path} is too small to be parquet")
+        f.seek(size - 8)
+        tail = f.read(8)
+        if tail[4:] != b"PAR1":
+            raise IdentityUnavailable(f"{path} has no parquet footer")
+        length = int.from_bytes(tail[:4], "little")
+        if length + 12 > size:
+            raise IdentityUnavailable(f"{path} has a truncated parquet footer")
+        f.seek(size - 8 - length)
+        footer = f.read(length)
+    return xxhash.xxh3_128_hexdigest(footer + tail)
+
+
+def file_identities(paths, storage_options: dict | None = None, threads: int = 16) -> dict:
+    """``{path: FileIdentity or None}`` for many files, remote ones in parallel.
+
+    ``None`` where the identity is unavailable (missing file, storage that
+    cannot tell): such chunks are placed by UUID only and run uncached.
+    """
+    paths = list(dict.fromkeys(paths))
+
+    def one(p):
+        try:
+            return file_identity(p, storage_options)
+        except OSError:
+            return None
+        except Exception as e:  # a storage client failing oddly: placement only
+            logger.debug("cacheaffinity: no identity for %s: %r", p, e)
+            return None
+
+    remote = [p for p in paths if _local_path(p) is None]
+    out = {p: one(p) for p in paths if _local_path(p) is not None}
+    if remote:
+        with ThreadPoolExecutor(min(threads, len(remote))) as pool:
+            out.update(zip(remote, pool.map(one, remote)))
+    return out
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(condition: str, msg: str, *args: Any) -> None:
+    """Log ``msg`` at warning level once per process and ``condition``."""
+    with _warned_lock:
+        if condition in _warned:
+            logger.debug(msg, *args)
+            return
+        _warned.add(condition)
+    logger.warning(msg, *args)
+
+
+def _uuid_text(fileuuid: Any) -> str:
+    if isinstance(fileuuid, (bytes, bytearray)) and len(fileuuid) == 16:
+        return str(uuidlib.UUID(bytes=bytes(fileuuid)))
+    if fileuuid:
+        return str(fileuuid)
+    return ""
+
+
+def chunk_identity(item: Any, identities: dict | None = None) -> str | None:
+    """The placement identity of a coffea work item (or ``(item, heavy)`` pair).
+
+    Parameters
+    ----------
+    item
+        A ``coffea.processor.executor.WorkItem`` (chunk task) or ``FileMeta``
+        (preprocessing task), or a tuple whose first element is one.
+    identities
+        ``{filename: FileIdentity or None}`` already taken for this run (the
+        executor passes them); files not in it are looked up now.
+
+    Returns
+    -------
+    str or None
+        ``<file uuid>.<stamp token>/<tree>/<start>-<stop>`` for a chunk,
+        ``file:<path>.<stamp token>/<tree>`` for preprocessing; the stamp part
+        is left out when the storage cannot tell it; ``None`` for anything else.
+    """
+    if isinstance(item, tuple) and item:
+        item = item[0]
+    filename = getattr(item, "filename", None)
+    treename = getattr(item, "treename", None)
+    if not isinstance(filename, str):
+        return None
+    if identities is not None and filename in identities:
+        ident = identities[filename]
+    else:
+        ident = file_identities([filename]).get(filename)
+    stamp = f".{ident.token}" if ident is not None else ""
+    if hasattr(item, "entrystart") and hasattr(item, "fileuuid"):
+        file_id = _uuid_text(item.fileuuid) or filename
+        return f"{file_id}{stamp}/{treename}/{item.entrystart}-{item.entrystop}"
+    if hasattr(item, "metadata") and hasattr(item, "dataset"):
+        return f"file:{filename}{stamp}/{treename}"
+    return None
