@@ -252,3 +252,39 @@ def test_adapter_matches_installed_coffea():
     assert call is not None, "Runner's chunk function no longer has the shape the adapter reads"
     assert call.work["format"] == "root" and call.work["savemetrics"] is True
     assert adapter.is_base_schema(call.work["schema"])
+
+
+def test_cachestrategy_with_coffea_executor_never_shares_unidentified_parquet(
+    client, tmp_path, nanoaod_dir
+):
+    """``Runner(cachestrategy=cacheaffinity.cachestrategy)`` with coffea's own DaskExecutor:
+    parquet files without uuid give coffea buffer keys starting with ``None``; they must not
+    reach the node cache (two datasets would share keys), while the numbers stay right."""
+    fileset = {}
+    for name in ("nano_dy", "nano_dimuon"):
+        write_parquet(nanoaod_dir / f"{name}.root", tmp_path / f"{name}.parquet")
+        fileset[name] = [str(tmp_path / f"{name}.parquet")]
+    reference = summary(run(processor.IterativeExecutor(), fileset, format="parquet"))
+    stock = processor.DaskExecutor(client=client, status=False)
+    for _ in range(2):
+        out, delta = counted(
+            client,
+            lambda: run(stock, fileset, format="parquet", cachestrategy=cacheaffinity.cachestrategy),
+        )
+        assert summary(out) == reference
+        assert delta["hits"] == 0, "an unidentified parquet buffer was served from the node cache"
+    for name in fileset:
+        alone = run(stock, {name: fileset[name]}, format="parquet",
+                    cachestrategy=cacheaffinity.cachestrategy)
+        assert summary(alone) == {name: reference[name]}
+
+
+def test_cachestrategy_with_coffea_executor_caches_root_files(client, nanoaod_dir):
+    """The same hook caches ROOT input (keys carry the file UUID): run 2 hits."""
+    fileset = {"dy": [str(nanoaod_dir / "nano_dy.root")]}
+    reference = summary(run(processor.IterativeExecutor(), fileset))
+    stock = processor.DaskExecutor(client=client, status=False)
+    out1, d1 = counted(client, lambda: run(stock, fileset, cachestrategy=cacheaffinity.cachestrategy))
+    out2, d2 = counted(client, lambda: run(stock, fileset, cachestrategy=cacheaffinity.cachestrategy))
+    assert summary(out1) == summary(out2) == reference
+    assert d1["misses"] > 0 and d2["hits"] > 0

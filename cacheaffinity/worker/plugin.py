@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import MutableMapping
 from typing import Any
 
 from distributed import get_worker
@@ -125,7 +126,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         #: Per-file metadata (NanoEvents base forms) of this node.
         self.forms: FormStore | None = None
         self._lock = threading.Lock()
-        #: Storage reads by tasks on this worker (see cacheaffinity.worker.nanoevents).
+        #: Storage reads by tasks on this worker (see cacheaffinity.coffea.work).
         self.storage = {"storage_opens": 0, "storage_bytes": 0}
 
     def __getstate__(self):
@@ -297,4 +298,52 @@ def cachestrategy() -> MemoryFront:
     over this worker's node cache; raises a clear ``RuntimeError`` on a worker
     without the cacheaffinity plugin instead of running uncached silently.
     """
-    return worker_cache().front()
+    return IdentifiedKeys(worker_cache().front())
+
+
+class IdentifiedKeys(MutableMapping):
+    """A ``buffer_cache`` that sends to the node cache only keys naming their file.
+
+    coffea's buffer keys start with the file's UUID (``<uuid>/<tree>/<start>-<stop>/...``).
+    A parquet file without ``uuid`` in its Arrow metadata gives the literal ``None``
+    there, so two different files would share keys: such buffers stay in this
+    chunk's memory and never reach the disk cache (no hit, never a wrong one).
+    :class:`~cacheaffinity.coffea.CacheAffinityExecutor` keys by the file's full
+    identity instead and caches those files too.
+
+    Parameters
+    ----------
+    front : MutableMapping
+        The node cache's memory front for this chunk.
+    """
+
+    #: UUID parts that do not identify a file.
+    UNIDENTIFIED = frozenset({"", "None", "none", "null"})
+
+    def __init__(self, front: MutableMapping):
+        self.front = front
+        self.local: dict = {}
+
+    def _identified(self, key: str) -> bool:
+        return str(key).split("/", 1)[0] not in self.UNIDENTIFIED
+
+    def get(self, key, default=None):
+        if self._identified(key):
+            return self.front.get(key, default)
+        return self.local.get(key, default)
+
+    def __getitem__(self, key):
+        return (self.front if self._identified(key) else self.local)[key]
+
+    def __setitem__(self, key, value) -> None:
+        (self.front if self._identified(key) else self.local)[key] = value
+
+    def __delitem__(self, key) -> None:
+        del (self.front if self._identified(key) else self.local)[key]
+
+    def __iter__(self):
+        yield from self.front
+        yield from self.local
+
+    def __len__(self) -> int:
+        return len(self.front) + len(self.local)
