@@ -135,6 +135,7 @@ def by_kind_of(results: dict[str, str]) -> dict[str, dict[str, str]]:
 RERUNS = 2
 
 
+@pytest.mark.upstream
 @pytest.mark.timeout(3000)
 def test_coffea_executor_tests_pass_with_cacheaffinity(tmp_path):
     root = coffea_sdist(coffea.__version__)

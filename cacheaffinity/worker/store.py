@@ -27,15 +27,19 @@ files only after commit; FIFO, reads never write) and this store copies them, bu
 used as-is it falls short of what a *shared* column cache needs:
 
 - its ``get`` unpickles any row whose mode says "pickle", whoever wrote it; in a
-  directory other processes can write that is code execution.  Making it safe
-  means overriding its ``Disk`` internals for every read and write path;
+  directory other processes can write that is code execution.  Its ``Disk`` is a
+  documented plug-in point (``Cache(disk=...)``), so a bytes/JSON-only ``Disk``
+  that refuses pickled rows would close that hole, but it must be written and
+  kept in step with diskcache's ``Disk`` API;
 - it writes values straight to their final file name: a killed writer leaves a
   file that nothing references, which only ``check(fix=True)`` removes, by
   walking the whole directory under the write lock and deleting files other
   processes are still writing;
-- its eviction (``cull``) counts entries, not bytes, does not say what it
-  evicted (so this process cannot count evictions), and removes a corrupt entry
-  only by key, which can delete a newer, good value stored meanwhile;
+- its eviction is by bytes (``size_limit``; FIFO under the default
+  "least-recently-stored" policy), but one ``set`` culls at most ``cull_limit``
+  rows (default 10), does not say which keys it evicted (so this process cannot
+  count evictions), and removes a corrupt entry only by key, which can delete a
+  newer, good value stored meanwhile;
 - dtype, shape and checksum would live in its ``tag`` column or a file header
   anyway.
 
