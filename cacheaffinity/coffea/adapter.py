@@ -38,6 +38,8 @@ Undocumented shapes of public names
       allow_missing, use_ak_forth)`` and its ``decompression_executor`` /
       ``interpretation_executor`` attributes: overridden/used by
       ``ClusterSourceMapping``; every ``!load`` of a form key goes through them.
+      Like coffea's ``extract_column`` it sets uproot's private
+      ``interpretation._forth`` before ``TBranch.array``.
     - ``UprootSourceMapping(fileopener, start, stop, cache=, access_log=,
       file_handle=, use_ak_forth=, virtual=, buffer_cache=)`` with a
       ``coffea.nanoevents.mapping.base.UUIDOpener`` subclass, and
