@@ -157,10 +157,55 @@ def test_second_processor_hits_on_shared_columns(client, files, tmp_path):
     assert first["misses"] > 0
     got, second = counted(client, lambda: run(ours, fresh, C, ColumnSums(("Muon", "Jet"))))
     assert canonical(got) == canonical(run(processor.IterativeExecutor(), fresh, C, ColumnSums(("Muon", "Jet"))))
-    # the Jet columns (pt, eta; nJet comes with them) are new: at most that many misses,
-    # the Muon ones all hit: hits >= first run's misses (same keys, whoever asked)
-    assert second["hits"] >= 0.99 * first["misses"], (first, second)
-    assert second["misses"] <= first["misses"] * 1.01
+    # the same chunks look up the same Muon keys again (same keys, whoever asked):
+    # >= 99% of the first run's lookups are hits now; only the Jet columns
+    # (nJet, Jet_pt, Jet_eta: as many keys as the Muon ones) can miss
+    assert second["hits"] >= 0.99 * (first["hits"] + first["misses"]), (first, second)
+    assert 0 < second["misses"] <= first["misses"], (first, second)
     # and a subset afterwards is all hits
     _, third = counted(client, lambda: run(ours, fresh, C // 2, ColumnSums(("Jet",))))
     assert third["misses"] == 0 and third["storage_opens"] == 0, third
+
+
+def test_mapping_buffers_equal_coffeas_for_any_range(files):
+    """ClusterSourceMapping gives the very buffers coffea's UprootSourceMapping
+    gives, for random (not cluster aligned) ranges, cold and warm."""
+    import random
+
+    from coffea.nanoevents.mapping import UprootSourceMapping
+    from coffea.nanoevents.util import tuple_to_key
+
+    from cacheaffinity.coffea import adapter
+    from cacheaffinity.coffea.clusters import ClusterSourceMapping, branch_kinds
+    from cacheaffinity.coffea.work import _Opener
+
+    tree = uproot.open(files[1])["Events"]
+    uuid = str(tree.file.uuid)
+    n = int(tree.num_entries)
+    base_form = adapter.extract_base_form(tree, {})
+    kinds = branch_kinds(base_form)
+    assert kinds["Muon_pt"][0] == "jagged" and kinds["nMuon"][0] == "flat"
+    clusters = cluster_ranges(tree)
+    store: dict = {}
+    keys = [
+        ("nMuon,!load", None), ("nMuon,!load,!counts2offsets", None), ("Muon_pt,!load", "offsets"),
+        ("Muon_pt,!load,!content", "data"), ("Jet_eta,!load,!content", "data"), ("event,!load", "data"),
+    ]  # fmt: skip
+    rng = random.Random(7)
+    ranges = [(0, n), (0, 1), (n - 1, n)] + [
+        tuple(sorted(rng.sample(range(n + 1), 2))) for _ in range(12)
+    ]
+    for a, b in ranges + ranges:  # second pass: every cluster cached
+        opener = _Opener({uuid: files[1]}, None, {})
+        ours = ClusterSourceMapping(
+            opener, a, b, store=store, token="tok", treepath="Events", clusters=clusters,
+            kinds=kinds, cache={}, use_ak_forth=True,
+        )  # fmt: skip
+        theirs = UprootSourceMapping(opener, a, b, cache={}, use_ak_forth=True)
+        for form_key, attr in keys:
+            parts = (uuid, "Events", f"{a}-{b}", "0", form_key) + ((attr,) if attr else ())
+            key = tuple_to_key(parts)
+            x, y = ours[key], theirs[key]
+            assert x.dtype == y.dtype and np.array_equal(x, y), (a, b, form_key)
+        opener.close()
+    assert len(store) >= (len(clusters) - 1) * 3
