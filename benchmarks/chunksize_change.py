@@ -20,7 +20,8 @@ at or below about twice that number.
     python benchmarks/chunksize_change.py --events 40000 --files 2 --chunksize 2000 --stripe-entries 10000
     python benchmarks/chunksize_change.py --quick   # 8000 events, C=200, stripes of 1000
 
-Prints a table, writes benchmarks/results/chunksize_change.json and .png.  Exits non-zero
+Prints a table, writes benchmarks/results/chunksize_change.json and .png
+(``chunksize_change_nostealing.*`` with ``--no-stealing``).  Exits non-zero
 only on errors (a result differing from IterativeExecutor is an error).
 """
 
@@ -161,7 +162,8 @@ def main(argv=None) -> int:
     }  # fmt: skip
     print_table(rows, title=f"chunksize change, {args.workers} nodes, {boundaries} stripe boundaries")
     os.makedirs(out_dir, exist_ok=True)
-    write_json(os.path.join(out_dir, "chunksize_change.json"), config, rows)
+    name = "chunksize_change" + ("_nostealing" if args.no_stealing else "")
+    write_json(os.path.join(out_dir, f"{name}.json"), config, rows)
     plt = pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
     labels = [f"{r['run']}\nC={r['chunksize']}" for r in rows]
@@ -171,7 +173,7 @@ def main(argv=None) -> int:
     ax[1].bar(labels, [r["storage_opens"] for r in rows], color="tab:orange")
     ax[1].set_ylabel("files opened by chunks")
     fig.suptitle(f"{args.events} LZMA-9 events, {args.workers} nodes, stripes of {S} entries")
-    save_png(fig, os.path.join(out_dir, "chunksize_change.png"))
+    save_png(fig, os.path.join(out_dir, f"{name}.png"))
     return 0
 
 

@@ -440,11 +440,11 @@ def render_measured(results: str) -> str:
     return "\n".join(rows) + "\n"
 
 
-def render_chunksize_change(results: str) -> str:
+def render_chunksize_change(results: str, name: str = "chunksize_change") -> str:
     """Per-run table of ``benchmarks/chunksize_change.py`` (issue 13)."""
-    doc = _load(results, "chunksize_change")
+    doc = _load(results, name)
     if doc is None:
-        return "(no benchmarks/results/chunksize_change.json yet)\n"
+        return f"(no benchmarks/results/{name}.json yet)\n"
     c = doc["config"]
     rows = [
         "| run | chunksize | chunks | wall [s] | column hit rate | files opened | bytes from storage | = IterativeExecutor |",
@@ -473,6 +473,9 @@ def render_chunksize_change(results: str) -> str:
 
 RENDERERS: dict[str, Callable[[str], str]] = {
     "chunksize_change": render_chunksize_change,
+    "chunksize_change_nostealing": lambda results: render_chunksize_change(
+        results, "chunksize_change_nostealing"
+    ),
     "consecutive_runs": render_consecutive_runs,
     "consecutive_runs_light": lambda results: render_consecutive_runs(results, "consecutive_runs_light"),
     "measured": render_measured,
