@@ -8,6 +8,12 @@ its own, initially empty, cache directory:
 
 run 1 chunksize C (cold), run 2 C, run 3 C/2, run 4 0.4*C (not cluster aligned), run 5 1.5*C.
 
+``--compare N`` (default 3): a second cluster of W workers whose chunk tasks cache per chunk
+entry range, as before layout 3 (``cacheaffinity.coffea.work.CLUSTER_ENTRIES = False``), is
+warmed with one run at C; then N warm runs at C of each layout, interleaved, give the ratio
+of their wall times (``warm_comparison`` in the JSON): the warm run with an unchanged
+chunksize must be no slower than before.
+
 Per run: wall time, column hit rate (hits / lookups of the node caches,
 :func:`cacheaffinity.cache_totals` deltas), files opened by chunk tasks and bytes they
 requested from storage (the worker plugin's ``storage_opens`` / ``storage_bytes``), chunks,
@@ -27,7 +33,9 @@ only on errors (a result differing from IterativeExecutor is an error).
 
 from __future__ import annotations
 
+import contextlib
 import os
+import statistics
 import sys
 import tempfile
 import time
@@ -69,6 +77,19 @@ FACTORS = (1.0, 1.0, 0.5, 0.4, 1.5)
 COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")
 
 
+#: Placement by chunk, as before layout 3: stripes of one entry make every chunk
+#: its own placement unit (its identity names its first entry).
+def old_placement():
+    return dask.config.set({"cacheaffinity.client.stripe-entries": 1})
+
+
+def _chunk_keyed() -> None:
+    """In a worker: cache per chunk range, as before layout 3 (for the comparison)."""
+    from cacheaffinity.coffea import work
+
+    work.CLUSTER_ENTRIES = False
+
+
 def chunksizes(c: int) -> list[int]:
     return [max(1, int(round(f * c))) for f in FACTORS]
 
@@ -91,6 +112,11 @@ def main(argv=None) -> int:
     p.add_argument("--basket-events", type=int, default=500, help="entries per cluster")
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--no-check", action="store_true", help="skip the IterativeExecutor comparison")
+    p.add_argument(
+        "--compare", type=int, default=3, metavar="N",
+        help="warm runs at chunksize C of each layout, interleaved, against a second cluster "
+        "caching per chunk range (the layout before 3); 0: skip",
+    )
     p.add_argument(
         "--no-stealing", action="store_true",
         help="disable cacheaffinity's stealing (default: on, the project default)",
@@ -125,6 +151,21 @@ def main(argv=None) -> int:
                 dashboard_address=":0", host="127.0.0.1",
             ) as cluster, Client(cluster) as client:  # fmt: skip
                 ex = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+                compare = None
+                if args.compare:
+                    compare = contextlib.ExitStack()
+                    compare.enter_context(
+                        dask.config.set({"cacheaffinity.worker.directory": os.path.join(tmp, "old-{name}")})
+                    )
+                    old_cluster = compare.enter_context(LocalCluster(
+                        n_workers=args.workers, threads_per_worker=1, processes=True,
+                        dashboard_address=":0", host="127.0.0.1",
+                    ))  # fmt: skip
+                    old_client = compare.enter_context(Client(old_cluster))
+                    old_client.run(_chunk_keyed)
+                    old_ex = cacheaffinity.CacheAffinityExecutor(client=old_client, status=False)
+                    with old_placement():
+                        run_once(old_ex, files, args.chunksize)  # cold
                 for i, c in enumerate(chunksizes(args.chunksize)):
                     before = cacheaffinity.cache_totals(client)
                     t0 = time.perf_counter()
@@ -154,6 +195,27 @@ def main(argv=None) -> int:
                             "identical": identical,
                         }
                     )
+                warm = {"cluster": [], "chunk": []}
+                if compare is not None:
+                    with compare:
+                        for _ in range(args.compare):
+                            for name, e in (("cluster", ex), ("chunk", old_ex)):
+                                with old_placement() if name == "chunk" else contextlib.nullcontext():
+                                    t0 = time.perf_counter()
+                                    run_once(e, files, args.chunksize)
+                                    warm[name].append(time.perf_counter() - t0)
+    comparison = None
+    if warm["cluster"]:
+        ratios = [a / b for a, b in zip(warm["cluster"], warm["chunk"])]
+        comparison = {
+            "chunksize": args.chunksize,
+            "warm_wall_s_cluster_entries": [round(x, 3) for x in warm["cluster"]],
+            "warm_wall_s_chunk_entries": [round(x, 3) for x in warm["chunk"]],
+            "ratio_median": round(statistics.median(ratios), 3),
+            "ratios": [round(r, 3) for r in ratios],
+        }
+        print(f"warm run at C={args.chunksize}: cluster entries / chunk entries (before layout 3) "
+              f"= {comparison['ratio_median']} (median of {ratios})")  # fmt: skip
     config = {
         "events": args.events, "files": args.files, "entries": entries, "chunksize": args.chunksize,
         "stripe_entries": S, "stripe_boundaries": boundaries, "basket_events": args.basket_events,
@@ -163,7 +225,7 @@ def main(argv=None) -> int:
     print_table(rows, title=f"chunksize change, {args.workers} nodes, {boundaries} stripe boundaries")
     os.makedirs(out_dir, exist_ok=True)
     name = "chunksize_change" + ("_nostealing" if args.no_stealing else "")
-    write_json(os.path.join(out_dir, f"{name}.json"), config, rows)
+    write_json(os.path.join(out_dir, f"{name}.json"), config, rows, warm_comparison=comparison)
     plt = pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))
     labels = [f"{r['run']}\nC={r['chunksize']}" for r in rows]

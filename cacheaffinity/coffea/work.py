@@ -261,6 +261,11 @@ class ChunkTask:
 
 
 _FAST_PATH_PROBLEMS: list[str] | None = None
+#: Column entries per TTree cluster (True, the layout of this version).  False
+#: caches buffers per chunk entry range as before layout 3; only for
+#: ``benchmarks/chunksize_change.py``, which compares the two in one invocation
+#: (set in the workers with ``client.run``); not a setting.
+CLUSTER_ENTRIES = True
 #: Fields of a stored TTree form document (documents without them are rebuilt).
 _DOC_FIELDS = ("base_form", "object_path", "num_entries", "clusters", "branch_kinds")
 
@@ -365,13 +370,17 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
                 access_log=materialized,
                 file_handle=LazyFile(opener, file_uuid),
                 tree=tree,
-                clusters={
-                    "store": raw_store(),
-                    "token": ident.token,
-                    "treepath": doc["object_path"],
-                    "clusters": doc["clusters"],
-                    "kinds": doc["branch_kinds"],
-                },
+                **(
+                    {"clusters": {
+                        "store": raw_store(),
+                        "token": ident.token,
+                        "treepath": doc["object_path"],
+                        "clusters": doc["clusters"],
+                        "kinds": doc["branch_kinds"],
+                    }}
+                    if CLUSTER_ENTRIES
+                    else {"buffer_cache": IdentityKeyedCache(raw_store(), ident.token, [])}
+                ),
             )  # fmt: skip
             events = factory.events()
         except Exception as e:
