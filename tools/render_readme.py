@@ -457,6 +457,15 @@ def render_chunksize_change(results: str, name: str = "chunksize_change") -> str
             f"| {r['storage_opens']} | {r['storage_bytes']} | {same} |"
         )
     stealing = "on" if c.get("stealing", True) else "off"
+    cmp_ = doc.get("warm_comparison")
+    if cmp_:
+        rows.append("")
+        rows.append(
+            f"Warm run at unchanged chunksize {cmp_['chunksize']}, cluster entries / chunk entries "
+            f"(the layout before 3, per-chunk placement, on a second cluster in the same "
+            f"invocation, runs interleaved): **{cmp_['ratio_median']:.2f}** (median of "
+            f"{len(cmp_['ratios'])}: {', '.join(f'{r:.2f}' for r in cmp_['ratios'])})."
+        )
     rows.append("")
     rows.append(
         f"{c['events']} events in {c['files']} files (LZMA-{c.get('level', 9)}, clusters of "
