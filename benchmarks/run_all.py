@@ -70,6 +70,14 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
     ("scheduler_scale", [f"{B}/scheduler_scale.py", "--out", "{out}"],
      [f"{B}/scheduler_scale.py", "--quick", "--out", "{out}"]),
     ("simulate", [f"{B}/simulate.py", "--out", "{out}"], [f"{B}/simulate.py", "--quick", "--out", "{out}"]),
+    ("chunksize_change",
+     [f"{B}/chunksize_change.py", "--events", "80000", "--files", "4", "--chunksize", "2500",
+      "--stripe-entries", "10000", "--basket-events", "500", "--out", "{out}"],
+     [f"{B}/chunksize_change.py", "--quick", "--out", "{out}"]),
+    ("chunksize_change_nostealing",
+     [f"{B}/chunksize_change.py", "--events", "80000", "--files", "4", "--chunksize", "2500",
+      "--stripe-entries", "10000", "--basket-events", "500", "--no-stealing", "--out", "{out}"],
+     [f"{B}/chunksize_change.py", "--quick", "--no-stealing", "--out", "{out}"]),
     ("render_readme", ["tools/render_readme.py"], []),
 ]  # fmt: skip
 

@@ -205,8 +205,9 @@ _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable o
 @click.option(
     "--capacity",
     metavar="SIZE",
-    help="The workers' cache capacity, e.g. '200 GiB' (the directory does not record it; "
-    "default: cacheaffinity.worker.capacity of this machine's Dask config).",
+    help="The workers' cache capacity, e.g. '200 GiB' (default: the capacity recorded in the "
+    "directory's settings.json, else cacheaffinity.worker.capacity of this machine's Dask "
+    "config).",
 )
 def info(directory: str, as_json: bool, capacity: str | None) -> None:
     """Node id, entries, size, capacity, entry ages and forms of cache directory DIR."""
@@ -219,6 +220,8 @@ def info(directory: str, as_json: bool, capacity: str | None) -> None:
     else:
         with store:
             summary = store.info()
+            if capacity is None and store.capacity_source == "directory":
+                cap, cap_source = store.capacity, "the cache directory's settings.json"
     out = {
         "directory": directory,
         "node": node,

@@ -190,7 +190,8 @@ class SlowProcessor(DimuonJetProcessor):
 def test_worker_killed_mid_run_still_gives_correct_result(tmp_path, nanoaod_dir):
     fileset = {"tt": [str(nanoaod_dir / "nanoAOD_2015_CMS_Open_Data_ttbar.root")]}
     reference = summary(run(processor.IterativeExecutor(), fileset, chunksize=10))
-    with dask.config.set(preload_config(tmp_path)):
+    # stripes of 10 entries: the one file's chunks spread over all three workers
+    with dask.config.set({**preload_config(tmp_path), "cacheaffinity.client.stripe-entries": 10}):
         with LocalCluster(
             n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
             dashboard_address="127.0.0.1:0",

@@ -440,7 +440,51 @@ def render_measured(results: str) -> str:
     return "\n".join(rows) + "\n"
 
 
+def render_chunksize_change(results: str, name: str = "chunksize_change") -> str:
+    """Per-run table of ``benchmarks/chunksize_change.py`` (issue 13)."""
+    doc = _load(results, name)
+    if doc is None:
+        return f"(no benchmarks/results/{name}.json yet)\n"
+    c = doc["config"]
+    rows = [
+        "| run | chunksize | chunks | wall [s] | column hit rate | files opened | bytes from storage | = IterativeExecutor |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in doc["results"]:
+        same = {True: "yes", False: "NO", None: "not checked"}[r.get("identical")]
+        rows.append(
+            f"| {r['run']} | {r['chunksize']} | {r['chunks']} | {_f(r['wall_s'])} | {_pct(r['hit_rate'])} "
+            f"| {r['storage_opens']} | {r['storage_bytes']} | {same} |"
+        )
+    stealing = "on" if c.get("stealing", True) else "off"
+    cmp_ = doc.get("warm_comparison")
+    if cmp_:
+        rows.append("")
+        rows.append(
+            f"Warm run at unchanged chunksize {cmp_['chunksize']}, cluster entries / chunk entries "
+            f"(the layout before 3, per-chunk placement, on a second cluster in the same "
+            f"invocation, runs interleaved): **{cmp_['ratio_median']:.2f}** (median of "
+            f"{len(cmp_['ratios'])}: {', '.join(f'{r:.2f}' for r in cmp_['ratios'])})."
+        )
+    rows.append("")
+    rows.append(
+        f"{c['events']} events in {c['files']} files (LZMA-{c.get('level', 9)}, clusters of "
+        f"{c['basket_events']} entries), stripes of {c['stripe_entries']} entries "
+        f"({c['stripe_boundaries']} stripe boundaries), {c['workers']} worker processes, stealing "
+        f"{stealing}; measured on {commit_label(doc)}, {_date(doc)}:\n"
+        f"`python benchmarks/chunksize_change.py --events {c['events']} --files {c['files']} "
+        f"--chunksize {c['chunksize']} --stripe-entries {c['stripe_entries']} "
+        f"--basket-events {c['basket_events']} --workers {c['workers']}`"
+        + ("" if c.get("stealing", True) else " `--no-stealing`")
+    )
+    return "\n".join(rows) + "\n"
+
+
 RENDERERS: dict[str, Callable[[str], str]] = {
+    "chunksize_change": render_chunksize_change,
+    "chunksize_change_nostealing": lambda results: render_chunksize_change(
+        results, "chunksize_change_nostealing"
+    ),
     "consecutive_runs": render_consecutive_runs,
     "consecutive_runs_light": lambda results: render_consecutive_runs(results, "consecutive_runs_light"),
     "measured": render_measured,

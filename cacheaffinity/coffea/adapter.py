@@ -21,6 +21,10 @@ Private names (leading underscore)
     - ``coffea.nanoevents.NanoEventsFactory._from_mapping``: events from a
       stored form and a mapping (called with keywords: coffea 2026.7 has an
       extra ``buffer_cache`` parameter).
+    - ``coffea.nanoevents.mapping.base.BaseSourceMapping._column_source(uuid,
+      path_in_source)``: overridden by
+      :class:`cacheaffinity.coffea.clusters.ClusterSourceMapping` (so that a
+      fully cached chunk opens no file) and called for the tree on a miss.
 
 Undocumented shapes of public names
     - ``Runner.automatic_retries(retries, skipbadfiles, func, *args,
@@ -29,6 +33,13 @@ Undocumented shapes of public names
     - ``DaskExecutor.__call__`` submits chunk tasks with one
       ``self.client.map(function, items, ...)`` call (the executor's client
       wrapper attaches chunk identities there).
+    - ``UprootSourceMapping.get_column_handle(columnsource, name,
+      allow_missing)``, ``extract_column(columnhandle, start, stop,
+      allow_missing, use_ak_forth)`` and its ``decompression_executor`` /
+      ``interpretation_executor`` attributes: overridden/used by
+      ``ClusterSourceMapping``; every ``!load`` of a form key goes through them.
+      Like coffea's ``extract_column`` it sets uproot's private
+      ``interpretation._forth`` before ``TBranch.array``.
     - ``UprootSourceMapping(fileopener, start, stop, cache=, access_log=,
       file_handle=, use_ak_forth=, virtual=, buffer_cache=)`` with a
       ``coffea.nanoevents.mapping.base.UUIDOpener`` subclass, and
@@ -80,6 +91,9 @@ NAMES = (
     (Runner, "get_cache"),
     (BaseSourceMapping, "interpret_key"),
     (BaseSourceMapping, "preload_column_source"),
+    (BaseSourceMapping, "_column_source"),
+    (UprootSourceMapping, "get_column_handle"),
+    (UprootSourceMapping, "extract_column"),
     (UUIDOpener, "open_uuid"),
     (DaskExecutor, "__call__"),
 )
@@ -107,6 +121,18 @@ SIGNATURES = {
         ("self", "fileopener", "start", "stop", "cache", "access_log", "file_handle",
          "use_ak_forth", "virtual"),
     ),  # fmt: skip
+    "BaseSourceMapping._column_source": (
+        BaseSourceMapping._column_source,
+        ("self", "uuid", "path_in_source"),
+    ),
+    "UprootSourceMapping.get_column_handle": (
+        UprootSourceMapping.get_column_handle,
+        ("self", "columnsource", "name", "allow_missing"),
+    ),
+    "UprootSourceMapping.extract_column": (
+        UprootSourceMapping.extract_column,
+        ("self", "columnhandle", "start", "stop", "allow_missing", "use_ak_forth"),
+    ),
     "UUIDOpener.__init__": (UUIDOpener.__init__, ("self", "uuid_pfnmap")),
     "WorkItem": (
         WorkItem,
@@ -248,23 +274,29 @@ def events_from_form(
     *,
     access_log: list,
     file_handle: Any,
-    buffer_cache: Any,
+    buffer_cache: Any = None,
     tree: Any = None,
+    clusters: dict | None = None,
 ):
     """Virtual NanoEvents of a chunk from a stored base form (what
     ``NanoEventsFactory.from_root(mode="virtual")`` builds, without reading the
-    file's metadata).  Returns the factory."""
-    mapping = UprootSourceMapping(
-        opener,
-        start,
-        stop,
+    file's metadata).  With ``clusters`` (keyword arguments of
+    :class:`~cacheaffinity.coffea.clusters.ClusterSourceMapping`) columns come
+    from per-cluster cache entries and ``buffer_cache`` is not used.  Returns
+    the factory."""
+    common = dict(
         cache={},
         access_log=access_log,
         file_handle=file_handle,
         use_ak_forth=True,
         virtual=True,
-        buffer_cache=buffer_cache,
     )
+    if clusters is not None:
+        from cacheaffinity.coffea.clusters import ClusterSourceMapping
+
+        mapping = ClusterSourceMapping(opener, start, stop, **clusters, **common)
+    else:
+        mapping = UprootSourceMapping(opener, start, stop, buffer_cache=buffer_cache, **common)
     if tree is not None:
         mapping.preload_column_source(file_uuid, object_path, tree)
     kwargs = {}

@@ -222,7 +222,23 @@ def _uuid_text(fileuuid: Any) -> str:
     return ""
 
 
-def chunk_identity(item: Any, identities: dict | None = None) -> str | None:
+def stripe_of(start: int, stop: int, stripe_entries: int) -> int:
+    """The stripe (``[k*S, (k+1)*S)``, ``S = stripe_entries``) holding most of
+    the entries ``[start, stop)``; the lower one on a tie."""
+    start, stop = int(start), int(stop)
+    if stop <= start:
+        return max(start, 0) // stripe_entries
+    best, most = start // stripe_entries, -1
+    for k in range(start // stripe_entries, (stop - 1) // stripe_entries + 1):
+        n = min(stop, (k + 1) * stripe_entries) - max(start, k * stripe_entries)
+        if n > most:
+            best, most = k, n
+    return best
+
+
+def chunk_identity(
+    item: Any, identities: dict | None = None, stripe_entries: int | None = None
+) -> str | None:
     """The placement identity of a coffea work item (or ``(item, heavy)`` pair).
 
     Parameters
@@ -233,11 +249,18 @@ def chunk_identity(item: Any, identities: dict | None = None) -> str | None:
     identities
         ``{filename: FileIdentity or None}`` already taken for this run (the
         executor passes them); files not in it are looked up now.
+    stripe_entries
+        Entries per placement stripe; ``None`` reads
+        ``cacheaffinity.client.stripe-entries``.
 
     Returns
     -------
     str or None
-        ``<file uuid>.<stamp token>/<tree>/<start>-<stop>`` for a chunk,
+        ``<file uuid>.<stamp token>/<tree>/s<S>:<k>`` for a chunk, where ``k``
+        is the stripe of ``S`` entries holding most of the chunk's entries
+        (:func:`stripe_of`): chunks of any chunksize that fall in one stripe
+        get one identity, hence one node, whose cache holds the stripe's
+        clusters;
         ``file:<path>.<stamp token>/<tree>`` for preprocessing; the stamp part
         is left out when the storage cannot tell it; ``None`` for anything else.
     """
@@ -254,7 +277,17 @@ def chunk_identity(item: Any, identities: dict | None = None) -> str | None:
     stamp = f".{ident.token}" if ident is not None else ""
     if hasattr(item, "entrystart") and hasattr(item, "fileuuid"):
         file_id = _uuid_text(item.fileuuid) or filename
-        return f"{file_id}{stamp}/{treename}/{item.entrystart}-{item.entrystop}"
+        if stripe_entries is None:
+            from cacheaffinity import config
+
+            stripe_entries = int(config.get("client.stripe-entries"))
+        if not isinstance(stripe_entries, int) or stripe_entries < 1:
+            raise ValueError(
+                f"cacheaffinity.client.stripe-entries={stripe_entries!r} must be an integer "
+                ">= 1 (entries per placement stripe), e.g. 200000"
+            )
+        k = stripe_of(item.entrystart, item.entrystop, stripe_entries)
+        return f"{file_id}{stamp}/{treename}/s{stripe_entries}:{k}"
     if hasattr(item, "metadata") and hasattr(item, "dataset"):
         return f"file:{filename}{stamp}/{treename}"
     return None

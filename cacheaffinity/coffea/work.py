@@ -36,6 +36,7 @@ from typing import Any
 import uproot
 
 from cacheaffinity.coffea import adapter
+from cacheaffinity.coffea.clusters import branch_kinds, cluster_ranges
 from cacheaffinity.coffea.identity import (
     FileIdentity,
     IdentityUnavailable,
@@ -236,17 +237,18 @@ class ChunkTask:
         hits: list[str] = []
         user_cache = call.work["cache_function"]
 
-        def cache_function():
+        def raw_store():
             store = user_cache() if user_cache is not None else None
-            if store is None:
-                store = plugin.front()
-            return IdentityKeyedCache(store, ident.token, hits)
+            return plugin.front() if store is None else store
+
+        def cache_function():
+            return IdentityKeyedCache(raw_store(), ident.token, hits)
 
         coffea_work = call.coffea_work(cache_function)
         if _fast_path_applies(call, item):
 
             def work(a):
-                return _run_from_form(call, a, ident, plugin, cache_function, coffea_work)
+                return _run_from_form(call, a, ident, plugin, raw_store, coffea_work)
 
         else:
             work = coffea_work
@@ -259,6 +261,13 @@ class ChunkTask:
 
 
 _FAST_PATH_PROBLEMS: list[str] | None = None
+#: Column entries per TTree cluster (True, the layout of this version).  False
+#: caches buffers per chunk entry range as before layout 3; only for
+#: ``benchmarks/chunksize_change.py``, which compares the two in one invocation
+#: (set in the workers with ``client.run``); not a setting.
+CLUSTER_ENTRIES = True
+#: Fields of a stored TTree form document (documents without them are rebuilt).
+_DOC_FIELDS = ("base_form", "object_path", "num_entries", "clusters", "branch_kinds")
 
 
 def _fast_path_applies(call: adapter.RunnerCall, item) -> bool:
@@ -283,9 +292,11 @@ def _fast_path_applies(call: adapter.RunnerCall, item) -> bool:
     )
 
 
-def _run_from_form(call, arg, ident: FileIdentity, plugin, cache_function, coffea_work):
-    """One TTree chunk from the node's stored form; coffea's function where that
-    cannot be done for this file (RNTuple, UUID differs from the work item)."""
+def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_work):
+    """One TTree chunk from the node's stored form, its columns assembled from
+    per-cluster cache entries (:mod:`cacheaffinity.coffea.clusters`); coffea's
+    function where that cannot be done for this file (RNTuple, UUID differs
+    from the work item)."""
     import cloudpickle
     import lz4.frame as lz4f
 
@@ -302,6 +313,8 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, cache_function, coffe
     form_name = FormStore.key(ident.token, item.treename, sorted(iteritems_options.items(), key=repr))
     expect = ident.as_dict()
     doc = forms.get(form_name, identity=expect) if forms is not None else None
+    if doc is not None and doc.get("kind") == "TTree" and not set(_DOC_FIELDS) <= set(doc):
+        doc = None  # written before cluster offsets were stored: rebuilt and replaced
     opener = _Opener({file_uuid: item.filename}, timeout, uproot_options)
     tree = None
     try:
@@ -319,17 +332,20 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, cache_function, coffe
             except Exception:
                 return coffea_work(arg)  # coffea raises its own error for this file
             if isinstance(tree, uproot.behaviors.TTree.TTree):
+                base_form = adapter.extract_base_form(tree, iteritems_options)
                 doc = {
                     "kind": "TTree",
-                    "base_form": adapter.extract_base_form(tree, iteritems_options),
+                    "base_form": base_form,
                     "object_path": tree.object_path,
                     "num_entries": int(tree.num_entries),
+                    "clusters": cluster_ranges(tree),
+                    "branch_kinds": branch_kinds(base_form),
                 }
             else:
                 doc = {"kind": type(tree).__name__}
             if forms is not None:
                 forms.put(form_name, doc, identity=expect)
-        if doc.get("kind") != "TTree" or not {"base_form", "object_path", "num_entries"} <= set(doc):
+        if doc.get("kind") != "TTree" or not set(_DOC_FIELDS) <= set(doc):
             return coffea_work(arg)
 
         if not isinstance(processor_instance, adapter.ProcessorABC) and not callable(processor_instance):
@@ -353,8 +369,18 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, cache_function, coffe
                 copy.deepcopy(doc["base_form"]), w["schema"], metadata,
                 access_log=materialized,
                 file_handle=LazyFile(opener, file_uuid),
-                buffer_cache=cache_function(),
                 tree=tree,
+                **(
+                    {"clusters": {
+                        "store": raw_store(),
+                        "token": ident.token,
+                        "treepath": doc["object_path"],
+                        "clusters": doc["clusters"],
+                        "kinds": doc["branch_kinds"],
+                    }}
+                    if CLUSTER_ENTRIES
+                    else {"buffer_cache": IdentityKeyedCache(raw_store(), ident.token, [])}
+                ),
             )  # fmt: skip
             events = factory.events()
         except Exception as e:

@@ -186,6 +186,8 @@ class CacheWorkerPlugin(WorkerPlugin):
                 self.directory, capacity=self.capacity, shared_group=self.shared_group
             )
             self.forms = FormStore(self.directory)
+            # the directory's recorded capacity wins (all its processes agree)
+            self.capacity = self.cache.capacity
         except UntrustedDirectory as e:
             logger.warning("cacheaffinity: %s This worker caches nothing.", e)
             self.cache = None

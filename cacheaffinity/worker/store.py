@@ -14,7 +14,11 @@ alone)::
 
     columns.sqlite3     index: one row per key (file name, dtype, shape, size,
                         xxh3-64 checksum, store time, writer's uid), in FIFO order
-    columns.lock        taken (flock) while a damaged index is rebuilt
+    columns.lock        taken (flock) while a damaged index is rebuilt or the
+                        settings are written
+    settings.json       what every process must agree on: ``layout`` (the key
+                        layout version) and ``capacity`` (bytes), written by the
+                        first process that opens the directory
     columns/ab/<32 hex> data files: the raw C-order bytes of one array each,
                         written once, never modified, deleted when evicted
     columns-tmp/        values being written; renamed into ``columns/`` when
@@ -113,6 +117,16 @@ Failures are misses, never errors
     ``__setitem__`` raises only for values that can never be stored: a
     non-``str`` key or an object or structured dtype (``TypeError``).
 
+Settings every process agrees on
+    ``settings.json`` holds the capacity and the layout version.  A process
+    whose own ``capacity`` differs uses the directory's (one log line), so
+    processes with different local configs do not evict each other's entries
+    down to their own bound; ``ColumnCache(..., set_capacity=True)`` rewrites
+    it.  A directory with no settings but entries (written by cacheaffinity
+    before layout 3, whose keys were chunk entry ranges), another layout
+    version or an unreadable settings file has its entries dropped, never
+    read, with one warning.
+
 No pickle
     Keys are SQLite text, values are raw array bytes, dtypes are NumPy type
     strings (``"<f4"``) checked on read, shapes are JSON integer lists.  Nothing
@@ -153,6 +167,12 @@ logger = logging.getLogger("cacheaffinity.worker")
 #: Version of the index schema and directory layout (1: without the writer
 #: column and the file index; upgraded in place).
 SCHEMA_VERSION = 2
+#: Version of what keys and values mean (3: column entries per TTree cluster,
+#: :mod:`cacheaffinity.coffea.clusters`).  Recorded in ``settings.json``; a
+#: directory without it (written before version 3) or with another version
+#: has its entries dropped on open, with one log line.
+LAYOUT_VERSION = 3
+SETTINGS_NAME = "settings.json"
 INDEX_NAME = "columns.sqlite3"
 LOCK_NAME = "columns.lock"
 #: Where a damaged index is moved (replacing an older one).
@@ -322,14 +342,22 @@ class ColumnCache(MutableMapping):
     heal : bool, optional
         Rebuild a damaged index (the default).  ``False`` leaves it as it is and
         disables the cache, with the damage in :attr:`disabled` (the read-only
-        ``cacheaffinity cache info`` uses this).
+        ``cacheaffinity cache info`` uses this); it also leaves the settings
+        and entries of another layout as they are.
+    set_capacity : bool, optional
+        Write this process's ``capacity`` into the directory's settings
+        (default: adopt the capacity recorded there, if any).
 
     Attributes
     ----------
     directory : str
         Absolute path of the cache directory.
     capacity : int
-        Size bound in bytes, enforced by this process's inserts.
+        Size bound in bytes, enforced by this process's inserts (the
+        directory's recorded capacity when it has one).
+    capacity_source : str
+        ``"directory"`` if :attr:`capacity` was read from ``settings.json``,
+        else ``"argument"``.
 
     Notes
     -----
@@ -352,11 +380,14 @@ class ColumnCache(MutableMapping):
         shared_group: str | int | None = None,
         orphan_after: float | None = None,
         heal: bool = True,
+        set_capacity: bool = False,
     ):
         #: Absolute path of the cache directory.
         self.directory: str = os.path.abspath(os.fspath(directory))
         #: Size bound in bytes.
         self.capacity: int = config.get_bytes("worker.capacity", capacity)
+        self.capacity_source: str = "argument"
+        self._set_capacity = bool(set_capacity)
         stale_after = float(stale_after)
         if not stale_after >= 0:
             raise ValueError(f"stale_after={stale_after!r} must be a number of seconds >= 0")
@@ -439,6 +470,7 @@ class ColumnCache(MutableMapping):
             self._remove_stale_temporaries()
             self._probe_writable()
             self._open_index()
+            self._settings()
         except UntrustedDirectory as e:  # a planted index, WAL or shm file
             self._disabled = self.untrusted = str(e)
             self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
@@ -527,6 +559,96 @@ class ColumnCache(MutableMapping):
                 self.damaged = True
                 raise
             self._heal(e)
+
+    def _read_settings(self) -> dict | None:
+        """The directory's settings; None if absent; ``{}`` if unreadable."""
+        path = os.path.join(self.directory, SETTINGS_NAME)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            logger.debug("cacheaffinity: %s unreadable: %s", path, e)
+            return {}
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or (
+                self.shared_gid is None and st.st_uid != self._uid
+            ):
+                return {}
+            with os.fdopen(fd, "rb", closefd=False) as f:
+                doc = json.loads(f.read(65536))
+        except (OSError, ValueError):
+            return {}
+        finally:
+            os.close(fd)
+        if not isinstance(doc, dict):
+            return {}
+        ok = isinstance(doc.get("layout"), int) and isinstance(doc.get("capacity"), int)
+        return doc if ok and doc["capacity"] >= 0 else {}
+
+    def _write_settings(self, doc: dict) -> None:
+        path = os.path.join(self.directory, SETTINGS_NAME)
+        tmp = os.path.join(self._tmp, f"{uuid.uuid4().hex}.tmp")
+        fd = os.open(
+            tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW,
+            self._file_mode,
+        )  # fmt: skip
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f)
+        os.replace(tmp, path)
+
+    def _settings(self) -> None:
+        """Adopt or write ``settings.json``; drop entries of another layout."""
+        doc = self._read_settings()
+        if doc is not None and doc.get("layout") == LAYOUT_VERSION and not self._set_capacity:
+            self._adopt(doc)
+            return
+        if not self._heals:  # read-only (``cache info``): report, change nothing
+            if doc:
+                self._adopt(doc)
+            return
+        lock_path = os.path.join(self.directory, LOCK_NAME)
+        fd = os.open(
+            lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC | os.O_NOFOLLOW, self._file_mode
+        )
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            doc = self._read_settings()  # another process may have written it meanwhile
+            if doc is not None and doc.get("layout") == LAYOUT_VERSION:
+                if not self._set_capacity:
+                    self._adopt(doc)
+                    return
+            else:
+                entries = int(self._query("SELECT value FROM meta WHERE name = 'count'")[0][0])
+                if entries:
+                    if doc is None:
+                        why = "written before layout version 3 (no settings.json)"
+                    elif doc:
+                        why = f"of layout version {doc.get('layout')}"
+                    else:
+                        why = "with an unreadable settings.json"
+                    logger.warning(
+                        "cacheaffinity: cache directory %s is %s, this cacheaffinity uses "
+                        "layout version %d: dropped its %d entries (never read); the cache "
+                        "fills again from storage",
+                        self.directory, why, LAYOUT_VERSION, entries,
+                    )  # fmt: skip
+                    self.clear()
+            self._write_settings({"layout": LAYOUT_VERSION, "capacity": int(self.capacity)})
+        finally:
+            os.close(fd)
+
+    def _adopt(self, doc: dict) -> None:
+        if doc["capacity"] != self.capacity:
+            logger.info(
+                "cacheaffinity: cache directory %s records capacity %s, used instead of this "
+                "process's %s so that all its processes agree (ColumnCache(set_capacity=True) "
+                "changes it)",
+                self.directory, format_bytes(doc["capacity"]), format_bytes(self.capacity),
+            )  # fmt: skip
+        self.capacity = int(doc["capacity"])
+        self.capacity_source = "directory"
 
     def repair(self) -> bool:
         """Check the whole index (``PRAGMA integrity_check``) and rebuild it if it is
