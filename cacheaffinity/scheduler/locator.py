@@ -9,10 +9,16 @@ Defines :class:`Locator`, the memory of the scheduler side:
 * per chunk, bounded by ``cacheaffinity.scheduler.locator-size`` (oldest
   entries dropped first): the node that processed it last (its *holder*, whose
   cache holds it unless evicted since) and, for chunks processed away from
-  their placement's node, where they went (the *locator*: next time such a
-  chunk goes to the node that holds it while its placement is unchanged);
+  their placement's node, where they went;
+* per cache node, its learned speed (:class:`NodeSpeed`: seconds per chunk
+  task, smoothed, with hysteresis);
 
-and the steal preference built on it (:meth:`Locator.steal_preference`).
+the *locator* built on them (:func:`follow_holders`: a chunk goes to the live
+node that holds it, whatever the hash says, unless that node's expected
+backlog exceeds ``cacheaffinity.scheduler.locator-slack`` x its fair share; so
+the stealing decisions of one run become the placement of the next, and a
+node that slows down keeps its chunks up to that bound), and the steal
+preference (:meth:`Locator.steal_preference`).
 Chunks are remembered by the 64-bit xxh3 digest of their id (:func:`chunk_digest`).
 
 Notes
@@ -22,8 +28,9 @@ Event-loop only (no locking).  Forgetting a chunk costs at most a cache miss.
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -34,7 +41,7 @@ if TYPE_CHECKING:
     from cacheaffinity.placement import TorusPlacement
     from cacheaffinity.scheduler.membership import Membership
 
-__all__ = ["Locator", "choose_steal", "chunk_digest"]
+__all__ = ["Locator", "NodeSpeed", "choose_steal", "chunk_digest", "follow_holders"]
 
 
 def choose_steal(
@@ -93,13 +100,108 @@ def chunk_digest(chunk: str) -> int:
     return xxhash.xxh3_64_intdigest(chunk.encode("utf-8", "surrogatepass"))
 
 
-def _remember(d: OrderedDict, key: Hashable, value: Any, size: int) -> None:
-    """Set ``d[key] = value`` as the newest entry; drop the oldest beyond ``size``."""
+def _remember(d: dict, key: Hashable, value: Any, size: int) -> None:
+    """Set ``d[key] = value`` as the newest entry; beyond ``size`` entries drop
+    the oldest ``size // 16 + 1`` at once (plain dicts keep insertion order and
+    take ~60% of an ``OrderedDict``'s memory; dropping in batches keeps the cost
+    per entry constant)."""
     if key in d:
-        d.move_to_end(key)
+        del d[key]
     d[key] = value
-    while len(d) > size:
-        d.popitem(last=False)
+    if len(d) > size:
+        for old in list(islice(d, len(d) - size + size // 16)):
+            del d[old]
+
+
+def follow_holders(
+    nodes: list[str],
+    holders: Sequence[str | None],
+    capacity: Mapping[str, float],
+    slack: float,
+) -> int:
+    """Send each chunk to the live node that holds it, within bounds (in place).
+
+    ``nodes[i]`` is the placement's node of chunk ``i`` and ``holders[i]`` the
+    node that processed it last (None: unknown).  A chunk moves to its holder
+    when the holder is live (in ``capacity``) and, once all moves are counted,
+    the holder's share of the batch stays below ``slack`` x its fair share
+    (``capacity[node] / sum(capacity)``; capacity = threads x learned speed).
+    A holder beyond that keeps the chunks that come first (submission order)
+    and the rest go to their placement's node.  ``slack`` = inf: always follow.
+    Returns how many chunks moved.
+    """
+    n = len(nodes)
+    total = float(sum(capacity.values()))
+    if not n or total <= 0:
+        return 0
+    want: list[str] = []
+    load: dict[str, int] = {}
+    for node, h in zip(nodes, holders):
+        w = h if h is not None and h in capacity else node
+        want.append(w)
+        load[w] = load.get(w, 0) + 1
+    cap = {
+        node: slack * n * c / total + 1 for node, c in capacity.items()
+    } if slack != float("inf") else None
+    kept: dict[str, int] = {}
+    moved = 0
+    for i, (node, w) in enumerate(zip(nodes, want)):
+        if w == node:
+            continue
+        k = kept.get(w, 0)
+        if cap is not None and load[w] > cap.get(w, 0) and k >= cap.get(w, 0):
+            continue  # the holder is over its bound: the placement decides
+        kept[w] = k + 1
+        nodes[i] = w
+        moved += 1
+    return moved
+
+
+class NodeSpeed:
+    """Learned seconds per chunk task of each cache node (EWMA with hysteresis).
+
+    ``observe(node, seconds)`` smooths the durations of a node's finished chunk
+    tasks (weight ``alpha`` for the newest); the *published* value, the one
+    :meth:`speed` uses, follows only when the smoothed value differs from it by
+    more than ``hysteresis`` (relative), so noise and short slowdowns do not
+    change placement.  :meth:`speed` is a node's speed relative to the median
+    of the nodes seen (1.0 = typical; unknown nodes 1.0).
+    """
+
+    def __init__(self, alpha: float = 0.05, hysteresis: float = 0.25):
+        if not 0 < alpha <= 1:
+            raise ValueError(f"NodeSpeed alpha={alpha!r} must be in (0, 1], e.g. 0.05")
+        if hysteresis < 0:
+            raise ValueError(f"NodeSpeed hysteresis={hysteresis!r} must be >= 0, e.g. 0.25")
+        self.alpha, self.hysteresis = alpha, hysteresis
+        #: node -> smoothed seconds per task
+        self.smoothed: dict[str, float] = {}
+        #: node -> published seconds per task
+        self.published: dict[str, float] = {}
+        self._median: float | None = None
+
+    def observe(self, node: str, seconds: float) -> None:
+        if not seconds > 0:
+            return
+        m = self.smoothed.get(node)
+        m = seconds if m is None else m + self.alpha * (seconds - m)
+        self.smoothed[node] = m
+        p = self.published.get(node)
+        if p is None or abs(m - p) > self.hysteresis * p:
+            self.published[node] = m
+            self._median = None
+
+    def speed(self, node: str) -> float:
+        p = self.published.get(node)
+        if p is None:
+            return 1.0
+        if self._median is None:
+            v = sorted(self.published.values())
+            self._median = v[len(v) // 2]
+        return self._median / p
+
+    def to_dict(self) -> dict[str, float]:
+        return dict(self.published)
 
 
 class Locator:
@@ -115,8 +217,14 @@ class Locator:
     size
         Chunks remembered at most (``cacheaffinity.scheduler.locator-size``).
     use_locator
-        ``cacheaffinity.scheduler.locator``: send a chunk processed elsewhere
-        last time to its holder.
+        ``cacheaffinity.scheduler.locator``: send a chunk to the node that
+        processed it last (its holder).
+    slack
+        ``cacheaffinity.scheduler.locator-slack``: a holder takes its chunks
+        while its share of a batch stays below ``slack`` x its fair share
+        (threads x learned speed); see :func:`follow_holders`.
+    speed
+        The learned node speeds (a new :class:`NodeSpeed` if None).
     """
 
     def __init__(
@@ -126,6 +234,8 @@ class Locator:
         *,
         size: int,
         use_locator: bool = True,
+        slack: float = 1.5,
+        speed: NodeSpeed | None = None,
     ):
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(
@@ -138,6 +248,15 @@ class Locator:
         self.size: int = size
         #: Whether a chunk processed elsewhere goes to its holder next time.
         self.use_locator: bool = bool(use_locator)
+        if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not slack >= 1:
+            raise ValueError(
+                f"cacheaffinity.scheduler.locator-slack={slack!r} must be a number >= 1, "
+                "e.g. 1.5 (a holder keeps its chunks up to 1.5x its fair share of a batch)"
+            )
+        #: A holder keeps its chunks up to ``slack`` x its fair share of a batch.
+        self.slack: float = float(slack)
+        #: Learned seconds per chunk task of each node.
+        self.speed: NodeSpeed = speed if speed is not None else NodeSpeed()
         #: task key -> chunk id, for every chunk task the plugin places
         self.chunk_of: dict[Hashable, str] = {}
         #: task key -> cache node the task is meant for
@@ -150,9 +269,9 @@ class Locator:
         self.stolen: set = set()
         #: chunk digest -> (node that processed it, node placement chose), for
         #: chunks processed away from their placement's node; newest last
-        self.located: OrderedDict[int, tuple[str, str]] = OrderedDict()
+        self.located: dict[int, tuple[str, str]] = {}
         #: chunk digest -> node that processed it last; newest last
-        self.holder: OrderedDict[int, str] = OrderedDict()
+        self.holder: dict[int, str] = {}
 
     # ------------------------------------------------------------ tasks
     def track(self, key: Hashable, chunk: str) -> None:
@@ -190,22 +309,30 @@ class Locator:
 
     # ------------------------------------------------------------ chunks
     def relocate(self, todo: Sequence[tuple[TaskState, str]], nodes: list[str]) -> int:
-        """Send chunks processed elsewhere last time to their holder.
+        """Send chunks to the node that processed them last (their holder).
 
         ``nodes[i]`` is the placement's node of ``todo[i]``; it is replaced by
-        the holder when the chunk was processed on a live node other than its
-        placement's and its placement is unchanged.  Returns how many moved.
+        the chunk's holder when that is a live node, within the bound of
+        :func:`follow_holders` (``slack`` x the holder's fair share by threads
+        x learned speed).  Returns how many moved.
         """
-        if not self.use_locator or not self.located:
+        if not self.use_locator or not self.holder:
             return 0
-        live, where = self.membership.node_workers, self.located
-        moved = 0
-        for i, ((ts, chunk), node) in enumerate(zip(todo, nodes)):
-            loc = where.get(chunk_digest(chunk))
-            if loc is not None and loc[1] == node and loc[0] != node and loc[0] in live:
-                self.hashed[ts.key] = node
-                nodes[i] = loc[0]
-                moved += 1
+        holder = self.holder
+        holders = [holder.get(chunk_digest(chunk)) for _, chunk in todo]
+        if not any(h is not None for h in holders):
+            return 0
+        speed = self.speed.speed
+        capacity = {
+            node: self.membership.weight(node) * speed(node)
+            for node in self.membership.node_workers
+        }
+        before = list(nodes)
+        moved = follow_holders(nodes, holders, capacity, self.slack)
+        if moved:
+            for (ts, _), h, n in zip(todo, before, nodes):
+                if h != n:
+                    self.hashed[ts.key] = h
         return moved
 
     def where_located(self, chunk: str) -> tuple[str, str] | None:
@@ -215,7 +342,9 @@ class Locator:
 
     def set_located(self, chunk: str, holder: str, placed: str) -> None:
         """Remember that ``holder`` processed ``chunk`` while placement chose ``placed``."""
-        _remember(self.located, chunk_digest(chunk), (holder, placed), self.size)
+        h = chunk_digest(chunk)
+        _remember(self.located, h, (holder, placed), self.size)
+        _remember(self.holder, h, holder, self.size)
 
     def holder_of(self, chunk: str) -> str | None:
         """The node that processed ``chunk`` last (None: unknown or forgotten)."""
@@ -224,8 +353,11 @@ class Locator:
     def forget_holder(self, chunk: str) -> None:
         self.holder.pop(chunk_digest(chunk), None)
 
-    def finished(self, key: Hashable, node: str | None) -> bool | None:
-        """Task ``key`` finished on ``node``: remember where its chunk is.
+    def finished(
+        self, key: Hashable, node: str | None, seconds: float | None = None
+    ) -> bool | None:
+        """Task ``key`` finished on ``node`` (taking ``seconds`` if known):
+        remember where its chunk is and learn the node's speed.
 
         Returns whether it ran on its target node (None: not a tracked chunk
         task or unknown node).
@@ -236,6 +368,8 @@ class Locator:
         meant = self.hashed.pop(key, None)
         if chunk is None or node is None:
             return None
+        if seconds is not None:
+            self.speed.observe(node, seconds)
         h = chunk_digest(chunk)
         _remember(self.holder, h, node, self.size)
         target = self.target.get(key)
@@ -269,13 +403,13 @@ class Locator:
         node_of = self.membership.worker_node
         thief_node = node_of.get(thief.address)
         victim_node = node_of.get(victim.address)
-        located, holder, placement = self.located, self.holder, self.placement
+        holder, placement = self.holder, self.placement
         return choose_steal(
             candidates,
             priority=lambda ts: ts.priority,
             chunk=lambda ts: self.chunk_of.get(ts.key),
             thief_holds=lambda c: thief_node is not None
-            and located.get(chunk_digest(c), ("",))[0] == thief_node,
+            and holder.get(chunk_digest(c)) == thief_node,
             runner_up_is_thief=None
             if thief_node is None or len(self.membership.node_workers) <= 1
             else lambda c: placement.ranking(c, 2)[1:] == [thief_node],
