@@ -75,7 +75,7 @@ from placement import _hash_all, _mix64  # the hash baselines' helpers (benchmar
 
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.scheduler.locator import NodeSpeed, follow_holders
-from cacheaffinity.scheduler.stealing import choose_steal, plan_steals, track_idle
+from cacheaffinity.scheduler.stealing import choose_steal, plan_steals, track_idle, warm_threshold
 
 MB = 1e6
 
@@ -435,7 +435,8 @@ class Simulation:
             if self.locator is True:  # Locator.relocate: follow_holders, the real function
                 alive = {n.name: n.threads * self.speed.speed(n.name) for n in live}
                 placed = list(homes)
-                follow_holders(homes, [self.holder.get(c) for c in range(C)], alive, self.slack)
+                follow_holders(homes, [self.holder.get(c) for c in range(C)], alive, self.slack,
+                               runner_up=self.runner_up)
                 for c, (h, node) in enumerate(zip(placed, homes)):
                     if h != node:
                         self.hashed[c] = h
@@ -607,7 +608,9 @@ class Simulation:
                 else (lambda c: located.get(c, ("",))[0] == tn),
                 runner_up_is_thief=(lambda c: self.runner_up(c) == tn) if multi else None,
                 victim_holds=lambda c: holder.get(c) == vn,
-                take_warm=victim.processing() - victim.threads > self.warm_backlog * victim.threads,
+                take_warm=victim.processing() - victim.threads > victim.threads * (
+                    warm_threshold(self.warm_backlog, self.speed.speed(vn), self.speed.speed(tn))
+                    if self.locator is True else self.warm_backlog),
             )
 
         plan_steals(

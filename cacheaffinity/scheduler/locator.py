@@ -118,42 +118,39 @@ def follow_holders(
     holders: Sequence[str | None],
     capacity: Mapping[str, float],
     slack: float,
+    runner_up: Callable[[int], str | None] | None = None,
 ) -> int:
     """Send each chunk to the live node that holds it, within bounds (in place).
 
     ``nodes[i]`` is the placement's node of chunk ``i`` and ``holders[i]`` the
-    node that processed it last (None: unknown).  A chunk moves to its holder
-    when the holder is live (in ``capacity``) and, once all moves are counted,
-    the holder's share of the batch stays below ``slack`` x its fair share
-    (``capacity[node] / sum(capacity)``; capacity = threads x learned speed).
-    A holder beyond that keeps the chunks that come first (submission order)
-    and the rest go to their placement's node.  ``slack`` = inf: always follow.
-    Returns how many chunks moved.
+    node that processed it last (None: unknown).  A chunk goes to its holder
+    when that is live (in ``capacity``), else to its placement's node.  Bound
+    (the damping): no node gets more than ``slack`` x its fair share of the
+    batch (``capacity[node] / sum(capacity)``; capacity = threads x learned
+    speed), plus one.  A node keeps the chunks that come first (submission
+    order); the rest go to their placement's node, or, for chunks placed on
+    that node, to ``runner_up(i)`` (the next-nearest node), if that one is under
+    its bound; else they stay.  ``slack`` = inf: no bound.  Returns how many
+    chunks changed node.
     """
     n = len(nodes)
     total = float(sum(capacity.values()))
     if not n or total <= 0:
         return 0
-    want: list[str] = []
-    load: dict[str, int] = {}
-    for node, h in zip(nodes, holders):
-        w = h if h is not None and h in capacity else node
-        want.append(w)
-        load[w] = load.get(w, 0) + 1
-    cap = {
-        node: slack * n * c / total + 1 for node, c in capacity.items()
-    } if slack != float("inf") else None
+    bounded = slack != float("inf")
+    cap = {node: slack * n * c / total + 1 for node, c in capacity.items()} if bounded else {}
     kept: dict[str, int] = {}
     moved = 0
-    for i, (node, w) in enumerate(zip(nodes, want)):
-        if w == node:
-            continue
-        k = kept.get(w, 0)
-        if cap is not None and load[w] > cap.get(w, 0) and k >= cap.get(w, 0):
-            continue  # the holder is over its bound: the placement decides
-        kept[w] = k + 1
-        nodes[i] = w
-        moved += 1
+    for i, (node, h) in enumerate(zip(nodes, holders)):
+        w = h if h is not None and h in capacity else node
+        if bounded and kept.get(w, 0) >= cap.get(w, n):
+            alt = node if node != w else (runner_up(i) if runner_up is not None else None)
+            if alt is not None and alt in capacity and kept.get(alt, 0) < cap[alt]:
+                w = alt
+        kept[w] = kept.get(w, 0) + 1
+        if w != node:
+            nodes[i] = w
+            moved += 1
     return moved
 
 
@@ -320,15 +317,20 @@ class Locator:
             return 0
         holder = self.holder
         holders = [holder.get(chunk_digest(chunk)) for _, chunk in todo]
-        if not any(h is not None for h in holders):
-            return 0
         speed = self.speed.speed
         capacity = {
             node: self.membership.weight(node) * speed(node)
             for node in self.membership.node_workers
         }
         before = list(nodes)
-        moved = follow_holders(nodes, holders, capacity, self.slack)
+        placement = self.placement
+        moved = follow_holders(
+            nodes,
+            holders,
+            capacity,
+            self.slack,
+            runner_up=lambda i: (placement.ranking(todo[i][1], 2)[1:] or [None])[0],
+        )
         if moved:
             for (ts, _), h, n in zip(todo, before, nodes):
                 if h != n:
