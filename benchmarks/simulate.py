@@ -10,8 +10,14 @@ simulated, with the project's *real* decision code in the loop:
   :func:`~cacheaffinity.scheduler.stealing.plan_steals`,
   :func:`~cacheaffinity.scheduler.stealing.choose_steal`) with the default settings of
   ``cacheaffinity.yaml`` (idle-time 250 ms, backlog 1, interval 100 ms, max-moves 8);
-- the locator (a chunk stolen last run goes to the node that processed it) mirrors
-  the ten lines of ``CacheAffinityPlugin.update_graph``/``transition`` that keep it.
+- the locator: :func:`~cacheaffinity.scheduler.locator.follow_holders` (each chunk to
+  the node that processed it last, bounded by ``locator-slack`` x the node's fair share
+  by threads x learned speed) and :class:`~cacheaffinity.scheduler.locator.NodeSpeed`
+  (learned seconds per task: EWMA with hysteresis), fed with each task's duration, and
+  :func:`~cacheaffinity.scheduler.stealing.warm_threshold` (warm steals scaled by the
+  learned speeds); the bookkeeping of ``Locator.finished`` is mirrored in ``_finish``.
+  ``cacheaffinity-hashlocator`` is the locator before issue 15 (only chunks stolen last
+  run, while their hash placement is unchanged; no speeds).
 
 Modelled, not real (documented assumptions):
 
@@ -47,9 +53,12 @@ Modelled, not real (documented assumptions):
 
 Scenarios (``--scenario``, default all): ``stable``, ``adaptive`` (nodes leave and join
 between and during runs, as ``dask-jobqueue``'s ``adapt()`` does), ``small_cache``
-(cache = half a node's share), ``slow_node`` (one node 3x slower).
+(cache = half a node's share), ``slow_node`` (one node 3x slower), ``hetero``
+(heterogeneous clusters: VISPA as in the paper, the earlier VISPA model ``vispa_nfs1g``
+whose node speeds differ between run 1 and later runs, 1000 nodes of 4-32 threads with
+per-core speeds 0.5-2x), ``slowdown`` (one node becomes 2x slower before run 3).
 
-    python benchmarks/simulate.py [--quick] [--scenario stable adaptive ...]
+    python benchmarks/simulate.py [--quick] [--scenario stable adaptive ...] [--name simulate]
 
 Writes ``benchmarks/results/simulate.json`` (config + one section per scenario) and
 ``simulate_<scenario>.png``.
@@ -152,6 +161,7 @@ FULL = {
     "stealing": {"idle_time": 0.25, "backlog": 1.0, "warm_backlog": 8.0, "interval": 0.1, "max_moves": 8},
     "torus": {"dimensions": 3, "replicas": 32, "seed": 0},
     "ring_vnodes_per_weight": 32,
+    "locator_slack": 1.5,
     "seed": 1,
 }
 
@@ -830,38 +840,80 @@ def plot(name, section, path):
     save_png(fig, path)
 
 
+def git_stamp() -> dict:
+    """``{"commit": <HEAD sha>, "dirty": <uncommitted changes>}`` of this checkout
+    (None/None outside git): the code the figures were measured with."""
+    import subprocess
+
+    try:
+        sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()  # fmt: skip
+        st = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": sha, "dirty": bool(st.strip())}
+
+
 def main(argv=None):
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--scenario", nargs="+", default=None, choices=list(FULL["scenarios"]))
+    p.add_argument("--warm-backlog", type=float, default=None,
+                   help="cacheaffinity.scheduler.stealing.warm-backlog (default: the yaml's 8)")
+    p.add_argument("--locator-slack", type=float, default=None,
+                   help="cacheaffinity.scheduler.locator-slack (default: the yaml's 1.5)")  # fmt: skip
     p.add_argument("--replot", action="store_true", help="redraw the PNGs from simulate.json")
+    p.add_argument("--name", default="simulate",
+                   help="results file name: <out>/<name>.json and <name>_<scenario>.png")  # fmt: skip
     args = p.parse_args(argv)
     if args.replot:
-        with open(os.path.join(args.out, "simulate.json")) as f:
+        with open(os.path.join(args.out, f"{args.name}.json")) as f:
             saved = json.load(f)
         for name, section in saved["results"].items():
-            plot(name, section, os.path.join(args.out, f"simulate_{name}.png"))
+            plot(name, section, os.path.join(args.out, f"{args.name}_{name}.png"))
         return 0
     cfg = copy.deepcopy(QUICK if args.quick else FULL)
     cfg["rates"] = dict(RATES)
     cfg["clusters"] = CLUSTERS
+    if args.warm_backlog is not None:
+        cfg["stealing"]["warm_backlog"] = args.warm_backlog
+    if args.locator_slack is not None:
+        cfg["locator_slack"] = args.locator_slack
     cfg["policies"] = {k: {"placement": a, "stealing": b, "locator": c} for k, (a, b, c) in POLICIES.items()}
     names = args.scenario or list(cfg["scenarios"])
     results = {}
     t0 = time.perf_counter()
     for name in names:
         results[name] = scenario(name, cfg, cfg["scenarios"][name])
-        plot(name, results[name], os.path.join(args.out, f"simulate_{name}.png"))
-    summary = summarise(results)
-    write_json(os.path.join(args.out, "simulate.json"), config={**cfg, "quick": args.quick,
+        plot(name, results[name], os.path.join(args.out, f"{args.name}_{name}.png"))
+    summary = summarise(results, cfg)
+    write_json(os.path.join(args.out, f"{args.name}.json"), config={**cfg, "quick": args.quick,
                "scenarios_run": names}, results=results, summary=summary,
-               seconds=time.perf_counter() - t0)  # fmt: skip
+               seconds=time.perf_counter() - t0, **git_stamp())  # fmt: skip
     for k, v in summary.items():
         print(f"{k}: {v}")
     return 0
 
 
-def summarise(results):
+def summarise(results, cfg=None):
     s = {}
+    for key, res in results.get("hetero", {}).items():
+        ca = res["cacheaffinity"]["runs"]
+        best = min(res[p]["runs"][1]["makespan_s"] for p in ("paper", "cacheaffinity") if p in res)
+        s[f"hetero ({key}): cacheaffinity run 2"] = {
+            "hit_rate": ca[1]["hit_rate"], "target_hit_rate": 0.98 if key.startswith("h1000") else 0.97,
+            "makespan_s": ca[1]["makespan_s"], "best_stealing_makespan_s": best,
+            "wall_vs_best": ca[1]["makespan_s"] / best,
+            "ok": bool(ca[1]["hit_rate"] >= (0.98 if key.startswith("h1000") else 0.97)
+                       and ca[1]["makespan_s"] <= 1.05 * best)}  # fmt: skip
+    for key, res in results.get("slowdown", {}).items():
+        r0 = res["_slowdown_before_run"] - 1
+        ca = res["cacheaffinity"]["runs"]
+        s[f"slowdown ({key}): {res['_slow_node']} 2x slower from run {r0 + 1}, cacheaffinity"] = {
+            "next_run_hit_rate": ca[r0]["hit_rate"], "run_after_hit_rate": ca[r0 + 1]["hit_rate"] if r0 + 1 < len(ca) else None,
+            "ok": bool(ca[r0]["hit_rate"] >= 0.9 and r0 + 1 < len(ca) and ca[r0 + 1]["hit_rate"] >= 0.97),
+            "makespans_s": [round(x["makespan_s"], 1) for x in ca],
+            "paper_makespans_s": [round(x["makespan_s"], 1) for x in res["paper"]["runs"]]}  # fmt: skip
     st, ad = results.get("stable", {}), results.get("adaptive", {})
     for key in ad:
         if key in st:
