@@ -8,8 +8,12 @@ Defines :class:`Locator`, the memory of the scheduler side:
   elsewhere;
 * per chunk, bounded by ``cacheaffinity.scheduler.locator-size`` (oldest
   entries dropped first): the node that processed it last (its *holder*, whose
-  cache holds it unless evicted since) and, for chunks processed away from
-  their placement's node, where they went;
+  cache holds it unless evicted since).  One plain dict entry per chunk, keyed
+  by a 60-bit digest: ~80 bytes per chunk, up to ~120 (~160 at the peak of a
+  resize) once the map is full and drops old entries (measured by
+  ``tools/locator_memory.py``: 74 MiB at 10^6 chunks; 114 MiB, peak 153 MiB,
+  for a map full at 10^6 after 3 x 10^6 chunks), so ``locator-size`` bounds
+  the memory at about ``120 B x locator-size``;
 * per cache node, its learned speed (:class:`NodeSpeed`: seconds per chunk
   task, smoothed, with hysteresis);
 
@@ -19,7 +23,8 @@ backlog exceeds ``cacheaffinity.scheduler.locator-slack`` x its fair share; so
 the stealing decisions of one run become the placement of the next, and a
 node that slows down keeps its chunks up to that bound), and the steal
 preference (:meth:`Locator.steal_preference`).
-Chunks are remembered by the 64-bit xxh3 digest of their id (:func:`chunk_digest`).
+Chunks are remembered by a 60-bit digest of their id (:func:`chunk_digest`; a
+collision between two of 10^6 chunks has probability ~4e-7 and costs a cache miss).
 
 Notes
 -----
@@ -96,8 +101,9 @@ def choose_steal(
 
 
 def chunk_digest(chunk: str) -> int:
-    """The key under which the locator remembers a chunk (xxh3-64 of its id)."""
-    return xxhash.xxh3_64_intdigest(chunk.encode("utf-8", "surrogatepass"))
+    """The key under which the locator remembers a chunk: xxh3-64 of its id,
+    shortened to 60 bits (a Python int below 2**60 takes 32 bytes, not 48)."""
+    return xxhash.xxh3_64_intdigest(chunk.encode("utf-8", "surrogatepass")) >> 4
 
 
 def _remember(d: dict, key: Hashable, value: Any, size: int) -> None:
@@ -237,7 +243,7 @@ class Locator:
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(
                 f"cacheaffinity.scheduler.locator-size={size!r} must be an integer >= 0, "
-                "e.g. 2000000 (~280 MB of scheduler memory, up to ~600 MB if all were stolen)"
+                "e.g. 2000000 (~160 MB of scheduler memory, up to ~240 MB once full)"
             )
         self.membership = membership
         self.placement = placement
@@ -264,9 +270,6 @@ class Locator:
         self.hashed: dict[Hashable, str] = {}
         #: keys of chunk tasks the stealing policy moved (until they finish)
         self.stolen: set = set()
-        #: chunk digest -> (node that processed it, node placement chose), for
-        #: chunks processed away from their placement's node; newest last
-        self.located: dict[int, tuple[str, str]] = {}
         #: chunk digest -> node that processed it last; newest last
         self.holder: dict[int, str] = {}
 
@@ -338,15 +341,18 @@ class Locator:
         return moved
 
     def where_located(self, chunk: str) -> tuple[str, str] | None:
-        """``(holder node, placement's node)`` of a chunk processed away from its
-        placement's node, else None."""
-        return self.located.get(chunk_digest(chunk))
+        """``(holder node, placement's node)`` of a chunk whose holder is not its
+        placement's node under the current membership, else None."""
+        h = self.holder.get(chunk_digest(chunk))
+        if h is None or not self.membership.node_workers:
+            return None
+        placed = self.placement.nearest([chunk])[0]
+        return None if placed == h else (h, placed)
 
-    def set_located(self, chunk: str, holder: str, placed: str) -> None:
-        """Remember that ``holder`` processed ``chunk`` while placement chose ``placed``."""
-        h = chunk_digest(chunk)
-        _remember(self.located, h, (holder, placed), self.size)
-        _remember(self.holder, h, holder, self.size)
+    def set_located(self, chunk: str, holder: str, placed: str | None = None) -> None:
+        """Remember that ``holder`` processed ``chunk`` (``placed``: ignored, the
+        placement's node is recomputed when needed)."""
+        _remember(self.holder, chunk_digest(chunk), holder, self.size)
 
     def holder_of(self, chunk: str) -> str | None:
         """The node that processed ``chunk`` last (None: unknown or forgotten)."""
@@ -365,22 +371,14 @@ class Locator:
         task or unknown node).
         """
         chunk = self.chunk_of.get(key)
-        stolen = key in self.stolen
         self.stolen.discard(key)
-        meant = self.hashed.pop(key, None)
+        self.hashed.pop(key, None)
         if chunk is None or node is None:
             return None
         if seconds is not None:
             self.speed.observe(node, seconds)
-        h = chunk_digest(chunk)
-        _remember(self.holder, h, node, self.size)
+        _remember(self.holder, chunk_digest(chunk), node, self.size)
         target = self.target.get(key)
-        if meant is not None:  # sent by the locator: keep what placement chose
-            _remember(self.located, h, (node, meant), self.size)
-        elif stolen and target is not None:  # the thief's node holds it now
-            _remember(self.located, h, (node, target), self.size)
-        else:  # on its placement's node (or moved by a membership change)
-            self.located.pop(h, None)
         return node == target
 
     def note_steal(self, key: Hashable) -> None:

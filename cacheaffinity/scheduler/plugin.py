@@ -654,7 +654,6 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 "refused": stealing.refused,
             },
             "tracked-tasks": len(self.locator.chunk_of),
-            "located-chunks": len(self.locator.located),
             "held-chunks": len(self.locator.holder),
             "locator-size": self.locator.size,
             "node-speed": self.locator.speed.to_dict(),
