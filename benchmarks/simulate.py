@@ -145,13 +145,14 @@ FULL = {
         "small_cache": [["vispa", 20_000]],
         "slow_node": [["vispa", 20_000]],
         "hetero": [["vispa", 20_000], ["vispa_nfs1g", 20_000], ["h1000", 100_000]],
-        "slowdown": [["vispa", 20_000], ["h1000", 100_000]],
+        # [cluster, chunks, node that becomes slower]; d-0040 (32 threads, per-core time
+        # factor 1.48) becomes the slowest node of h1000
+        "slowdown": [["vispa", 20_000, "small-0000"], ["vispa", 20_000, "large-0000"],
+                     ["h1000", 100_000, "d-0040"]],
     },
-    # slowdown: this node (per cluster; default the first of the last group) becomes
-    # ``slowdown_factor`` x slower before run ``slowdown_run``
+    # slowdown: the case's node becomes ``slowdown_factor`` x slower before run ``slowdown_run``
     "slowdown_factor": 2.0,
     "slowdown_run": 3,
-    "slowdown_node": {"vispa": "small-0000", "h1000": "d-0000"},
     "hetero_policies": ["paper", "cacheaffinity-nosteal", "cacheaffinity", "cacheaffinity-hashlocator"],
     "adaptive": {"pool_extra": 0.1, "between_runs": 0.05, "during_run": 0.03, "at": 0.3},
     # churn sweep (cacheaffinity only, first adaptive case): nodes replaced per run
@@ -173,7 +174,7 @@ QUICK["scenarios"] = {
     "small_cache": [["vispa", 1500]],
     "slow_node": [["vispa", 1500]],
     "hetero": [["vispa", 3000], ["vispa_nfs1g", 3000], ["h1000", 20_000]],
-    "slowdown": [["vispa", 3000], ["h1000", 20_000]],
+    "slowdown": [["vispa", 3000, "small-0000"], ["vispa", 3000, "large-0000"], ["h1000", 20_000, "d-0040"]],
 }
 QUICK["runs"] = 5
 
@@ -736,8 +737,8 @@ def node_share_bytes(cfg, cluster_name, n_chunks, threads):
 
 def scenario(name, cfg, cases):
     out = {}
-    for cluster_name, n_chunks in cases:
-        key = f"{cluster_name}/{n_chunks}"
+    for cluster_name, n_chunks, *extra in cases:
+        key = "/".join([cluster_name, str(n_chunks), *extra])
         res = {}
         if name in ("stable", "adaptive"):
             churn = cfg["adaptive"] if name == "adaptive" else None
@@ -779,7 +780,7 @@ def scenario(name, cfg, cases):
                 res[pol] = run_policy(cfg, cluster_name, n_chunks, pol)
         elif name == "slowdown":
             cl = CLUSTERS[cluster_name]
-            slow_name = cfg["slowdown_node"].get(cluster_name, f"{cl['groups'][-1][0]}-0000")
+            slow_name = extra[0] if extra else f"{cl['groups'][-1][0]}-0000"
             for pol in cfg["hetero_policies"]:
                 sim = Simulation(cfg, cl, n_chunks, pol, seed=cfg["seed"])
                 t0 = time.perf_counter()
@@ -872,6 +873,7 @@ def main(argv=None):
         for name, section in saved["results"].items():
             plot(name, section, os.path.join(args.out, f"{args.name}_{name}.png"))
         return 0
+    stamp = git_stamp()  # the code the figures are measured with (before running)
     cfg = copy.deepcopy(QUICK if args.quick else FULL)
     cfg["rates"] = dict(RATES)
     cfg["clusters"] = CLUSTERS
@@ -889,7 +891,7 @@ def main(argv=None):
     summary = summarise(results, cfg)
     write_json(os.path.join(args.out, f"{args.name}.json"), config={**cfg, "quick": args.quick,
                "scenarios_run": names}, results=results, summary=summary,
-               seconds=time.perf_counter() - t0, **git_stamp())  # fmt: skip
+               seconds=time.perf_counter() - t0, **stamp)  # fmt: skip
     for k, v in summary.items():
         print(f"{k}: {v}")
     return 0

@@ -137,14 +137,24 @@ def test_plan_steals_respects_backlog_budget_and_wanted():
     assert "a" not in idle_since
 
 
-@pytest.mark.parametrize("scenario", ["stable", "small_cache"])
+@pytest.mark.parametrize("scenario", ["stable", "small_cache", "hetero", "slowdown"])
 def test_benchmark_main_quick_writes_json_and_png(tmp_path, scenario, monkeypatch):
-    tiny = {"stable": [["vispa", 300]], "small_cache": [["vispa", 300]]}
+    import json
+
+    tiny = {"stable": [["vispa", 300]], "small_cache": [["vispa", 300]],
+            "hetero": [["vispa", 300]], "slowdown": [["vispa", 300, "large-0000"]]}  # fmt: skip
     monkeypatch.setitem(simulate.QUICK, "scenarios", tiny)
-    monkeypatch.setitem(simulate.QUICK, "runs", 2)
+    monkeypatch.setitem(simulate.QUICK, "runs", 3)
     assert simulate.main(["--quick", "--scenario", scenario, "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "simulate.json").stat().st_size > 0
+    saved = json.loads((tmp_path / "simulate.json").read_text())
+    assert len(saved["commit"]) == 40 and isinstance(saved["dirty"], bool)
     assert (tmp_path / f"simulate_{scenario}.png").stat().st_size > 0
+    if scenario == "slowdown":
+        res = saved["results"]["slowdown"]["vispa/300/large-0000"]
+        assert res["_slow_node"] == "large-0000" and res["_slowdown_before_run"] == 3
+        assert any(k.startswith("slowdown (vispa/300/large-0000)") for k in saved["summary"])
+    if scenario == "hetero":
+        assert set(saved["results"]["hetero"]["vispa/300"]) == set(simulate.FULL["hetero_policies"])
 
 
 def test_simulator_uses_the_real_locator_functions():
