@@ -171,7 +171,7 @@ class NodeSpeed:
     of the nodes seen (1.0 = typical; unknown nodes 1.0).
     """
 
-    def __init__(self, alpha: float = 0.05, hysteresis: float = 0.25):
+    def __init__(self, alpha: float = 0.2, hysteresis: float = 0.25):
         if not 0 < alpha <= 1:
             raise ValueError(f"NodeSpeed alpha={alpha!r} must be in (0, 1], e.g. 0.05")
         if hysteresis < 0:
