@@ -119,6 +119,8 @@ def mode_runs(mode, args, files, workdir, repeat=1):
                 "on_target": c1.get("on-target", 0) - c0.get("on-target", 0),
                 "steal_outcomes_total": outcomes,
                 "loadavg_1min": load,
+                # learned seconds per chunk task of each node (the locator's NodeSpeed)
+                "node_speed_s": cacheaffinity.check(client).get("node-speed"),
                 "repeat": repeat,
             }
             print(f"{mode:14s} #{repeat} run {run}: {wall:6.2f} s, load {load:.1f}, hit rate "
