@@ -165,7 +165,10 @@ def main(argv=None):
             branches=["Muon_*", "Jet_*", "Electron_*", "nMuon", "nJet", "nElectron"],
         )  # fmt: skip
     files = sorted(str(f) for f in data.glob("nano_*.root"))
-    overrides = {f"cacheaffinity.{k}": v for k, v in (kv.split("=", 1) for kv in args.set)}
+    import yaml
+
+    # values parsed as YAML, as in a Dask config file ("1.5" -> 1.5, "250ms" stays a string)
+    overrides = {f"cacheaffinity.{k}": yaml.safe_load(v) for k, v in (kv.split("=", 1) for kv in args.set)}
     # results[mode][repeat] = rows of runs 1..R
     results: dict[str, list] = {mode: [] for mode in args.modes}
     with dask.config.set(overrides):
