@@ -157,6 +157,7 @@ def main(argv=None):
     if min(args.threads) < 1 or args.repeats < 1 or args.runs < 1:
         p.error(f"--threads {args.threads} / --repeats {args.repeats} / --runs {args.runs}: "
                 "all must be >= 1")  # fmt: skip
+    stamp = _git_commit()  # the code measured (taken before the runs)
     workdir = Path(args.workdir)
     data = workdir / "data"
     if not data.exists():
@@ -228,7 +229,7 @@ def main(argv=None):
                         "wall_ratio_later_runs_per_repeat": ratios,
                         "run2_hit_rate_cacheaffinity_per_repeat": run2_hits,
                         "note": "measured on a shared 2-core machine; loadavg_1min per run"},
-               commit=_git_commit())  # fmt: skip
+               commit=stamp)  # fmt: skip
     fig, (ax1, ax2) = pyplot().subplots(1, 2, figsize=(10, 4))
     for mode, rows in per_run.items():
         runs = [r["run"] for r in rows]
