@@ -168,15 +168,19 @@ class NodeSpeed:
     :meth:`speed` uses, follows only when the smoothed value differs from it by
     more than ``hysteresis`` (relative), so noise and short slowdowns do not
     change placement.  :meth:`speed` is a node's speed relative to the median
-    of the nodes seen (1.0 = typical; unknown nodes 1.0).
+    of the nodes seen (1.0 = typical); a node with fewer than ``min_samples``
+    finished tasks counts as typical (1.0), so the first, noisy tasks (imports,
+    warm-up) move nothing.
     """
 
-    def __init__(self, alpha: float = 0.2, hysteresis: float = 0.25):
+    def __init__(self, alpha: float = 0.2, hysteresis: float = 0.25, min_samples: int = 10):
         if not 0 < alpha <= 1:
             raise ValueError(f"NodeSpeed alpha={alpha!r} must be in (0, 1], e.g. 0.05")
         if hysteresis < 0:
             raise ValueError(f"NodeSpeed hysteresis={hysteresis!r} must be >= 0, e.g. 0.25")
-        self.alpha, self.hysteresis = alpha, hysteresis
+        self.alpha, self.hysteresis, self.min_samples = alpha, hysteresis, min_samples
+        #: node -> tasks observed
+        self.count: dict[str, int] = {}
         #: node -> smoothed seconds per task
         self.smoothed: dict[str, float] = {}
         #: node -> published seconds per task
@@ -189,17 +193,19 @@ class NodeSpeed:
         m = self.smoothed.get(node)
         m = seconds if m is None else m + self.alpha * (seconds - m)
         self.smoothed[node] = m
+        k = self.count[node] = self.count.get(node, 0) + 1
         p = self.published.get(node)
-        if p is None or abs(m - p) > self.hysteresis * p:
+        if p is None or abs(m - p) > self.hysteresis * p or k == self.min_samples:
             self.published[node] = m
             self._median = None
 
     def speed(self, node: str) -> float:
         p = self.published.get(node)
-        if p is None:
+        if p is None or self.count.get(node, 0) < self.min_samples:
             return 1.0
         if self._median is None:
-            v = sorted(self.published.values())
+            n = self.min_samples
+            v = sorted(x for k, x in self.published.items() if self.count.get(k, 0) >= n)
             self._median = v[len(v) // 2]
         return self._median / p
 
