@@ -9,7 +9,7 @@ simulated, with the project's *real* decision code in the loop:
   calls (:func:`~cacheaffinity.scheduler.stealing.track_idle`,
   :func:`~cacheaffinity.scheduler.stealing.plan_steals`,
   :func:`~cacheaffinity.scheduler.stealing.choose_steal`) with the default settings of
-  ``cacheaffinity.yaml`` (idle-time 250 ms, backlog 1, interval 100 ms, max-moves 8);
+  ``cacheaffinity.yaml`` (idle-time 250 ms, backlog 1, warm-backlog 2, interval 100 ms, max-moves 8);
 - the locator: :func:`~cacheaffinity.scheduler.locator.follow_holders` (each chunk to
   the node that processed it last, bounded by ``locator-slack`` x the node's fair share
   by threads x learned speed) and :class:`~cacheaffinity.scheduler.locator.NodeSpeed`
@@ -159,7 +159,7 @@ FULL = {
     "adaptive_sweep": [0.01, 0.02, 0.05, 0.1],
     "small_cache_fraction": 0.5,
     "slow_factor": 3.0,
-    "stealing": {"idle_time": 0.25, "backlog": 1.0, "warm_backlog": 8.0, "interval": 0.1, "max_moves": 8},
+    "stealing": {"idle_time": 0.25, "backlog": 1.0, "warm_backlog": 2.0, "interval": 0.1, "max_moves": 8},
     "torus": {"dimensions": 3, "replicas": 32, "seed": 0},
     "ring_vnodes_per_weight": 32,
     "locator_slack": 1.5,
@@ -860,7 +860,7 @@ def main(argv=None):
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--scenario", nargs="+", default=None, choices=list(FULL["scenarios"]))
     p.add_argument("--warm-backlog", type=float, default=None,
-                   help="cacheaffinity.scheduler.stealing.warm-backlog (default: the yaml's 8)")
+                   help="cacheaffinity.scheduler.stealing.warm-backlog (default: the yaml's 2)")
     p.add_argument("--locator-slack", type=float, default=None,
                    help="cacheaffinity.scheduler.locator-slack (default: the yaml's 1.5)")  # fmt: skip
     p.add_argument("--replot", action="store_true", help="redraw the PNGs from simulate.json")
