@@ -170,15 +170,23 @@ class NodeSpeed:
     change placement.  :meth:`speed` is a node's speed relative to the median
     of the nodes seen (1.0 = typical); a node with fewer than ``min_samples``
     finished tasks counts as typical (1.0), so the first, noisy tasks (imports,
-    warm-up) move nothing.
+    warm-up) move nothing; tasks shorter than ``min_seconds`` are not observed
+    (their compute time is scheduling noise, not the node's speed).
     """
 
-    def __init__(self, alpha: float = 0.2, hysteresis: float = 0.25, min_samples: int = 10):
+    def __init__(
+        self,
+        alpha: float = 0.2,
+        hysteresis: float = 0.25,
+        min_samples: int = 10,
+        min_seconds: float = 0.05,
+    ):
         if not 0 < alpha <= 1:
             raise ValueError(f"NodeSpeed alpha={alpha!r} must be in (0, 1], e.g. 0.05")
         if hysteresis < 0:
             raise ValueError(f"NodeSpeed hysteresis={hysteresis!r} must be >= 0, e.g. 0.25")
         self.alpha, self.hysteresis, self.min_samples = alpha, hysteresis, min_samples
+        self.min_seconds = min_seconds
         #: node -> tasks observed
         self.count: dict[str, int] = {}
         #: node -> smoothed seconds per task
@@ -188,7 +196,7 @@ class NodeSpeed:
         self._median: float | None = None
 
     def observe(self, node: str, seconds: float) -> None:
-        if not seconds > 0:
+        if not seconds >= self.min_seconds or not seconds > 0:
             return
         m = self.smoothed.get(node)
         m = seconds if m is None else m + self.alpha * (seconds - m)
