@@ -210,6 +210,10 @@ class Config:
     repeats: int = 1
     #: measure the floors (coffea-in-memory, processor-only) on the cacheaffinity cluster
     floors: bool = True
+    #: entries per placement stripe (``cacheaffinity.client.stripe-entries``); None: the
+    #: chunksize, so that a small benchmark dataset has as many placement units as chunks
+    #: (the default 200,000 would give one unit per generated file)
+    stripe_entries: int | None = None
 
     def check(self) -> None:
         bad = [m for m in (*self.modes, *self.membership_modes) if m not in MODES]
@@ -690,8 +694,11 @@ def run_benchmark(cfg: Config, log=print) -> dict:
     started = time.perf_counter()
     load_before = list(os.getloadavg())
     repeats = []
+    stripes = dask.config.set(
+        {"cacheaffinity.client.stripe-entries": cfg.stripe_entries or cfg.chunksize}
+    )
     try:
-        with Storage(cfg, files, workdir) as storage:
+        with stripes, Storage(cfg, files, workdir) as storage:
             for rep in range(cfg.repeats):
                 if rep:
                     storage.fresh_xcache()  # a cold XCache for every repeat
@@ -1028,6 +1035,8 @@ def parse_args(argv=None) -> tuple[Config, str]:
     p.add_argument("--repeats", type=int, default=d.repeats,
                    help="independent repeats (fresh clusters and caches); use >= 3 for headline figures")
     p.add_argument("--no-floors", action="store_true", help="skip the two floors")
+    p.add_argument("--stripe-entries", type=int, default=None,
+                   help="entries per placement stripe (default: the chunksize)")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     a = p.parse_args(argv)
     cfg = Config(
@@ -1038,6 +1047,7 @@ def parse_args(argv=None) -> tuple[Config, str]:
         modes=tuple(a.modes), scenarios=tuple(a.scenarios),
         membership_modes=tuple(a.membership_modes), data=a.data, workdir=a.workdir,
         analysis=a.analysis, repeats=a.repeats, floors=not a.no_floors,
+        stripe_entries=a.stripe_entries,
     )  # fmt: skip
     return cfg, a.out
 

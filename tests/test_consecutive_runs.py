@@ -16,6 +16,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+import dask
 import pytest
 
 from testbed import skip_or_fail
@@ -53,17 +54,20 @@ def test_local_storage_stable_and_membership(tmp_path):
         modes=("dask-default+cache", "cacheaffinity"), scenarios=("stable", "membership"),
         membership_modes=("cacheaffinity",), **TINY,
     )  # fmt: skip
-    doc = cr.run_benchmark(cfg, log=lambda line: None)
+    # one placement stripe per chunk: a one-file dataset still spreads over the nodes
+    with dask.config.set({"cacheaffinity.client.stripe-entries": TINY["chunksize"]}):
+        doc = cr.run_benchmark(cfg, log=lambda line: None)
     assert doc["identical_results"]
     stable = doc["sequences"]["stable"]
     ca, dd = stable["cacheaffinity"], stable["dask-default+cache"]
     assert [r["run"] for r in ca] == [1, 2, 3, 4]
-    for rows in (ca, dd):  # cold first run: everything missed, decompressed, read
-        assert rows[0]["hit_rate"] == 0
+    for rows in (ca, dd):  # cold first run: decompressed, read from storage
         assert rows[0]["decompressed_bytes"] > 0
         assert rows[0]["storage_bytes"] > 0
-    # every cached mode counts the same columns: equal lookups per run
-    assert ca[0]["hits"] + ca[0]["misses"] == dd[0]["hits"] + dd[0]["misses"]
+    # per-chunk keys (coffea's cachestrategy) miss everything in run 1; cluster entries can hit
+    # within run 1 (a missing cluster is read whole, later chunks of the node hit on it)
+    assert dd[0]["hit_rate"] == 0
+    assert ca[0]["hit_rate"] < 1 and ca[0]["misses"] > 0
     assert ca[1]["hit_rate"] >= 0.9, ca[1]
     assert ca[1]["decompressed_bytes"] < ca[0]["decompressed_bytes"]
     assert ca[1]["on_preferred"] is not None and ca[0]["steals"] is not None
@@ -154,7 +158,8 @@ def test_realistic_repeats_and_floors(tmp_path):
         scenarios=("stable",), analysis="realistic", repeats=2, floors=True,
     )  # fmt: skip
     lines: list[str] = []
-    doc = cr.run_benchmark(cfg, log=lines.append)
+    with dask.config.set({"cacheaffinity.client.stripe-entries": 400}):  # a stripe per chunk
+        doc = cr.run_benchmark(cfg, log=lines.append)
     assert doc["identical_results"]  # every run, mode, repeat and floor: the same histograms
     assert len(doc["repeats"]) == 2
     # all clusters of a repeat are up before round 1; the mode order rotates
@@ -171,7 +176,8 @@ def test_realistic_repeats_and_floors(tmp_path):
         assert all(x["storage_bytes"] == 0 for x in f["coffea-in-memory"])  # worker memory
         assert f["processor-only"][0]["process_s_sum"] > 0
         ca = rp["sequences"]["stable"]["cacheaffinity"]
-        assert ca[0]["hit_rate"] == 0 and ca[1]["hit_rate"] == ca[2]["hit_rate"] == 1
+        # run 1 cold (two chunks of one node may share a ROOT cluster), then all hits
+        assert ca[0]["hit_rate"] < 1 and ca[1]["hit_rate"] == ca[2]["hit_rate"] == 1
         direct = rp["sequences"]["stable"]["direct"]
         # uncached: every run decompresses what the cold cached run 1 inserted
         assert direct[1]["decompressed_bytes"] == ca[0]["decompressed_bytes"] > 0
