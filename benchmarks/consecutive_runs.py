@@ -740,13 +740,13 @@ def run_benchmark(cfg: Config, log=print) -> dict:
 
 def _fill_uncached_decompressed(sequences: dict, volume: int) -> None:
     """Uncached modes decompress every column the analysis reads, every run: the column
-    buffer bytes a cold cached run inserts into its caches (every lookup misses), the
+    buffer bytes a cold cached run 1 inserts into its caches (empty at its start), the
     same measure as the cached modes'; without a cached mode, uproot's uncompressed bytes
     of the branches read (``volume``; includes ROOT's per-entry offsets, a bit larger)."""
     cold = [
         rows[0]["decompressed_bytes"]
         for rows in sequences.get("stable", {}).values()
-        if rows and rows[0]["decompressed_bytes"] and rows[0]["hit_rate"] == 0
+        if rows and rows[0]["decompressed_bytes"]  # run 1 starts with empty caches
     ]
     value = max(cold) if cold else volume
     for rows in sequences.values():
