@@ -21,8 +21,20 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 demo: $(STAMP)
 	$(PY) -m examples.demo
 
-test: $(STAMP) system-deps
-	$(PY) -m pytest -q
+# What CI runs (.ci/run). Steps, each timed (tools/timed), the times printed at the end:
+#   venv, system-deps   the pinned venv and the Debian packages the tests need
+#   pytest              the default suite (excludes -m slow and -m upstream)
+#   coffea-upstream     coffea's own executor tests with CacheAffinityExecutor vs DaskExecutor
+#   matrix-oldest       core tests at the oldest supported releases (tools/matrix.py oldest;
+#                       the newest end is what the two steps before ran)
+test:
+	@rm -f .test-times; rc=0; \
+	tools/timed .test-times venv $(MAKE) --no-print-directory venv || exit $$?; \
+	tools/timed .test-times system-deps $(MAKE) --no-print-directory system-deps; \
+	tools/timed .test-times pytest $(PY) -m pytest -q || rc=$$?; \
+	tools/timed .test-times coffea-upstream $(PY) -m pytest -q -m upstream || rc=$$?; \
+	tools/timed .test-times matrix-oldest $(PYTHON) tools/matrix.py oldest || rc=$$?; \
+	tools/timed .test-times --report; exit $$rc
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
