@@ -450,19 +450,10 @@ class ColumnCache(MutableMapping):
         try:
             trusted_directory(self.directory, shared_group=self.shared_gid)
         except UntrustedDirectory as e:
-            self._disabled = self.untrusted = str(e)
-            self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
+            self._untrusted(e)
             return
         except (OSError, ValueError) as e:
-            self._disabled = f"{type(e).__name__}: {e}"
-            self._warn_once(
-                "disk",
-                "cacheaffinity: cache directory %s cannot be used (%s); nothing will be "
-                "cached by this process. Point cacheaffinity.worker.directory to a "
-                "writable directory on local disk.",
-                self.directory,
-                self._disabled,
-            )
+            self._unusable(e)
             return
         try:
             self._mkdir(self._data)
@@ -472,24 +463,32 @@ class ColumnCache(MutableMapping):
             self._open_index()
             self._settings()
         except UntrustedDirectory as e:  # a planted index, WAL or shm file
-            self._disabled = self.untrusted = str(e)
-            self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
+            self._untrusted(e)
             return
         except (OSError, sqlite3.Error) as e:
-            self._disabled = f"{type(e).__name__}: {e}"
-            self._warn_once(
-                "disk",
-                "cacheaffinity: cache directory %s cannot be used (%s); nothing will be "
-                "cached by this process. Point cacheaffinity.worker.directory to a "
-                "writable directory on local disk.",
-                self.directory,
-                self._disabled,
-            )
+            self._unusable(e)
             return
         try:
             self.collect_orphans()
         except (OSError, sqlite3.Error, _Closed) as e:
             logger.debug("cacheaffinity: orphan collection on open failed: %s", e)
+
+    def _untrusted(self, e: Exception) -> None:
+        """Disable this process's cache: the directory (or a file in it) is not trusted."""
+        self._disabled = self.untrusted = str(e)
+        self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
+
+    def _unusable(self, e: Exception) -> None:
+        """Disable this process's cache: the directory cannot be created, written or indexed."""
+        self._disabled = f"{type(e).__name__}: {e}"
+        self._warn_once(
+            "disk",
+            "cacheaffinity: cache directory %s cannot be used (%s); nothing will be "
+            "cached by this process. Point cacheaffinity.worker.directory to a "
+            "writable directory on local disk.",
+            self.directory,
+            self._disabled,
+        )
 
     # ------------------------------------------------------------------ setup
     def _reset_locks(self) -> None:
