@@ -60,7 +60,7 @@ import numpy as np
 import uproot
 import xxhash
 
-from cacheaffinity.worker.store import ColumnCache
+from cacheaffinity import ColumnCache
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from benchmarks._common import git_info  # noqa: E402
