@@ -1,0 +1,173 @@
+"""cacheaffinity on a real dask-gateway (issue 18): click-free preload, cache keyed by host.
+
+Starts ``dask-gateway-server`` (local backend: schedulers and workers are
+subprocesses of the gateway, TLS between them, the gateway's own proxy) on
+127.0.0.1 with a ``dask_gateway_config.py`` that calls
+:func:`cacheaffinity.gateway.configure`, creates a cluster through
+``dask_gateway.Gateway``, scales it to 2 workers and runs the same coffea
+analysis twice with :class:`cacheaffinity.CacheAffinityExecutor`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import cacheaffinity
+import cacheaffinity.gateway
+
+from dask_gateway import Gateway  # a test dependency (pyproject's test extra): never skipped
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def _free_ports(n: int) -> list[int]:
+    socks = []
+    for _ in range(n):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        socks.append(s)
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+@pytest.fixture
+def gateway_server(tmp_path):
+    """A running dask-gateway-server on 127.0.0.1; yields (address, caches root, log)."""
+    api, http, tcp = _free_ports(3)
+    caches = tmp_path / "node-disk"
+    config = tmp_path / "dask_gateway_config.py"
+    config.write_text(
+        "import cacheaffinity.gateway\n"
+        f"c.DaskGateway.address = '127.0.0.1:{api}'\n"
+        f"c.Proxy.address = '127.0.0.1:{http}'\n"
+        f"c.Proxy.tcp_address = '127.0.0.1:{tcp}'\n"
+        "c.DaskGateway.backend_class = 'dask_gateway_server.backends.local.UnsafeLocalBackend'\n"
+        f"c.LocalBackend.clusters_directory = {str(tmp_path / 'clusters')!r}\n"
+        "c.ClusterConfig.worker_threads = 1\n"
+        "c.ClusterConfig.worker_cores = 1\n"
+        "c.ClusterConfig.worker_memory = '1 G'\n"
+        "c.ClusterConfig.idle_timeout = 0\n"
+        "c.ClusterConfig.environment = {'DASK_CACHEAFFINITY__SCHEDULER__STEALING__ENABLED': 'False'}\n"
+        "cacheaffinity.gateway.configure(\n"
+        f"    c, dask_command=[{str(BIN / 'dask')!r}],\n"
+        f"    directory={str(caches / 'cacheaffinity-{host}')!r}, capacity='2 GiB',\n"
+        ")\n"
+    )
+    log = tmp_path / "gateway.log"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(BIN / "dask-gateway-server"), "-f", str(config)],
+            cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def healthy():
+        assert proc.poll() is None, log.read_text()
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{http}/api/health", timeout=2) as r:
+                return r.status == 200
+        except OSError:
+            return False
+
+    try:
+        _wait_for(healthy, 60, "dask-gateway-server to answer /api/health")
+        yield f"http://127.0.0.1:{http}", f"tls://127.0.0.1:{tcp}", caches, log
+    finally:
+        proc.terminate()  # SIGTERM: the gateway stops its clusters and its proxy
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            raise
+    assert proc.returncode in (0, -15), log.read_text()[-3000:]
+
+
+def _counts(client):
+    t = cacheaffinity.cache_totals(client)
+    return t.get("hits", 0), t.get("misses", 0)
+
+
+def test_gateway_cluster_runs_cacheaffinity_and_hits_on_rerun(gateway_server, nanoaod_dir):
+    from coffea import processor
+    from coffea.nanoevents import NanoAODSchema
+
+    from examples.analysis import DimuonJetProcessor, summary
+
+    address, proxy, caches, log = gateway_server
+    with Gateway(address=address, proxy_address=proxy, auth="basic") as gateway:
+        cluster = cacheaffinity.gateway.new_cluster(workers=2, gateway=gateway)
+        try:
+            client = cluster.get_client(set_as_default=False)
+            info = cacheaffinity.check(client)  # the plugin runs next to the gateway's preload
+            assert info["placement"]["dimensions"] >= 1
+
+            # the scheduler's preloads: the gateway's click one and ours
+            preloads = client.run_on_scheduler(
+                lambda dask_scheduler: [p.name for p in dask_scheduler.preloads]
+            )
+            assert "dask_gateway.scheduler_preload" in preloads, preloads
+            assert cacheaffinity.gateway.PRELOAD in preloads, preloads
+
+            # random worker names, one cache directory keyed by host
+            names = [w["name"] for w in client.scheduler_info()["workers"].values()]
+            assert len(names) == 2 and all(re.fullmatch("[0-9a-f]{32}", str(n)) for n in names), names
+            dirs = client.run(lambda dask_worker: dask_worker.plugins["cacheaffinity"].directory)
+            assert set(dirs.values()) == {
+                str(caches / f"cacheaffinity-{socket.gethostname()}")
+            }, dirs
+
+            # the dashboard page is listed for JupyterLab's Dask panel, through the proxy
+            link = cluster.dashboard_link.rsplit("/status", 1)[0]
+            with urllib.request.urlopen(f"{link}/individual-plots.json", timeout=30) as r:
+                plots = json.loads(r.read())
+            assert "/individual-cache-affinity" in plots.values(), plots
+
+            fileset = {
+                "dy": [str(nanoaod_dir / "nano_dy.root")],
+                "dimuon": [str(nanoaod_dir / "nano_dimuon.root")],
+            }
+            results, counts = [], []
+            for _ in range(2):
+                executor = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+                runner = processor.Runner(
+                    executor=executor, schema=NanoAODSchema, chunksize=10,
+                    metadata_cache={},
+                )
+                before = _counts(client)
+                out = runner(fileset, processor_instance=DimuonJetProcessor(), treename="Events")
+                after = _counts(client)
+                results.append(summary(out))
+                counts.append((after[0] - before[0], after[1] - before[1]))
+            (h1, m1), (h2, m2) = counts
+            assert m1 > 0, counts  # run 1 read and stored the columns
+            assert h2 >= 0.99 * (h2 + m2) and h2 > 0, counts
+            assert results[0] == results[1]
+            assert results[0]["dy"]["entries"] > 0
+            client.close()
+        finally:
+            cluster.shutdown()
+        assert not gateway.list_clusters()
