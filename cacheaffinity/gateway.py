@@ -109,7 +109,14 @@ def environment(**settings: Any) -> dict[str, str]:
     return env
 
 
-def configure(c: Any, *, dask_command: Sequence[str] = ("dask",), **settings: Any) -> None:
+def configure(
+    c: Any,
+    *,
+    dask_command: Sequence[str] = ("dask",),
+    scheduler_options: Sequence[str] = (),
+    worker_options: Sequence[str] = (),
+    **settings: Any,
+) -> None:
     """Configure dask-gateway-server so every cluster it starts runs cacheaffinity.
 
     Call in ``dask_gateway_config.py`` (``c`` is the config object the gateway
@@ -125,6 +132,9 @@ def configure(c: Any, *, dask_command: Sequence[str] = ("dask",), **settings: An
     dask_command : sequence of str
         The ``dask`` command of the environment the clusters run in, e.g.
         ``["/opt/conda/envs/analysis/bin/dask"]``.
+    scheduler_options, worker_options : sequence of str
+        Further options of ``dask scheduler`` / ``dask worker`` (the gateway adds
+        its own after them), e.g. ``["--host", "127.0.0.1"]``.
     **settings
         As for :func:`environment`.
 
@@ -136,8 +146,8 @@ def configure(c: Any, *, dask_command: Sequence[str] = ("dask",), **settings: An
     env = environment(**settings)
     cluster = c.ClusterConfig
     base = list(dask_command)
-    cluster.scheduler_cmd = [*base, "scheduler", "--preload", PRELOAD]
-    cluster.worker_cmd = [*base, "worker", "--preload", PRELOAD]
+    cluster.scheduler_cmd = [*base, "scheduler", *scheduler_options, "--preload", PRELOAD]
+    cluster.worker_cmd = [*base, "worker", *worker_options, "--preload", PRELOAD]
     current = cluster.environment if "environment" in cluster else {}
     cluster.environment = {**dict(current), **env}
 
