@@ -220,3 +220,61 @@ def test_portal_notebook_on_the_gateway(gateway_server, monkeypatch):
     assert "on gateway://127.0.0.1:" in text, text[-2000:]
     stderr = "".join(o.get("text", "") for o in outputs(nb, "stream") if o.get("name") == "stderr")
     assert "Missing cross-reference" not in stderr
+
+
+# ------------------------------------------------------------- the configuration alone
+def test_configure_sets_commands_and_environment():
+    from traitlets.config import Config
+
+    c = Config()
+    c.ClusterConfig.environment = {"SITE": "1"}
+    cacheaffinity.gateway.configure(
+        c, directory="/scratch/cacheaffinity-{host}", capacity="200 GiB", balance=1.25,
+        dask_command=["/env/bin/dask"], worker_options=["--host", "127.0.0.1"],
+    )
+    assert c.ClusterConfig.scheduler_cmd == [
+        "/env/bin/dask", "scheduler", "--preload", "cacheaffinity.preload"
+    ]
+    assert c.ClusterConfig.worker_cmd == [
+        "/env/bin/dask", "worker", "--host", "127.0.0.1", "--preload", "cacheaffinity.preload"
+    ]
+    assert c.ClusterConfig.environment == {
+        "SITE": "1",
+        "DASK_CACHEAFFINITY__WORKER__DIRECTORY": "/scratch/cacheaffinity-{host}",
+        "DASK_CACHEAFFINITY__WORKER__CAPACITY": "200 GiB",
+        "DASK_CACHEAFFINITY__SCHEDULER__BALANCE": "1.25",
+    }
+
+
+def test_environment_values_reach_the_dask_config():
+    """The variables parse back to the same settings, as the cluster's processes read them."""
+    import dask.config
+
+    env = cacheaffinity.gateway.environment(
+        directory="/d/{host}", capacity="2 GiB", memory="64 MiB", weight=2.5,
+        shared_group="physics", balance=1.1,
+    )
+    parsed = dask.config.collect_env(env)
+    expected = {
+        "worker.directory": "/d/{host}", "worker.capacity": "2 GiB", "worker.memory": "64 MiB",
+        "worker.weight": 2.5, "worker.shared-group": "physics", "scheduler.balance": 1.1,
+    }
+    for key, value in expected.items():
+        assert dask.config.get(f"cacheaffinity.{key}", config=parsed) == value, key
+    assert len(env) == len(expected)
+
+
+@pytest.mark.parametrize(
+    "settings, match",
+    [
+        pytest.param({"capacity": "lots"}, r"capacity", id="bad-capacity"),
+        pytest.param({"weight": -1}, r"weight", id="bad-weight"),
+        pytest.param({"directory": "/scratch/{name}"}, r"random.*\{host\}", id="name-in-directory"),
+        pytest.param({"capacty": "1 GiB"}, r"unknown setting capacty.*capacity", id="typo"),
+    ],
+)
+def test_bad_settings_are_refused_with_a_fix(settings, match):
+    from traitlets.config import Config
+
+    with pytest.raises(ValueError, match=match):
+        cacheaffinity.gateway.configure(Config(), **settings)
