@@ -122,6 +122,14 @@ def _counts(client):
 @GATEWAY_DEL
 @pytest.mark.timeout(300)
 def test_gateway_cluster_runs_cacheaffinity_and_hits_on_rerun(gateway_server, nanoaod_dir):
+    _gateway_cluster_runs_cacheaffinity(gateway_server, nanoaod_dir)
+    # The clients, executors and clusters above are in reference cycles: collect them now,
+    # so that dask_gateway's Gateway.__del__ (see GATEWAY_DEL) runs here and not at an
+    # arbitrary later garbage collection (inside another test, or pytest's own code).
+    gc.collect()
+
+
+def _gateway_cluster_runs_cacheaffinity(gateway_server, nanoaod_dir):
     from coffea import processor
     from coffea.nanoevents import NanoAODSchema
 
@@ -192,8 +200,6 @@ def test_gateway_cluster_runs_cacheaffinity_and_hits_on_rerun(gateway_server, na
         finally:
             cluster.shutdown()
         assert not gateway.list_clusters()
-    del gateway, cluster, client
-    gc.collect()  # Gateway.__del__ (see GATEWAY_DEL) here, not in a later test
 
 
 @GATEWAY_DEL
