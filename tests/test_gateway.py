@@ -173,7 +173,10 @@ def _gateway_cluster_runs_cacheaffinity(gateway_server, nanoaod_dir):
             link = cluster.dashboard_link.rsplit("/status", 1)[0]
             with urllib.request.urlopen(f"{link}/individual-plots.json", timeout=30) as r:
                 plots = json.loads(r.read())
-            assert "/individual-cache-affinity" in plots.values(), plots
+            assert plots.get("Individual Cache Affinity") == "/individual-cache-affinity", plots
+            with urllib.request.urlopen(f"{link}/individual-cache-affinity", timeout=60) as r:
+                page = r.read().decode()
+            assert "embed_document" in page and "Dask: Cache Affinity" in page
 
             fileset = {
                 "dy": [str(nanoaod_dir / "nano_dy.root")],
