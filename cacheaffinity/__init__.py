@@ -18,7 +18,11 @@ decompressed columns.  The package is laid out by the process each part runs in:
 - :mod:`cacheaffinity.config`: the ``cacheaffinity`` Dask config namespace.
 
 ``dask scheduler --preload cacheaffinity`` and ``dask worker --preload
-cacheaffinity`` call :func:`dask_setup` here.
+cacheaffinity`` call :func:`dask_setup` here (a click command with
+``--cache-directory`` and friends); ``--preload cacheaffinity.preload``
+(:mod:`cacheaffinity.preload`) does the same with settings from the Dask config
+and composes with other click preloads, e.g. dask-gateway's.
+:mod:`cacheaffinity.gateway` configures dask-gateway-managed clusters.
 """
 
 from __future__ import annotations
@@ -187,49 +191,21 @@ async def dask_setup(
     only logs a failing preload, so this logs the error (key, value, example)
     and raises ``SystemExit(1)``, which stops ``dask worker`` (with or without a
     nanny) with a non-zero exit status instead of running uncached.
+
+    This is a click command, and distributed allows only one click-configurable
+    preload per process: next to another one (dask-gateway's scheduler preload,
+    for instance) use ``--preload cacheaffinity.preload``, which takes its
+    settings from the Dask config (:mod:`cacheaffinity.preload`).
     """
-    from distributed import Scheduler, Worker
+    from cacheaffinity.preload import setup
 
-    for name, value in (split or {}).items():
-        if name == "cache_directory":
-            cache_directory = value
-        elif name == "cache_capacity":
-            cache_capacity = value
-        elif name == "cache_memory":
-            cache_memory = value
-        elif name == "cache_shared_group":
-            cache_shared_group = value
-        elif name == "node_weight":
-            node_weight = value
-        elif name == "balance":
-            balance = value
-    if isinstance(server, Scheduler):
-        plugin = CacheAffinityPlugin(balance=balance)
-        if server.status.name == "running":
-            await server.register_scheduler_plugin(plugin, idempotent=True)
-        else:  # the scheduler starts its plugins right after its preloads
-            server.add_plugin(plugin, idempotent=True)
-    elif isinstance(server, Worker):
-        try:
-            await server.plugin_add(
-                CacheWorkerPlugin(
-                    directory=cache_directory,
-                    capacity=cache_capacity,
-                    memory=cache_memory,
-                    weight=node_weight,
-                    shared_group=cache_shared_group,
-                ),
-                catch_errors=False,
-            )
-        except ValueError as e:
-            import logging
-            import sys
-
-            message = f"cacheaffinity: worker not started: {e}"
-            logging.getLogger("cacheaffinity.worker").critical(message)
-            print(message, file=sys.stderr, flush=True)
-            raise SystemExit(1) from e
-    else:
-        raise TypeError(
-            f"cacheaffinity preload runs in a Dask scheduler or worker, not {type(server).__name__}"
-        )
+    options = dict(
+        cache_directory=cache_directory,
+        cache_capacity=cache_capacity,
+        cache_memory=cache_memory,
+        node_weight=node_weight,
+        cache_shared_group=cache_shared_group,
+        balance=balance,
+    )
+    options.update(split or {})
+    await setup(server, **options)

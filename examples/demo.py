@@ -28,7 +28,7 @@ from distributed import Client, LocalCluster
 
 import cacheaffinity
 from testbed.synthetic import make_dataset
-from examples.analysis import DimuonJetProcessor, summary
+from examples.analysis import DimuonJetProcessor, quiet_known_schema_warnings_on, summary
 
 COUNTERS = ("hits", "misses", "bytes_served", "storage_bytes", "storage_opens")
 
@@ -109,6 +109,7 @@ def main(argv=None) -> int:
             host="127.0.0.1",
             dashboard_address="127.0.0.1:0",
         ) as cluster, Client(cluster) as client:
+            quiet_known_schema_warnings_on(client)  # the data's known schema gaps
             info = cacheaffinity.check(client)
             print(
                 f"cluster: {args.workers} workers = {len(info['nodes'])} cache nodes; "

@@ -740,15 +740,23 @@ WORKER = ("--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0", "--nthrea
             {"DASK_CACHEAFFINITY__WORKER__CAPACTY": "1 GiB"}, False,
             "cacheaffinity.worker.capacty='1 GiB' is not a setting", id="typo",
         ),
+        pytest.param(  # the click-free preload (dask-gateway's workers) stops the same way
+            {"DASK_CACHEAFFINITY__WORKER__CAPACITY": "lots"}, True,
+            "cacheaffinity.worker.capacity='lots' is not a size", id="click-free-preload",
+        ),
     ],
 )  # fmt: skip
-def test_bad_worker_config_stops_a_real_worker(scheduler, tmp_path, env, nanny, words):
+def test_bad_worker_config_stops_a_real_worker(scheduler, tmp_path, env, nanny, words, request):
     start = time.monotonic()
     log = f"worker-{tmp_path.name}.log"
+    if request.node.callspec.id == "click-free-preload":
+        env = {**env, "DASK_CACHEAFFINITY__WORKER__DIRECTORY": str(tmp_path / "cache")}
+        preload = ("--preload", "cacheaffinity.preload")
+    else:
+        preload = ("--preload", "cacheaffinity", f"--cache-directory={tmp_path / 'cache'}")
     p = scheduler["procs"].start(
         "worker", "--scheduler-file", str(scheduler["file"]), *WORKER,
-        *(() if nanny else ("--no-nanny",)),
-        "--preload", "cacheaffinity", f"--cache-directory={tmp_path / 'cache'}",
+        *(() if nanny else ("--no-nanny",)), *preload,
         log=log, env=env,
     )  # fmt: skip
     assert p.wait(120) != 0

@@ -28,7 +28,14 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClient
 import cacheaffinity
 from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin
 from cacheaffinity.protocol import HOST_NODE_PREFIX
-from cacheaffinity.scheduler.dashboard import PAGE, TABLE_COLUMNS, TorusView, install
+from cacheaffinity.scheduler.dashboard import (
+    INDIVIDUAL_NAME,
+    INDIVIDUAL_PAGE,
+    PAGE,
+    TABLE_COLUMNS,
+    TorusView,
+    install,
+)
 
 CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -274,6 +281,21 @@ def test_page_in_headless_chromium(browser, tmp_path):
         check_png(shot, page["torus_box"], NODE_COLORS)
         if os.environ.get("CACHEAFFINITY_SAVE_SCREENSHOT"):  # docs/dashboard.png
             shutil.copy(shot, os.environ["CACHEAFFINITY_SAVE_SCREENSHOT"])
+
+        # JupyterLab's Dask panel: the page named in /individual-plots.json renders the
+        # same document, without the navigation bar
+        plots = json.loads(HTTPClient().fetch(f"{base}/individual-plots.json").body)
+        assert plots[INDIVIDUAL_NAME] == INDIVIDUAL_PAGE, plots
+        browser.get(f"{base}{plots[INDIVIDUAL_NAME]}")
+        page = wait_js(
+            browser, READ_PAGE, lambda p: complete(p, n_chunks * COLUMNS),
+            what="the individual page",
+        )
+        assert page["title"] == "Dask: Cache Affinity"
+        assert not browser.find_elements("css selector", ".dropdown-content a")  # no menu
+        shot = tmp_path / "individual.png"
+        assert browser.save_screenshot(str(shot))
+        check_png(shot, page["torus_box"], NODE_COLORS)
         browser.get("about:blank")  # leave the page before the scheduler closes
 
 
@@ -286,6 +308,8 @@ async def test_page_added_when_plugin_registered_on_a_running_scheduler(c, s, a,
     assert 'href="cacheaffinity"' not in status
     missing = await http.fetch(f"{base}{PAGE}", raise_error=False)
     assert missing.code == 404
+    plots = json.loads((await http.fetch(f"{base}/individual-plots.json")).body)
+    assert "Individual Task Stream" in plots and INDIVIDUAL_NAME not in plots
 
     await c.register_plugin(CacheAffinityPlugin())
     await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
@@ -301,6 +325,7 @@ async def test_page_added_when_plugin_registered_on_a_running_scheduler(c, s, a,
     # a Bokeh server session (the document was built for this request) in Dask's template
     assert "embed_document" in page and "Dask Diagnostic UI" in page
     assert 'href="cacheaffinity"' in page  # its own menu too
+    await check_individual_page(http, base)
 
     # Registered again (replaced): still one page, one menu entry.
     with pytest.warns(UserWarning, match="overwriting"):
@@ -308,6 +333,7 @@ async def test_page_added_when_plugin_registered_on_a_running_scheduler(c, s, a,
     assert install(s) is True
     pages = [x for x in s.http_application.applications if PAGE in getattr(x, "app_paths", ())]
     assert len(pages) == 1
+    await check_individual_page(http, base)
     status = (await http.fetch(f"{base}/status")).body.decode()
     assert status.count('href="cacheaffinity"') == 1
 
@@ -334,6 +360,36 @@ async def test_page_added_when_plugin_registered_on_a_running_scheduler(c, s, a,
     assert view.replicas.data["x"] == [] and view.stats.data["node"] == []
 
 
+async def check_individual_page(http, base):
+    """``/individual-plots.json`` lists the page once, beside distributed's own, and it
+    serves a Bokeh document without the dashboard's navigation."""
+    plots = json.loads((await http.fetch(f"{base}/individual-plots.json")).body)
+    assert plots[INDIVIDUAL_NAME] == INDIVIDUAL_PAGE, plots
+    assert list(plots.values()).count(INDIVIDUAL_PAGE) == 1
+    assert plots.get("Individual Task Stream") == "/individual-task-stream", plots
+    page = (await http.fetch(f"{base}{INDIVIDUAL_PAGE}")).body.decode()
+    assert "embed_document" in page and "Dask: Cache Affinity" in page
+    assert 'href="cacheaffinity"' not in page  # no navigation bar
+
+
+@pytest.mark.parametrize("preload", ["cacheaffinity", "cacheaffinity.preload"])
+def test_individual_page_listed_with_local_cluster(preload):
+    """``LocalCluster`` with the preload in the Dask config (either entry point)."""
+    with dask.config.set({"distributed.scheduler.preload": [preload]}):
+        cluster = LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=False,
+            dashboard_address="127.0.0.1:0",
+        )
+    with cluster:
+        base = f"http://127.0.0.1:{cluster.scheduler.http_server.port}"
+
+        async def fetch():
+            http = AsyncHTTPClient()
+            await check_individual_page(http, base)
+
+        cluster.sync(fetch)
+
+
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
 async def test_no_dashboard_no_page(c, s, a):
     await c.register_plugin(CacheAffinityPlugin())  # starts fine without a dashboard
@@ -341,10 +397,21 @@ async def test_no_dashboard_no_page(c, s, a):
     assert install(s) is False
 
 
-@pytest.mark.timeout(120)
-def test_page_with_dask_scheduler_preload(tmp_path):
-    """``dask scheduler --preload cacheaffinity`` (a real process) serves the page."""
+#: A site's own click-configurable scheduler preload (as dask-gateway's is).
+SITE_PRELOAD = """
+import click
+
+@click.command()
+@click.option("--site-flag", default="off")
+def dask_setup(scheduler, site_flag):
+    scheduler.site_flag = site_flag
+"""
+
+
+def _dask_scheduler(tmp_path, *preload_args):
     scheduler_file = tmp_path / "scheduler.json"
+    (tmp_path / "site_preload.py").write_text(SITE_PRELOAD)
+    args = [str(tmp_path / "site_preload.py") if a == "SITE" else a for a in preload_args]
     with open(tmp_path / "scheduler.log", "w") as log:
         proc = subprocess.Popen(
             [
@@ -352,10 +419,40 @@ def test_page_with_dask_scheduler_preload(tmp_path):
                 "--host", "127.0.0.1", "--port", "0",
                 "--dashboard-address", "127.0.0.1:0",
                 "--scheduler-file", str(scheduler_file),
-                "--preload", "cacheaffinity",
+                *args,
             ],
             stdout=log, stderr=subprocess.STDOUT,
         )
+    return proc, scheduler_file
+
+
+@pytest.mark.timeout(120)
+def test_two_click_preloads_refused_by_dask(tmp_path):
+    """Why ``cacheaffinity.preload`` exists: distributed refuses two click preloads."""
+    proc, _ = _dask_scheduler(
+        tmp_path, "--preload", "SITE", "--preload", "cacheaffinity", "--site-flag", "on"
+    )
+    assert proc.wait(90) != 0
+    assert "Multiple --preload modules with click-configurable setup" in (
+        tmp_path / "scheduler.log"
+    ).read_text()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(
+    "preload_args",
+    [
+        pytest.param(("--preload", "cacheaffinity"), id="click"),
+        pytest.param(
+            ("--preload", "SITE", "--preload", "cacheaffinity.preload", "--site-flag", "on"),
+            id="composed-with-a-click-preload",
+        ),
+    ],
+)
+def test_page_with_dask_scheduler_preload(tmp_path, preload_args):
+    """``dask scheduler --preload cacheaffinity`` (a real process) serves the page; so
+    does ``--preload cacheaffinity.preload`` next to another click preload."""
+    proc, scheduler_file = _dask_scheduler(tmp_path, *preload_args)
     try:
         deadline = time.monotonic() + 60
         while not scheduler_file.exists() or not scheduler_file.read_text().strip():
@@ -372,6 +469,23 @@ def test_page_with_dask_scheduler_preload(tmp_path):
             http.close()
         assert "embed_document" in page and 'href="cacheaffinity"' in page
         assert 'href="cacheaffinity"' in status
+        http = HTTPClient()
+        try:
+            plots = json.loads(http.fetch(f"{base}/individual-plots.json").body)
+            individual = http.fetch(f"{base}{INDIVIDUAL_PAGE}").body.decode()
+        finally:
+            http.close()
+        assert plots[INDIVIDUAL_NAME] == INDIVIDUAL_PAGE, plots
+        assert "embed_document" in individual
+        address = json.loads(scheduler_file.read_text())["address"]
+        with Client(address, timeout=60) as client:
+            ran = client.run_on_scheduler(
+                lambda dask_scheduler: (
+                    getattr(dask_scheduler, "site_flag", None),
+                    "cacheaffinity" in dask_scheduler.plugins,
+                )
+            )
+        assert ran == ("on" if "SITE" in preload_args else None, True)
     finally:
         proc.terminate()
         try:

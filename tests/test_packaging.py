@@ -14,7 +14,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 PACKAGE = REPO / "cacheaffinity"
 # Modules allowed to import an optional extra's packages (extra name -> module paths).
-OPTIONAL = {"jobqueue": {"cacheaffinity/jobqueue.py"}}
+OPTIONAL = {"jobqueue": {"cacheaffinity/jobqueue.py"}, "gateway": {"cacheaffinity/gateway.py"}}
 
 
 def _imports(path: Path) -> set[str]:

@@ -43,6 +43,18 @@ How the page is added
     appends the menu entry to the scheduler's (memoised) template variables,
     whose ``plots`` list every dashboard page renders on each request.
 
+    JupyterLab's Dask panel (dask-labextension) lists the pages named in the
+    dashboard's ``/individual-plots.json``, which distributed's
+    ``distributed.http.scheduler.info.IndividualPlots`` builds from the
+    ``individual-*`` routes of its *own* Bokeh application only.  The same
+    application therefore also serves the page without navigation at
+    ``/individual-cache-affinity``, and a subclass of that handler, routed with
+    tornado's public ``Application.add_handlers`` (tried before the routes the
+    HTTP application was created with), answers ``/individual-plots.json`` with
+    distributed's list plus this page.  Both happen in :func:`install`, so the page
+    is listed however the plugin arrived (preload, ``LocalCluster`` with the
+    preload config, a dask-gateway scheduler, ``register_plugin``).
+
 Cost
     Nothing runs while no browser shows the page.  Each open page costs one
     update per second on the scheduler's event loop: :meth:`info` and the table
@@ -67,12 +79,17 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("cacheaffinity.scheduler")
 
-__all__ = ["MAX_CHUNKS", "PAGE", "TorusView", "install"]
+__all__ = ["INDIVIDUAL_PAGE", "MAX_CHUNKS", "PAGE", "TorusView", "install"]
 
 #: URL path of the page (under the dashboard's prefix).
 PAGE = "/cacheaffinity"
 #: Name of the page in the dashboard's "More..." menu.
 MENU_NAME = "Cache Affinity"
+#: URL path of the same page without the dashboard's navigation bar, listed in
+#: ``/individual-plots.json`` (JupyterLab's Dask panel lists that file's pages).
+INDIVIDUAL_PAGE = "/individual-cache-affinity"
+#: Its name in ``/individual-plots.json`` (distributed's naming: the path, titled).
+INDIVIDUAL_NAME = "Individual Cache Affinity"
 #: Update period of an open page, milliseconds.
 UPDATE_MS = 1000
 #: Chunks drawn at most (the plugin keeps this many recent placements).
@@ -445,6 +462,52 @@ def cacheaffinity_doc(scheduler: Scheduler, extra: dict, doc) -> None:
     doc.theme = BOKEH_THEME
 
 
+def individual_doc(scheduler: Scheduler, extra: dict, doc) -> None:
+    """Bokeh application function of the page without navigation (JupyterLab's Dask panel)."""
+    from distributed.dashboard.components import add_periodic_callback
+    from distributed.dashboard.components.scheduler import BOKEH_THEME
+
+    view = TorusView(scheduler)
+    doc.title = "Dask: Cache Affinity"
+    add_periodic_callback(doc, view, UPDATE_MS)
+    doc.add_root(view.root)
+    doc.theme = BOKEH_THEME
+
+
+def _individual_plots_handler():
+    """distributed's ``/individual-plots.json`` handler, with this page added.
+
+    distributed lists only the ``individual-*`` pages of its *own* Bokeh
+    application, built before any plugin runs; this page lives in a second one.
+    The subclass adds ``{INDIVIDUAL_NAME: INDIVIDUAL_PAGE}`` to the dict
+    distributed's handler writes (tests/test_dashboard.py fetches the JSON, so a
+    change upstream fails there).
+    """
+    from distributed.http.scheduler.info import IndividualPlots
+
+    class CacheAffinityIndividualPlots(IndividualPlots):
+        def write(self, chunk):
+            if isinstance(chunk, dict):
+                chunk = {**chunk, INDIVIDUAL_NAME: INDIVIDUAL_PAGE}
+            return super().write(chunk)
+
+    return CacheAffinityIndividualPlots
+
+
+def _list_individual_page(scheduler: Scheduler, prefix: str) -> None:
+    """Serve ``<prefix>/individual-plots.json`` with the page listed.
+
+    Tornado tries handlers added with ``add_handlers`` before the ones the
+    application was created with, so this route answers instead of distributed's
+    (same URL, same answer plus this page).
+    """
+    route = "/" + prefix.strip("/")
+    route = (route if route.endswith("/") else route + "/") + "individual-plots.json"
+    scheduler.http_application.add_handlers(
+        r".*$", [(route, _individual_plots_handler(), {"dask_server": scheduler})]
+    )
+
+
 def _dashboards(scheduler: Scheduler) -> list:
     from bokeh.server.tornado import BokehTornado
 
@@ -456,6 +519,10 @@ def _dashboards(scheduler: Scheduler) -> list:
 
 def install(scheduler: Scheduler) -> bool:
     """Serve the page on ``scheduler``'s dashboard and list it in "More..." (idempotent).
+
+    Also serves it without navigation at :data:`INDIVIDUAL_PAGE` and lists that
+    in the dashboard's ``/individual-plots.json``, so JupyterLab's Dask panel
+    (dask-labextension) offers "Individual Cache Affinity".
 
     Call on the scheduler's event loop, once the scheduler exists (a plugin's
     ``start`` or a preload's ``dask_setup``).
@@ -480,7 +547,7 @@ def install(scheduler: Scheduler) -> bool:
 
         variables = template_variables(scheduler)  # memoised: the dashboard's own dict
         page = BokehApplication(
-            {PAGE: cacheaffinity_doc},
+            {PAGE: cacheaffinity_doc, INDIVIDUAL_PAGE: individual_doc},
             scheduler,
             prefix=dashboards[0].prefix,
             template_variables=variables,
@@ -488,6 +555,7 @@ def install(scheduler: Scheduler) -> bool:
         scheduler.http_application.add_application(page)
         page.initialize(IOLoop.current())
         page.start()
+        _list_individual_page(scheduler, dashboards[0].prefix)
         plots = variables.setdefault("plots", [])
         url = PAGE.strip("/")
         if not any(p.get("url") == url for p in plots):

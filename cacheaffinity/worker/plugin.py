@@ -7,7 +7,9 @@ the ``distributed.worker.preload`` config key, or by
 callable to pass as ``coffea.processor.Runner(cachestrategy=...)``.
 
 The plugin resolves its settings *on the worker* (the disk is local):
-``cacheaffinity.worker.directory`` (``{name}`` is replaced by the worker name),
+``cacheaffinity.worker.directory`` (``{name}`` is replaced by the worker name,
+``{host}`` by the host name: workers whose names are random per launch, as
+dask-gateway's are, keep their cache with ``{host}`` or no placeholder),
 ``capacity``, ``memory``, ``weight`` and ``shared-group``, validated against the
 schema before anything else: an invalid value makes :meth:`setup` raise
 ``ValueError`` naming the key, the value and an example (and ``dask worker
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import threading
 from collections.abc import MutableMapping
 from typing import Any
@@ -165,6 +168,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.shared_group = None if group is None else group_id(group)
         directory = config.get("worker.directory", a["directory"]) or default_directory()
         directory = os.path.expanduser(os.path.expandvars(str(directory)))
+        directory = directory.replace("{host}", socket.gethostname())
         self.directory = os.path.abspath(directory.replace("{name}", str(worker.name)))
 
     def _open(self, worker) -> None:

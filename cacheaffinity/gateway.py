@@ -1,0 +1,205 @@
+"""cacheaffinity on dask-gateway: the administrator's configuration and the user's cluster.
+
+Defines :func:`configure` and :func:`environment`, run by **dask-gateway-server**
+while it reads its ``dask_gateway_config.py`` (they only set traitlets values:
+no Dask cluster runs there), and :func:`new_cluster`, run in the **client**
+(a Jupyter kernel) to get a gateway cluster with cacheaffinity.
+
+What a gateway-managed cluster needs
+    * The scheduler runs :class:`~cacheaffinity.scheduler.CacheAffinityPlugin`.
+      dask-gateway appends its own click-configurable preload
+      (``dask_gateway.scheduler_preload``) to every scheduler command, and
+      distributed refuses a second click preload, so the scheduler loads the
+      click-free ``--preload cacheaffinity.preload`` (:mod:`cacheaffinity.preload`),
+      which takes its settings from the Dask config.
+    * Workers run :class:`~cacheaffinity.worker.CacheWorkerPlugin` (the same
+      preload) with a cache directory on node-local disk.  Gateway worker names
+      are random per launch (32 hex digits), so the directory must not
+      contain ``{name}``: the default (``~/.cache/cacheaffinity`` when local) or a
+      path keyed by host (``/scratch/cacheaffinity-{host}``) keeps a node's cache,
+      and its node id, across clusters.
+    * Settings travel as ``DASK_CACHEAFFINITY__*`` environment variables in
+      ``c.ClusterConfig.environment``, which the gateway passes to the scheduler
+      and every worker.
+
+``dask_gateway_config.py``::
+
+    import cacheaffinity.gateway
+    cacheaffinity.gateway.configure(c, directory="/scratch/cacheaffinity-{host}",
+                                    capacity="200 GiB")
+
+In a notebook::
+
+    cluster = cacheaffinity.gateway.new_cluster(workers=4)
+    client = cluster.get_client()
+
+``dask_gateway`` (the client package, extra ``cacheaffinity[gateway]``) is
+imported only by :func:`new_cluster`; :func:`configure` needs nothing but the
+gateway server's config object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from cacheaffinity import config
+
+__all__ = ["PRELOAD", "configure", "environment", "new_cluster"]
+
+#: The click-free preload module (composes with dask-gateway's scheduler preload).
+PRELOAD = "cacheaffinity.preload"
+
+#: Keyword arguments of :func:`environment` -> cacheaffinity config key.
+_SETTINGS = {
+    "directory": "worker.directory",
+    "capacity": "worker.capacity",
+    "memory": "worker.memory",
+    "weight": "worker.weight",
+    "shared_group": "worker.shared-group",
+    "balance": "scheduler.balance",
+}
+
+
+def environment(**settings: Any) -> dict[str, str]:
+    """``DASK_CACHEAFFINITY__*`` environment variables for the given settings.
+
+    Parameters
+    ----------
+    **settings
+        ``directory``, ``capacity``, ``memory``, ``weight``, ``shared_group``
+        (worker settings, resolved on each worker) and ``balance`` (scheduler);
+        None or absent leaves the default.
+
+    Returns
+    -------
+    dict
+        Variable name -> value, e.g.
+        ``{"DASK_CACHEAFFINITY__WORKER__CAPACITY": "200 GiB"}``.
+
+    Raises
+    ------
+    ValueError
+        For an unknown keyword or an invalid value, naming the setting, the
+        value and what is allowed (raised while the gateway reads its config, so
+        a bad value stops the gateway at start, not every cluster later).
+    """
+    env: dict[str, str] = {}
+    for name, value in settings.items():
+        if name not in _SETTINGS:
+            raise ValueError(
+                f"cacheaffinity.gateway: unknown setting {name}={value!r}; the settings "
+                f"are {', '.join(sorted(_SETTINGS))}, e.g. "
+                'configure(c, directory="/scratch/cacheaffinity-{host}", capacity="200 GiB")'
+            )
+        if value is None:
+            continue
+        key = _SETTINGS[name]
+        config.check(key, value, source="argument")
+        if name == "directory" and "{name}" in str(value):
+            raise ValueError(
+                f"cacheaffinity.gateway: directory={value!r} contains {{name}}, but "
+                "dask-gateway names its workers at random at every launch, so every "
+                "cluster would start with empty caches; key it by host instead, e.g. "
+                'directory="/scratch/cacheaffinity-{host}"'
+            )
+        section, leaf = key.split(".")
+        variable = f"DASK_CACHEAFFINITY__{section.upper()}__{leaf.upper().replace('-', '_')}"
+        env[variable] = str(value)
+    return env
+
+
+def configure(
+    c: Any,
+    *,
+    dask_command: Sequence[str] = ("dask",),
+    scheduler_options: Sequence[str] = (),
+    worker_options: Sequence[str] = (),
+    **settings: Any,
+) -> None:
+    """Configure dask-gateway-server so every cluster it starts runs cacheaffinity.
+
+    Call in ``dask_gateway_config.py`` (``c`` is the config object the gateway
+    gives that file).  Sets ``c.ClusterConfig.scheduler_cmd`` and
+    ``worker_cmd`` (``dask scheduler`` / ``dask worker`` with ``--preload
+    cacheaffinity.preload``) and adds the settings to
+    ``c.ClusterConfig.environment`` (keeping variables already set there).
+
+    Parameters
+    ----------
+    c : traitlets.config.Config
+        The gateway's configuration.
+    dask_command : sequence of str
+        The ``dask`` command of the environment the clusters run in, e.g.
+        ``["/opt/conda/envs/analysis/bin/dask"]``.
+    scheduler_options, worker_options : sequence of str
+        Further options of ``dask scheduler`` / ``dask worker`` (the gateway adds
+        its own after them), e.g. ``["--host", "127.0.0.1"]``.
+    **settings
+        As for :func:`environment`.
+
+    Notes
+    -----
+    The gateway's default ``scheduler_cmd`` is ``dask-scheduler``, a command
+    that current distributed no longer installs; this sets ``dask scheduler``.
+    """
+    env = environment(**settings)
+    cluster = c.ClusterConfig
+    base = list(dask_command)
+    cluster.scheduler_cmd = [*base, "scheduler", *scheduler_options, "--preload", PRELOAD]
+    cluster.worker_cmd = [*base, "worker", *worker_options, "--preload", PRELOAD]
+    current = cluster.environment if "environment" in cluster else {}
+    cluster.environment = {**dict(current), **env}
+
+
+def new_cluster(workers: int = 2, *, gateway: Any = None, **cluster_options: Any):
+    """A dask-gateway cluster with ``workers`` workers and cacheaffinity checked.
+
+    Parameters
+    ----------
+    workers : int
+        Workers to scale to (the call returns once they are connected).
+    gateway : dask_gateway.Gateway, optional
+        Default: ``Gateway()``, i.e. the ``gateway.address`` Dask config
+        (``DASK_GATEWAY__ADDRESS``) a portal sets for its users.
+    **cluster_options
+        The site's cluster options (``gateway.cluster_options()``).
+
+    Returns
+    -------
+    dask_gateway.GatewayCluster
+
+    Raises
+    ------
+    ImportError
+        Without the ``dask-gateway`` package (install hint in the message).
+    RuntimeError
+        If the cluster's scheduler has no cacheaffinity plugin (the gateway is not
+        configured with :func:`configure`); the cluster is shut down.
+    """
+    try:
+        from dask_gateway import Gateway
+    except ImportError as e:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "cacheaffinity.gateway.new_cluster needs the dask-gateway client: "
+            "pip install 'cacheaffinity[gateway]' (or pip install dask-gateway)"
+        ) from e
+    from cacheaffinity.client import check
+
+    gateway = gateway if gateway is not None else Gateway()
+    options = gateway.cluster_options() if cluster_options else None
+    if options is not None:
+        options.update(cluster_options)
+    cluster = gateway.new_cluster(options)
+    try:
+        cluster.scale(workers)
+        client = cluster.get_client(set_as_default=False)
+        try:
+            client.wait_for_workers(workers)
+            check(client)
+        finally:
+            client.close()
+    except BaseException:
+        cluster.shutdown()
+        raise
+    return cluster
