@@ -247,14 +247,22 @@ def test_locator_memory_is_bounded_by_locator_size():
         key, chunk = f"t-{i}", f"chunk-{i}"
         loc.track(key, chunk)
         loc.set_target(key, "n1")
-        loc.note_steal(key)  # processed away from its target: located too
+        loc.note_steal(key)  # processed away from its target
         assert loc.finished(key, "n2") is False
         loc.forget_task(key)
-    assert len(loc.holder) == 10 and len(loc.located) == 10
+    assert len(loc.holder) == 10
     assert not loc.chunk_of and not loc.target and not loc.node_tasks and not loc.stolen
+    assert not loc.hashed
     # the newest are kept, the oldest forgotten
     assert loc.holder_of("chunk-99") == "n2" and loc.holder_of("chunk-89") is None
-    assert loc.where_located("chunk-90") == ("n2", "n1")
+    assert loc.where_located("chunk-90") is None  # no cache node: no placement to differ from
+    # a bigger map drops its oldest sixteenth at once, never exceeding the bound
+    big = Locator(Membership(), TorusPlacement(), size=1600)
+    for i in range(5000):
+        big.set_located(f"chunk-{i}", "n1")
+        assert len(big.holder) <= 1600
+    assert len(big.holder) >= 1500 and big.holder_of("chunk-4999") == "n1"
+    assert big.holder_of("chunk-0") is None
 
 
 @pytest.mark.parametrize(

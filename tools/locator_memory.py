@@ -1,16 +1,18 @@
-"""Memory of the scheduler's per-chunk maps (``Locator.holder`` and ``.located``).
+"""Memory of the scheduler's per-chunk map (``Locator.holder``).
 
 A measurement script (not collected by pytest; runs in one process, no cluster).
 It drives a real :class:`cacheaffinity.scheduler.locator.Locator` through the
 life of N chunk tasks (tracked, targeted, finished on a node, forgotten by Dask;
-every ``--stolen-every``-th one processed away from its target, so it is also
-*located*) and prints what tracemalloc sees allocated afterwards::
+every ``--stolen-every``-th one processed away from its target) and prints what
+tracemalloc sees allocated afterwards::
 
     python tools/locator_memory.py --chunks 1000000 --stolen-every 10
 
-Measured here (2026-11-23, shared 2-core machine): 10^6 chunks, 10% stolen:
-136 MiB; 10^5 chunks: 13.5 MiB with none stolen, 28.9 MiB with all stolen
-(~140 B per chunk, ~160 B more per located chunk).
+Measured here (2026-11-23, shared 2-core machine), issue 15 (plain dict, 60-bit
+digests, no second map for stolen chunks): 10^6 chunks: 74.1 MiB (78 B per chunk,
+independent of how many were stolen); 3 x 10^6 chunks through a map of
+``--locator-size 1000000``: 114.1 MiB, peak 152.8 MiB.  Before (OrderedDicts
+``holder`` + ``located``): 136 MiB at 10^6 chunks with 10% stolen.
 """
 
 from __future__ import annotations
@@ -53,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         loc.forget_task(key)  # Dask forgets the task; the per-chunk memory stays
     current, peak = tracemalloc.get_traced_memory()
     print(f"chunks={args.chunks} locator-size={args.locator_size} holder={len(loc.holder)} "
-          f"located={len(loc.located)} current={current / 2**20:.1f} MiB "
+          f"current={current / 2**20:.1f} MiB "
           f"peak={peak / 2**20:.1f} MiB ({current / max(len(loc.holder), 1):.0f} B per chunk)")
     return 0
 

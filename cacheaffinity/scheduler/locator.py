@@ -8,12 +8,23 @@ Defines :class:`Locator`, the memory of the scheduler side:
   elsewhere;
 * per chunk, bounded by ``cacheaffinity.scheduler.locator-size`` (oldest
   entries dropped first): the node that processed it last (its *holder*, whose
-  cache holds it unless evicted since) and, for chunks processed away from
-  their placement's node, where they went (the *locator*: next time such a
-  chunk goes to the node that holds it while its placement is unchanged);
+  cache holds it unless evicted since).  One plain dict entry per chunk, keyed
+  by a 60-bit digest: ~80 bytes per chunk, up to ~120 (~160 at the peak of a
+  resize) once the map is full and drops old entries (measured by
+  ``tools/locator_memory.py``: 74 MiB at 10^6 chunks; 114 MiB, peak 153 MiB,
+  for a map full at 10^6 after 3 x 10^6 chunks), so ``locator-size`` bounds
+  the memory at about ``120 B x locator-size``;
+* per cache node, its learned speed (:class:`NodeSpeed`: seconds per chunk
+  task, smoothed, with hysteresis);
 
-and the steal preference built on it (:meth:`Locator.steal_preference`).
-Chunks are remembered by the 64-bit xxh3 digest of their id (:func:`chunk_digest`).
+the *locator* built on them (:func:`follow_holders`: a chunk goes to the live
+node that holds it, whatever the hash says, unless that node's expected
+backlog exceeds ``cacheaffinity.scheduler.locator-slack`` x its fair share; so
+the stealing decisions of one run become the placement of the next, and a
+node that slows down keeps its chunks up to that bound), and the steal
+preference (:meth:`Locator.steal_preference`).
+Chunks are remembered by a 60-bit digest of their id (:func:`chunk_digest`; a
+collision between two of 10^6 chunks has probability ~4e-7 and costs a cache miss).
 
 Notes
 -----
@@ -22,8 +33,9 @@ Event-loop only (no locking).  Forgetting a chunk costs at most a cache miss.
 
 from __future__ import annotations
 
-from collections import OrderedDict, defaultdict
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections import defaultdict
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -34,7 +46,7 @@ if TYPE_CHECKING:
     from cacheaffinity.placement import TorusPlacement
     from cacheaffinity.scheduler.membership import Membership
 
-__all__ = ["Locator", "choose_steal", "chunk_digest"]
+__all__ = ["Locator", "NodeSpeed", "choose_steal", "chunk_digest", "follow_holders"]
 
 
 def choose_steal(
@@ -89,17 +101,124 @@ def choose_steal(
 
 
 def chunk_digest(chunk: str) -> int:
-    """The key under which the locator remembers a chunk (xxh3-64 of its id)."""
-    return xxhash.xxh3_64_intdigest(chunk.encode("utf-8", "surrogatepass"))
+    """The key under which the locator remembers a chunk: xxh3-64 of its id,
+    shortened to 60 bits (a Python int below 2**60 takes 32 bytes, not 48)."""
+    return xxhash.xxh3_64_intdigest(chunk.encode("utf-8", "surrogatepass")) >> 4
 
 
-def _remember(d: OrderedDict, key: Hashable, value: Any, size: int) -> None:
-    """Set ``d[key] = value`` as the newest entry; drop the oldest beyond ``size``."""
+def _remember(d: dict, key: Hashable, value: Any, size: int) -> None:
+    """Set ``d[key] = value`` as the newest entry; beyond ``size`` entries drop
+    the oldest ``size // 16 + 1`` at once (plain dicts keep insertion order and
+    take ~60% of an ``OrderedDict``'s memory; dropping in batches keeps the cost
+    per entry constant)."""
     if key in d:
-        d.move_to_end(key)
+        del d[key]
     d[key] = value
-    while len(d) > size:
-        d.popitem(last=False)
+    if len(d) > size:
+        for old in list(islice(d, len(d) - size + size // 16)):
+            del d[old]
+
+
+def follow_holders(
+    nodes: list[str],
+    holders: Sequence[str | None],
+    capacity: Mapping[str, float],
+    slack: float,
+    runner_up: Callable[[int], str | None] | None = None,
+) -> int:
+    """Send each chunk to the live node that holds it, within bounds (in place).
+
+    ``nodes[i]`` is the placement's node of chunk ``i`` and ``holders[i]`` the
+    node that processed it last (None: unknown).  A chunk goes to its holder
+    when that is live (in ``capacity``), else to its placement's node.  Bound
+    (the damping): no node gets more than ``slack`` x its fair share of the
+    batch (``capacity[node] / sum(capacity)``; capacity = threads x learned
+    speed), plus one.  A node keeps the chunks that come first (submission
+    order); the rest go to their placement's node, or, for chunks placed on
+    that node, to ``runner_up(i)`` (the next-nearest node), if that one is under
+    its bound; else they stay.  ``slack`` = inf: no bound.  Returns how many
+    chunks changed node.
+    """
+    n = len(nodes)
+    total = float(sum(capacity.values()))
+    if not n or total <= 0:
+        return 0
+    bounded = slack != float("inf")
+    cap = {node: slack * n * c / total + 1 for node, c in capacity.items()} if bounded else {}
+    kept: dict[str, int] = {}
+    moved = 0
+    for i, (node, h) in enumerate(zip(nodes, holders)):
+        w = h if h is not None and h in capacity else node
+        if bounded and kept.get(w, 0) >= cap.get(w, n):
+            alt = node if node != w else (runner_up(i) if runner_up is not None else None)
+            if alt is not None and alt in capacity and kept.get(alt, 0) < cap[alt]:
+                w = alt
+        kept[w] = kept.get(w, 0) + 1
+        if w != node:
+            nodes[i] = w
+            moved += 1
+    return moved
+
+
+class NodeSpeed:
+    """Learned seconds per chunk task of each cache node (EWMA with hysteresis).
+
+    ``observe(node, seconds)`` smooths the durations of a node's finished chunk
+    tasks (weight ``alpha`` for the newest); the *published* value, the one
+    :meth:`speed` uses, follows only when the smoothed value differs from it by
+    more than ``hysteresis`` (relative), so noise and short slowdowns do not
+    change placement.  :meth:`speed` is a node's speed relative to the median
+    of the nodes seen (1.0 = typical); a node with fewer than ``min_samples``
+    finished tasks counts as typical (1.0), so the first, noisy tasks (imports,
+    warm-up) move nothing; tasks shorter than ``min_seconds`` are not observed
+    (their compute time is scheduling noise, not the node's speed).
+    """
+
+    def __init__(
+        self,
+        alpha: float = 0.2,
+        hysteresis: float = 0.25,
+        min_samples: int = 10,
+        min_seconds: float = 0.05,
+    ):
+        if not 0 < alpha <= 1:
+            raise ValueError(f"NodeSpeed alpha={alpha!r} must be in (0, 1], e.g. 0.05")
+        if hysteresis < 0:
+            raise ValueError(f"NodeSpeed hysteresis={hysteresis!r} must be >= 0, e.g. 0.25")
+        self.alpha, self.hysteresis, self.min_samples = alpha, hysteresis, min_samples
+        self.min_seconds = min_seconds
+        #: node -> tasks observed
+        self.count: dict[str, int] = {}
+        #: node -> smoothed seconds per task
+        self.smoothed: dict[str, float] = {}
+        #: node -> published seconds per task
+        self.published: dict[str, float] = {}
+        self._median: float | None = None
+
+    def observe(self, node: str, seconds: float) -> None:
+        if not seconds >= self.min_seconds or not seconds > 0:
+            return
+        m = self.smoothed.get(node)
+        m = seconds if m is None else m + self.alpha * (seconds - m)
+        self.smoothed[node] = m
+        k = self.count[node] = self.count.get(node, 0) + 1
+        p = self.published.get(node)
+        if p is None or abs(m - p) > self.hysteresis * p or k == self.min_samples:
+            self.published[node] = m
+            self._median = None
+
+    def speed(self, node: str) -> float:
+        p = self.published.get(node)
+        if p is None or self.count.get(node, 0) < self.min_samples:
+            return 1.0
+        if self._median is None:
+            n = self.min_samples
+            v = sorted(x for k, x in self.published.items() if self.count.get(k, 0) >= n)
+            self._median = v[len(v) // 2]
+        return self._median / p
+
+    def to_dict(self) -> dict[str, float]:
+        return dict(self.published)
 
 
 class Locator:
@@ -115,8 +234,14 @@ class Locator:
     size
         Chunks remembered at most (``cacheaffinity.scheduler.locator-size``).
     use_locator
-        ``cacheaffinity.scheduler.locator``: send a chunk processed elsewhere
-        last time to its holder.
+        ``cacheaffinity.scheduler.locator``: send a chunk to the node that
+        processed it last (its holder).
+    slack
+        ``cacheaffinity.scheduler.locator-slack``: a holder takes its chunks
+        while its share of a batch stays below ``slack`` x its fair share
+        (threads x learned speed); see :func:`follow_holders`.
+    speed
+        The learned node speeds (a new :class:`NodeSpeed` if None).
     """
 
     def __init__(
@@ -126,11 +251,13 @@ class Locator:
         *,
         size: int,
         use_locator: bool = True,
+        slack: float = 1.5,
+        speed: NodeSpeed | None = None,
     ):
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise ValueError(
                 f"cacheaffinity.scheduler.locator-size={size!r} must be an integer >= 0, "
-                "e.g. 2000000 (~280 MB of scheduler memory, up to ~600 MB if all were stolen)"
+                "e.g. 2000000 (~160 MB of scheduler memory, up to ~240 MB once full)"
             )
         self.membership = membership
         self.placement = placement
@@ -138,6 +265,15 @@ class Locator:
         self.size: int = size
         #: Whether a chunk processed elsewhere goes to its holder next time.
         self.use_locator: bool = bool(use_locator)
+        if isinstance(slack, bool) or not isinstance(slack, (int, float)) or not slack >= 1:
+            raise ValueError(
+                f"cacheaffinity.scheduler.locator-slack={slack!r} must be a number >= 1, "
+                "e.g. 1.5 (a holder keeps its chunks up to 1.5x its fair share of a batch)"
+            )
+        #: A holder keeps its chunks up to ``slack`` x its fair share of a batch.
+        self.slack: float = float(slack)
+        #: Learned seconds per chunk task of each node.
+        self.speed: NodeSpeed = speed if speed is not None else NodeSpeed()
         #: task key -> chunk id, for every chunk task the plugin places
         self.chunk_of: dict[Hashable, str] = {}
         #: task key -> cache node the task is meant for
@@ -148,11 +284,8 @@ class Locator:
         self.hashed: dict[Hashable, str] = {}
         #: keys of chunk tasks the stealing policy moved (until they finish)
         self.stolen: set = set()
-        #: chunk digest -> (node that processed it, node placement chose), for
-        #: chunks processed away from their placement's node; newest last
-        self.located: OrderedDict[int, tuple[str, str]] = OrderedDict()
         #: chunk digest -> node that processed it last; newest last
-        self.holder: OrderedDict[int, str] = OrderedDict()
+        self.holder: dict[int, str] = {}
 
     # ------------------------------------------------------------ tasks
     def track(self, key: Hashable, chunk: str) -> None:
@@ -190,32 +323,50 @@ class Locator:
 
     # ------------------------------------------------------------ chunks
     def relocate(self, todo: Sequence[tuple[TaskState, str]], nodes: list[str]) -> int:
-        """Send chunks processed elsewhere last time to their holder.
+        """Send chunks to the node that processed them last (their holder).
 
         ``nodes[i]`` is the placement's node of ``todo[i]``; it is replaced by
-        the holder when the chunk was processed on a live node other than its
-        placement's and its placement is unchanged.  Returns how many moved.
+        the chunk's holder when that is a live node, within the bound of
+        :func:`follow_holders` (``slack`` x the holder's fair share by threads
+        x learned speed).  Returns how many moved.
         """
-        if not self.use_locator or not self.located:
+        if not self.use_locator or not self.holder:
             return 0
-        live, where = self.membership.node_workers, self.located
-        moved = 0
-        for i, ((ts, chunk), node) in enumerate(zip(todo, nodes)):
-            loc = where.get(chunk_digest(chunk))
-            if loc is not None and loc[1] == node and loc[0] != node and loc[0] in live:
-                self.hashed[ts.key] = node
-                nodes[i] = loc[0]
-                moved += 1
+        holder = self.holder
+        holders = [holder.get(chunk_digest(chunk)) for _, chunk in todo]
+        speed = self.speed.speed
+        capacity = {
+            node: self.membership.weight(node) * speed(node)
+            for node in self.membership.node_workers
+        }
+        before = list(nodes)
+        placement = self.placement
+        moved = follow_holders(
+            nodes,
+            holders,
+            capacity,
+            self.slack,
+            runner_up=lambda i: (placement.ranking(todo[i][1], 2)[1:] or [None])[0],
+        )
+        if moved:
+            for (ts, _), h, n in zip(todo, before, nodes):
+                if h != n:
+                    self.hashed[ts.key] = h
         return moved
 
     def where_located(self, chunk: str) -> tuple[str, str] | None:
-        """``(holder node, placement's node)`` of a chunk processed away from its
-        placement's node, else None."""
-        return self.located.get(chunk_digest(chunk))
+        """``(holder node, placement's node)`` of a chunk whose holder is not its
+        placement's node under the current membership, else None."""
+        h = self.holder.get(chunk_digest(chunk))
+        if h is None or not self.membership.node_workers:
+            return None
+        placed = self.placement.nearest([chunk])[0]
+        return None if placed == h else (h, placed)
 
-    def set_located(self, chunk: str, holder: str, placed: str) -> None:
-        """Remember that ``holder`` processed ``chunk`` while placement chose ``placed``."""
-        _remember(self.located, chunk_digest(chunk), (holder, placed), self.size)
+    def set_located(self, chunk: str, holder: str, placed: str | None = None) -> None:
+        """Remember that ``holder`` processed ``chunk`` (``placed``: ignored, the
+        placement's node is recomputed when needed)."""
+        _remember(self.holder, chunk_digest(chunk), holder, self.size)
 
     def holder_of(self, chunk: str) -> str | None:
         """The node that processed ``chunk`` last (None: unknown or forgotten)."""
@@ -224,27 +375,24 @@ class Locator:
     def forget_holder(self, chunk: str) -> None:
         self.holder.pop(chunk_digest(chunk), None)
 
-    def finished(self, key: Hashable, node: str | None) -> bool | None:
-        """Task ``key`` finished on ``node``: remember where its chunk is.
+    def finished(
+        self, key: Hashable, node: str | None, seconds: float | None = None
+    ) -> bool | None:
+        """Task ``key`` finished on ``node`` (taking ``seconds`` if known):
+        remember where its chunk is and learn the node's speed.
 
         Returns whether it ran on its target node (None: not a tracked chunk
         task or unknown node).
         """
         chunk = self.chunk_of.get(key)
-        stolen = key in self.stolen
         self.stolen.discard(key)
-        meant = self.hashed.pop(key, None)
+        self.hashed.pop(key, None)
         if chunk is None or node is None:
             return None
-        h = chunk_digest(chunk)
-        _remember(self.holder, h, node, self.size)
+        if seconds is not None:
+            self.speed.observe(node, seconds)
+        _remember(self.holder, chunk_digest(chunk), node, self.size)
         target = self.target.get(key)
-        if meant is not None:  # sent by the locator: keep what placement chose
-            _remember(self.located, h, (node, meant), self.size)
-        elif stolen and target is not None:  # the thief's node holds it now
-            _remember(self.located, h, (node, target), self.size)
-        else:  # on its placement's node (or moved by a membership change)
-            self.located.pop(h, None)
         return node == target
 
     def note_steal(self, key: Hashable) -> None:
@@ -269,13 +417,13 @@ class Locator:
         node_of = self.membership.worker_node
         thief_node = node_of.get(thief.address)
         victim_node = node_of.get(victim.address)
-        located, holder, placement = self.located, self.holder, self.placement
+        holder, placement = self.holder, self.placement
         return choose_steal(
             candidates,
             priority=lambda ts: ts.priority,
             chunk=lambda ts: self.chunk_of.get(ts.key),
             thief_holds=lambda c: thief_node is not None
-            and located.get(chunk_digest(c), ("",))[0] == thief_node,
+            and holder.get(chunk_digest(c)) == thief_node,
             runner_up_is_thief=None
             if thief_node is None or len(self.membership.node_workers) <= 1
             else lambda c: placement.ranking(c, 2)[1:] == [thief_node],

@@ -95,6 +95,15 @@ def _user_took_over(ts: TaskState) -> bool:
     return not ts.loose_restrictions or bool(ts.host_restrictions or ts.resource_restrictions)
 
 
+def _compute_seconds(startstops: Any) -> float | None:
+    """Seconds a finished task computed (its ``compute`` start/stop pairs), or None."""
+    try:
+        t = sum(x["stop"] - x["start"] for x in startstops or () if x["action"] == "compute")
+    except (KeyError, TypeError):
+        return None
+    return float(t) if t > 0 else None
+
+
 def _check_size(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
@@ -128,6 +137,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         is unchanged.
     locator_size
         Chunks the locator remembers at most.
+    locator_slack
+        A chunk's holder keeps it up to this multiple of its fair share of a batch.
     recent_placements
         Chunk placements the dashboard page shows at most.
     """
@@ -146,6 +157,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         stealing: bool | None = None,
         locator: bool | None = None,
         locator_size: int | None = None,
+        locator_slack: float | None = None,
         recent_placements: int | None = None,
     ):
         weights = dict(config.get("scheduler.weights", weights) or {})
@@ -171,6 +183,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             self.placement,
             size=_check_size("locator-size", config.get("scheduler.locator-size", locator_size)),
             use_locator=bool(config.get("scheduler.locator", locator)),
+            slack=config.get("scheduler.locator-slack", locator_slack),
         )
         #: Whether chunk tasks are kept from Dask's stealing and stolen by the policy.
         self.manage_stealing: bool = True if stealing is None else bool(stealing)
@@ -562,7 +575,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             return
         if start == "processing" and finish == "memory":
             node = self.membership.node_of(kwargs.get("worker"))
-            on_target = locator.finished(key, node)
+            on_target = locator.finished(key, node, _compute_seconds(kwargs.get("startstops")))
             if on_target is not None:
                 which = "on-target" if on_target else "off-target"
                 self.counters[which] += 1
@@ -641,9 +654,9 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 "refused": stealing.refused,
             },
             "tracked-tasks": len(self.locator.chunk_of),
-            "located-chunks": len(self.locator.located),
             "held-chunks": len(self.locator.holder),
             "locator-size": self.locator.size,
+            "node-speed": self.locator.speed.to_dict(),
         }
 
     def snapshot(self) -> dict:
