@@ -447,7 +447,8 @@ class Simulation:
                 alive = {n.name: n.threads * self.speed.speed(n.name) for n in live}
                 placed = list(homes)
                 follow_holders(homes, [self.holder.get(c) for c in range(C)], alive, self.slack,
-                               runner_up=self.runner_up)
+                               runner_up=self.runner_up,
+                               speed={n.name: self.speed.speed(n.name) for n in live})
                 for c, (h, node) in enumerate(zip(placed, homes)):
                     if h != node:
                         self.hashed[c] = h

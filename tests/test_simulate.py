@@ -175,11 +175,20 @@ def test_follow_holders_follows_within_slack_and_spills_to_runner_up():
     # a dead holder (not in capacity) is ignored
     nodes = ["a", "a"]
     assert follow_holders(nodes, ["gone", None], {"a": 1.0, "b": 1.0}, 1.5) == 0
-    # slow node s (learned speed 0.25): its bound is 1.1 x 8 x 1/5 + 1 = 2.76, so it
-    # keeps its first 3 chunks; the rest go to the runner-up
+    # slow node s (learned speed 0.25): its bound is 1.1 x 8 x 1/5 + 1 = 2.76 and
+    # 1.1 x 0.25 x its 8 placed chunks + 1 = 3.2, so it keeps its first 4 chunks;
+    # the rest go to the runner-up
     nodes = ["s"] * 8
-    moved = follow_holders(nodes, [None] * 8, {"s": 0.25, "f": 1.0}, 1.1, runner_up=lambda i: "f")
-    assert nodes == ["s"] * 3 + ["f"] * 5 and moved == 5
+    moved = follow_holders(nodes, [None] * 8, {"s": 0.25, "f": 1.0}, 1.1,
+                           runner_up=lambda i: "f", speed={"s": 0.25, "f": 1.0})
+    assert nodes == ["s"] * 4 + ["f"] * 4 and moved == 4
+    # a node of typical speed keeps every chunk placement gave it (held there or
+    # by nobody), however unevenly the hash spread them: no miss the hash would avoid
+    for holders in ([None] * 8, ["a"] * 8):
+        nodes = ["a"] * 8
+        assert follow_holders(nodes, holders, {"a": 1.0, "b": 1.0, "c": 1.0}, 1.5,
+                              runner_up=lambda i: "b", speed={"a": 0.9}) == 0
+        assert nodes == ["a"] * 8
     # no bound: everything follows its holder
     nodes = ["a"] * 10
     assert follow_holders(nodes, ["b"] * 10, {"a": 1.0, "b": 1.0}, float("inf")) == 10

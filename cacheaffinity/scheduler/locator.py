@@ -6,14 +6,20 @@ Defines :class:`Locator`, the memory of the scheduler side:
   chunk id, its target cache node, the node's tasks, whether the stealing
   policy moved it, and the node placement chose when the locator sent it
   elsewhere;
-* per chunk, bounded by ``cacheaffinity.scheduler.locator-size`` (oldest
-  entries dropped first): the node that processed it last (its *holder*, whose
-  cache holds it unless evicted since).  One plain dict entry per chunk, keyed
-  by a 60-bit digest: ~80 bytes per chunk, up to ~120 (~160 at the peak of a
-  resize) once the map is full and drops old entries (measured by
-  ``tools/locator_memory.py``: 74 MiB at 10^6 chunks; 114 MiB, peak 153 MiB,
-  for a map full at 10^6 after 3 x 10^6 chunks), so ``locator-size`` bounds
-  the memory at about ``120 B x locator-size``;
+* per chunk id, bounded by ``cacheaffinity.scheduler.locator-size`` (oldest
+  entries dropped first): the node(s) that processed it last (its *holder*,
+  whose cache holds its columns unless evicted since).  A chunk id may name a
+  placement *stripe* that several chunk tasks share (coffea chunks:
+  ``<uuid>/<tree>/s<S>:<k>``, each task also carrying its entry range in the
+  ``cacheaffinity-entries`` annotation), so a holder is a
+  :data:`HolderRecord`: the node of the whole id, or that node plus the entry
+  ranges other nodes processed since (:func:`record_range`, at most
+  :data:`MAX_RANGES` per id); a task then goes where most of its entries were
+  processed (:func:`holder_for`).  One plain dict entry per chunk id, keyed by
+  a 60-bit digest: ~80 bytes per id, up to ~120 (~160 at the peak of a resize)
+  once the map is full and drops old entries, plus ~150 bytes per id with
+  ranges processed off its node (measured by ``tools/locator_memory.py``, see
+  there), so ``locator-size`` bounds the memory;
 * per cache node, its learned speed (:class:`NodeSpeed`: seconds per chunk
   task, smoothed, with hysteresis);
 
@@ -46,7 +52,107 @@ if TYPE_CHECKING:
     from cacheaffinity.placement import TorusPlacement
     from cacheaffinity.scheduler.membership import Membership
 
-__all__ = ["Locator", "NodeSpeed", "choose_steal", "chunk_digest", "follow_holders"]
+__all__ = [
+    "MAX_RANGES",
+    "HolderRecord",
+    "Locator",
+    "NodeSpeed",
+    "choose_steal",
+    "chunk_digest",
+    "follow_holders",
+    "holder_for",
+    "record_range",
+]
+
+#: What the locator remembers per chunk id: the node that processed it (str),
+#: or ``(node, start1, stop1, node1, start2, stop2, node2, ...)``: ``node``
+#: except for the entry ranges ``[start_i, stop_i)`` (disjoint, oldest first)
+#: that ``node_i`` processed since.  Flat tuples: ~100 bytes less than a list of
+#: triples.
+HolderRecord = "str | tuple"
+#: Entry ranges processed away from an id's node remembered per chunk id;
+#: beyond, the node holding most of the ranges' entries becomes the id's node,
+#: then the oldest ranges are dropped (a forgotten range costs at most misses).
+MAX_RANGES = 16
+
+
+def holder_for(record: Any, start: int | None = None, stop: int | None = None) -> str | None:
+    """The node that processed most of the entries ``[start, stop)`` of a chunk id
+    whose holder record is ``record`` (see :data:`HolderRecord`).
+
+    ``start`` None (a task without an entry range): the id's node.  An empty
+    range counts the range that holds ``start``.  On a tie, the id's node.
+    None if ``record`` is None.
+    """
+    if record is None or isinstance(record, str):
+        return record
+    default = record[0]
+    if start is None or stop is None:
+        return default
+    if stop <= start:
+        for i in range(1, len(record), 3):
+            if record[i] <= start < record[i + 1]:
+                return record[i + 2]
+        return default
+    count: dict[str, int] = {default: 0}
+    covered = 0
+    for i in range(1, len(record), 3):
+        n = min(stop, record[i + 1]) - max(start, record[i])
+        if n > 0:
+            count[record[i + 2]] = count.get(record[i + 2], 0) + n
+            covered += n
+    count[default] += (stop - start) - covered
+    return max(count, key=count.__getitem__)  # first maximum: the id's node on a tie
+
+
+def record_range(
+    record: Any, node: str, start: int | None = None, stop: int | None = None
+) -> Any:
+    """The holder record after ``node`` processed the entries ``[start, stop)``.
+
+    Without a range (``start`` None) or without a record, ``node`` holds the
+    whole id.  Otherwise the range is cut out of the ranges other nodes hold
+    and, unless ``node`` is the id's node, added as a range of ``node``
+    (merged with a range of ``node`` it touches).  More than
+    :data:`MAX_RANGES` ranges: the node holding most of their entries becomes
+    the id's node (a node that took over a stripe, e.g. because its old node
+    left), then the oldest ranges are dropped.
+    """
+    if record is None or start is None or stop is None:
+        return node
+    if isinstance(record, str):
+        if record == node or stop <= start:
+            return record
+        return (record, start, stop, node)
+    default = record[0]
+    ranges: list[list] = []
+    for i in range(1, len(record), 3):
+        a, b, n = record[i], record[i + 1], record[i + 2]
+        if stop <= a or b <= start or stop <= start:
+            ranges.append([a, b, n])
+            continue
+        if a < start:
+            ranges.append([a, start, n])
+        if stop < b:
+            ranges.append([stop, b, n])
+    if node != default and start < stop:
+        lo, hi = start, stop
+        keep = []
+        for r in ranges:
+            if r[2] == node and (r[1] == lo or r[0] == hi):
+                lo, hi = min(lo, r[0]), max(hi, r[1])
+            else:
+                keep.append(r)
+        ranges = keep + [[lo, hi, node]]
+    if len(ranges) > MAX_RANGES:
+        held: dict[str, int] = {}
+        for a, b, n in ranges:
+            held[n] = held.get(n, 0) + b - a
+        default = max(held, key=held.__getitem__)
+        ranges = [r for r in ranges if r[2] != default][-MAX_RANGES:]
+    if not ranges:
+        return default
+    return (default, *(x for r in ranges for x in r))
 
 
 def choose_steal(
@@ -119,12 +225,28 @@ def _remember(d: dict, key: Hashable, value: Any, size: int) -> None:
             del d[old]
 
 
+def _entry_range(entries: Any) -> tuple[int, int] | None:
+    """``(start, stop)`` from an annotation value (a 2-sequence of ints), else None."""
+    if isinstance(entries, (tuple, list)) and len(entries) == 2:
+        a, b = entries
+        if (
+            isinstance(a, int)
+            and isinstance(b, int)
+            and not isinstance(a, bool)
+            and not isinstance(b, bool)
+            and 0 <= a <= b
+        ):
+            return (a, b)
+    return None
+
+
 def follow_holders(
     nodes: list[str],
     holders: Sequence[str | None],
     capacity: Mapping[str, float],
     slack: float,
     runner_up: Callable[[int], str | None] | None = None,
+    speed: Mapping[str, float] | None = None,
 ) -> int:
     """Send each chunk to the live node that holds it, within bounds (in place).
 
@@ -134,10 +256,15 @@ def follow_holders(
     (the damping): no node gets more than ``slack`` x its fair share of the
     batch (``capacity[node] / sum(capacity)``; capacity = threads x learned
     speed), plus one.  A node keeps the chunks that come first (submission
-    order); the rest go to their placement's node, or, for chunks placed on
-    that node, to ``runner_up(i)`` (the next-nearest node), if that one is under
-    its bound; else they stay.  ``slack`` = inf: no bound.  Returns how many
-    chunks changed node.
+    order); the rest go to their placement's node.  A node's own chunks (placed
+    there and held there or by nobody) are sent on only when it is also above
+    ``slack`` x ``min(1, speed[node])`` x the chunks placement gave it, plus
+    one: a node learned slower than ``1 / slack`` of the typical speed sheds
+    part of them to ``runner_up(i)`` (the next-nearest node), if that one is
+    under its bound; a node of typical speed keeps all of them, however
+    unevenly the hash spread the batch (the no-locator placement; stealing
+    balances the run).  ``speed`` None: every node typical.  ``slack`` = inf:
+    no bound.  Returns how many chunks changed node.
     """
     n = len(nodes)
     total = float(sum(capacity.values()))
@@ -145,12 +272,26 @@ def follow_holders(
         return 0
     bounded = slack != float("inf")
     cap = {node: slack * n * c / total + 1 for node, c in capacity.items()} if bounded else {}
+    own_cap: dict[str, float] = {}
+    if bounded:
+        placed: dict[str, int] = {}
+        for node in nodes:
+            placed[node] = placed.get(node, 0) + 1
+        sp = speed or {}
+        own_cap = {
+            node: slack * k * min(1.0, sp.get(node, 1.0)) + 1 for node, k in placed.items()
+        }
     kept: dict[str, int] = {}
     moved = 0
     for i, (node, h) in enumerate(zip(nodes, holders)):
         w = h if h is not None and h in capacity else node
         if bounded and kept.get(w, 0) >= cap.get(w, n):
-            alt = node if node != w else (runner_up(i) if runner_up is not None else None)
+            if node != w:
+                alt = node
+            elif kept.get(w, 0) >= own_cap.get(w, n):
+                alt = runner_up(i) if runner_up is not None else None
+            else:
+                alt = None
             if alt is not None and alt in capacity and kept.get(alt, 0) < cap[alt]:
                 w = alt
         kept[w] = kept.get(w, 0) + 1
@@ -276,6 +417,8 @@ class Locator:
         self.speed: NodeSpeed = speed if speed is not None else NodeSpeed()
         #: task key -> chunk id, for every chunk task the plugin places
         self.chunk_of: dict[Hashable, str] = {}
+        #: task key -> ``(start, stop)`` entry range, for chunk tasks that carry one
+        self.entries: dict[Hashable, tuple[int, int]] = {}
         #: task key -> cache node the task is meant for
         self.target: dict[Hashable, str] = {}
         #: cache node id -> keys of tasks meant for it
@@ -284,13 +427,26 @@ class Locator:
         self.hashed: dict[Hashable, str] = {}
         #: keys of chunk tasks the stealing policy moved (until they finish)
         self.stolen: set = set()
-        #: chunk digest -> node that processed it last; newest last
-        self.holder: dict[int, str] = {}
+        #: chunk digest -> :data:`HolderRecord` (where it was processed last); newest last
+        self.holder: dict[int, Any] = {}
 
     # ------------------------------------------------------------ tasks
-    def track(self, key: Hashable, chunk: str) -> None:
-        """``key`` is a chunk task of ``chunk`` the plugin places."""
+    def track(self, key: Hashable, chunk: str, entries: Any = None) -> None:
+        """``key`` is a chunk task of ``chunk`` the plugin places; ``entries``:
+        its ``(start, stop)`` entry range within the chunk id (the
+        ``cacheaffinity-entries`` annotation), if it carries one (anything
+        else is ignored: the task then counts as the whole id)."""
         self.chunk_of[key] = chunk
+        rng = _entry_range(entries)
+        if rng is not None:
+            self.entries[key] = rng
+        else:
+            self.entries.pop(key, None)
+
+    def _holder_of_task(self, key: Hashable, chunk: str) -> str | None:
+        rng = self.entries.get(key)
+        record = self.holder.get(chunk_digest(chunk))
+        return holder_for(record) if rng is None else holder_for(record, *rng)
 
     def is_chunk_task(self, key: Hashable) -> bool:
         return key in self.chunk_of
@@ -307,6 +463,7 @@ class Locator:
     def forget_task(self, key: Hashable) -> None:
         """Dask forgot task ``key``."""
         self.chunk_of.pop(key, None)
+        self.entries.pop(key, None)
         self.hashed.pop(key, None)
         self.stolen.discard(key)
         node = self.target.pop(key, None)
@@ -326,19 +483,18 @@ class Locator:
         """Send chunks to the node that processed them last (their holder).
 
         ``nodes[i]`` is the placement's node of ``todo[i]``; it is replaced by
-        the chunk's holder when that is a live node, within the bound of
+        the chunk's holder (for a task with an entry range: the node that
+        processed most of its entries, :func:`holder_for`) when that is a
+        live node, within the bound of
         :func:`follow_holders` (``slack`` x the holder's fair share by threads
         x learned speed).  Returns how many moved.
         """
         if not self.use_locator or not self.holder:
             return 0
-        holder = self.holder
-        holders = [holder.get(chunk_digest(chunk)) for _, chunk in todo]
-        speed = self.speed.speed
-        capacity = {
-            node: self.membership.weight(node) * speed(node)
-            for node in self.membership.node_workers
-        }
+        of_task = self._holder_of_task
+        holders = [of_task(ts.key, chunk) for ts, chunk in todo]
+        speed = {node: self.speed.speed(node) for node in self.membership.node_workers}
+        capacity = {node: self.membership.weight(node) * s for node, s in speed.items()}
         before = list(nodes)
         placement = self.placement
         moved = follow_holders(
@@ -347,6 +503,7 @@ class Locator:
             capacity,
             self.slack,
             runner_up=lambda i: (placement.ranking(todo[i][1], 2)[1:] or [None])[0],
+            speed=speed,
         )
         if moved:
             for (ts, _), h, n in zip(todo, before, nodes):
@@ -357,7 +514,7 @@ class Locator:
     def where_located(self, chunk: str) -> tuple[str, str] | None:
         """``(holder node, placement's node)`` of a chunk whose holder is not its
         placement's node under the current membership, else None."""
-        h = self.holder.get(chunk_digest(chunk))
+        h = holder_for(self.holder.get(chunk_digest(chunk)))
         if h is None or not self.membership.node_workers:
             return None
         placed = self.placement.nearest([chunk])[0]
@@ -368,9 +525,12 @@ class Locator:
         placement's node is recomputed when needed)."""
         _remember(self.holder, chunk_digest(chunk), holder, self.size)
 
-    def holder_of(self, chunk: str) -> str | None:
-        """The node that processed ``chunk`` last (None: unknown or forgotten)."""
-        return self.holder.get(chunk_digest(chunk))
+    def holder_of(
+        self, chunk: str, start: int | None = None, stop: int | None = None
+    ) -> str | None:
+        """The node that processed ``chunk`` last (None: unknown or forgotten);
+        with ``start``, ``stop``: the one that processed most of those entries."""
+        return holder_for(self.holder.get(chunk_digest(chunk)), start, stop)
 
     def forget_holder(self, chunk: str) -> None:
         self.holder.pop(chunk_digest(chunk), None)
@@ -391,7 +551,14 @@ class Locator:
             return None
         if seconds is not None:
             self.speed.observe(node, seconds)
-        _remember(self.holder, chunk_digest(chunk), node, self.size)
+        digest = chunk_digest(chunk)
+        rng = self.entries.get(key)
+        if rng is None:
+            _remember(self.holder, digest, node, self.size)
+        else:
+            _remember(
+                self.holder, digest, record_range(self.holder.get(digest), node, *rng), self.size
+            )
         target = self.target.get(key)
         return node == target
 
@@ -417,18 +584,22 @@ class Locator:
         node_of = self.membership.worker_node
         thief_node = node_of.get(thief.address)
         victim_node = node_of.get(victim.address)
-        holder, placement = self.holder, self.placement
+        chunk_of, placement = self.chunk_of, self.placement
+        held: dict[Hashable, str | None] = {}
+
+        def holder(key: Hashable) -> str | None:  # per task: its entry range counts
+            if key not in held:
+                held[key] = self._holder_of_task(key, chunk_of[key])
+            return held[key]
+
         return choose_steal(
             candidates,
             priority=lambda ts: ts.priority,
-            chunk=lambda ts: self.chunk_of.get(ts.key),
-            thief_holds=lambda c: thief_node is not None
-            and holder.get(chunk_digest(c)) == thief_node,
+            chunk=lambda ts: ts.key if ts.key in chunk_of else None,
+            thief_holds=lambda k: thief_node is not None and holder(k) == thief_node,
             runner_up_is_thief=None
             if thief_node is None or len(self.membership.node_workers) <= 1
-            else lambda c: placement.ranking(c, 2)[1:] == [thief_node],
-            victim_holds=None
-            if victim_node is None
-            else lambda c: holder.get(chunk_digest(c)) == victim_node,
+            else lambda k: placement.ranking(chunk_of[k], 2)[1:] == [thief_node],
+            victim_holds=None if victim_node is None else lambda k: holder(k) == victim_node,
             take_warm=take_warm,
         )

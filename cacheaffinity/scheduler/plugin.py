@@ -56,6 +56,7 @@ from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.protocol import (
     ANNOTATION,
     DIRECTORY_WIDE,
+    ENTRIES_ANNOTATION,
     NODE_REPORT_TOPIC,
     PLUGIN_NAME,
     WORKER_METRIC,
@@ -393,6 +394,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         chunks = annotations.get(ANNOTATION)
         if not chunks:
             return
+        entries = annotations.get(ENTRIES_ANNOTATION) or {}
         stasks = scheduler.tasks
         locator = self.locator
         todo: list[tuple[TaskState, str]] = []
@@ -407,7 +409,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 restricted += 1  # the user's restrictions win: Dask places it
                 continue
             chunk = str(chunk)
-            locator.track(key, chunk)
+            locator.track(key, chunk, entries.get(key))
             todo.append((ts, chunk))
         if restricted:
             self.counters["user-restricted"] += restricted
