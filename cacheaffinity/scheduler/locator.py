@@ -62,6 +62,7 @@ __all__ = [
     "follow_holders",
     "holder_for",
     "record_range",
+    "stripe_parts",
 ]
 
 #: What the locator remembers per chunk id: the node that processed it (str),
@@ -74,6 +75,23 @@ HolderRecord = "str | tuple"
 #: beyond, the node holding most of the ranges' entries becomes the id's node,
 #: then the oldest ranges are dropped (a forgotten range costs at most misses).
 MAX_RANGES = 16
+
+
+def _count_range(record: Any, start: int, stop: int, count: dict[str, int]) -> None:
+    """Add to ``count[node]`` the entries of ``[start, stop)`` (non-empty) that
+    ``node`` processed according to ``record`` (not None)."""
+    if isinstance(record, str):
+        count[record] = count.get(record, 0) + stop - start
+        return
+    default = record[0]
+    count.setdefault(default, 0)
+    covered = 0
+    for i in range(1, len(record), 3):
+        n = min(stop, record[i + 1]) - max(start, record[i])
+        if n > 0:
+            count[record[i + 2]] = count.get(record[i + 2], 0) + n
+            covered += n
+    count[default] += (stop - start) - covered
 
 
 def holder_for(record: Any, start: int | None = None, stop: int | None = None) -> str | None:
@@ -94,15 +112,46 @@ def holder_for(record: Any, start: int | None = None, stop: int | None = None) -
             if record[i] <= start < record[i + 1]:
                 return record[i + 2]
         return default
-    count: dict[str, int] = {default: 0}
-    covered = 0
-    for i in range(1, len(record), 3):
-        n = min(stop, record[i + 1]) - max(start, record[i])
-        if n > 0:
-            count[record[i + 2]] = count.get(record[i + 2], 0) + n
-            covered += n
-    count[default] += (stop - start) - covered
+    count: dict[str, int] = {}
+    _count_range(record, start, stop, count)
     return max(count, key=count.__getitem__)  # first maximum: the id's node on a tie
+
+
+#: A task spanning more stripes than this is remembered under its own id only.
+MAX_STRIPES_PER_TASK = 64
+
+
+def stripe_parts(chunk: str, start: int, stop: int) -> list[tuple[str, int, int]]:
+    """The entry range ``[start, stop)`` of a task of chunk id ``chunk`` cut at
+    stripe boundaries: ``[(stripe id, start, stop), ...]``, its own stripe first.
+
+    A coffea chunk id names a placement stripe,
+    ``<file>/<tree>/s<S>:<k>`` (:func:`cacheaffinity.coffea.identity.chunk_identity`;
+    entries ``[k*S, (k+1)*S)``), but a chunk crossing a stripe boundary
+    processes entries of the neighbour stripe too (and its node then holds
+    their clusters): they are remembered under the neighbour's id
+    ``<file>/<tree>/s<S>:<j>``.  Any other id, an empty range or more than
+    :data:`MAX_STRIPES_PER_TASK` stripes: ``[(chunk, start, stop)]``.
+    """
+    head, sep, tail = chunk.rpartition("/s")
+    size, colon, k = tail.partition(":")
+    if not (sep and colon and size.isdigit() and k.isdigit()) or stop <= start:
+        return [(chunk, start, stop)]
+    S, k = int(size), int(k)
+    if S < 1:
+        return [(chunk, start, stop)]
+    first, last = start // S, (stop - 1) // S
+    if first == last or not first <= k <= last or last - first >= MAX_STRIPES_PER_TASK:
+        return [(chunk, start, stop)]
+    parts = []
+    for j in range(first, last + 1):
+        a, b = max(start, j * S), min(stop, (j + 1) * S)
+        part = (chunk if j == k else f"{head}/s{size}:{j}", a, b)
+        if j == k:
+            parts.insert(0, part)
+        else:
+            parts.append(part)
+    return parts
 
 
 def record_range(
@@ -444,9 +493,21 @@ class Locator:
             self.entries.pop(key, None)
 
     def _holder_of_task(self, key: Hashable, chunk: str) -> str | None:
+        """The node that processed most of task ``key``'s entries (of every
+        stripe they fall in, :func:`stripe_parts`), else its id's node."""
         rng = self.entries.get(key)
-        record = self.holder.get(chunk_digest(chunk))
-        return holder_for(record) if rng is None else holder_for(record, *rng)
+        holder = self.holder
+        if rng is None or rng[1] <= rng[0]:
+            return holder_for(holder.get(chunk_digest(chunk)), *(rng or ()))
+        parts = stripe_parts(chunk, *rng)
+        if len(parts) == 1:
+            return holder_for(holder.get(chunk_digest(chunk)), *rng)
+        count: dict[str, int] = {}
+        for part, a, b in parts:  # its own stripe first: its holder wins a tie
+            record = holder.get(chunk_digest(part))
+            if record is not None:
+                _count_range(record, a, b, count)
+        return max(count, key=count.__getitem__) if count else None
 
     def is_chunk_task(self, key: Hashable) -> bool:
         return key in self.chunk_of
@@ -551,14 +612,14 @@ class Locator:
             return None
         if seconds is not None:
             self.speed.observe(node, seconds)
-        digest = chunk_digest(chunk)
         rng = self.entries.get(key)
+        holder = self.holder
         if rng is None:
-            _remember(self.holder, digest, node, self.size)
+            _remember(holder, chunk_digest(chunk), node, self.size)
         else:
-            _remember(
-                self.holder, digest, record_range(self.holder.get(digest), node, *rng), self.size
-            )
+            for part, a, b in stripe_parts(chunk, *rng):
+                digest = chunk_digest(part)
+                _remember(holder, digest, record_range(holder.get(digest), node, a, b), self.size)
         target = self.target.get(key)
         return node == target
 
