@@ -27,8 +27,8 @@ the *locator* built on them (:func:`follow_holders`: a chunk goes to the live
 node that holds it, whatever the hash says, unless that node's expected
 backlog exceeds ``cacheaffinity.scheduler.locator-slack`` x its fair share; so
 the stealing decisions of one run become the placement of the next, and a
-node that slows down keeps its chunks up to that bound), and the steal
-preference (:meth:`Locator.steal_preference`).
+node learned slower than ``1 / slack`` of the typical speed sheds part of its
+own chunks), and the steal preference (:meth:`Locator.steal_preference`).
 Chunks are remembered by a 60-bit digest of their id (:func:`chunk_digest`; a
 collision between two of 10^6 chunks has probability ~4e-7 and costs a cache miss).
 
@@ -427,9 +427,10 @@ class Locator:
         ``cacheaffinity.scheduler.locator``: send a chunk to the node that
         processed it last (its holder).
     slack
-        ``cacheaffinity.scheduler.locator-slack``: a holder takes its chunks
-        while its share of a batch stays below ``slack`` x its fair share
-        (threads x learned speed); see :func:`follow_holders`.
+        ``cacheaffinity.scheduler.locator-slack``: a holder takes chunks
+        placed elsewhere while its share of a batch stays below ``slack`` x its
+        fair share (threads x learned speed); a node learned slower than
+        ``1 / slack`` sheds part of its own; see :func:`follow_holders`.
     speed
         The learned node speeds (a new :class:`NodeSpeed` if None).
     """
