@@ -16,7 +16,11 @@ on the chunk's cache node.  Three ways to attach it:
 
 Chunk identities travel as the task annotation ``cacheaffinity`` (see
 :mod:`cacheaffinity.protocol`), so they reach the scheduler with the graph,
-before its first placement decision, and survive graph optimisation.
+before its first placement decision, and survive graph optimisation.  When
+several tasks share one identity (a placement stripe), ``map_chunks(...,
+entries=[(start, stop), ...])`` adds each task's entry range as the annotation
+``cacheaffinity-entries``: the scheduler then remembers per range which node
+processed it and sends a later task where most of its entries were processed.
 
 Identities are checked when tasks are created, before anything reaches the
 scheduler: each must be a non-empty ``str`` (``None``, numbers, bytes are
