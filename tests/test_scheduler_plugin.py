@@ -280,8 +280,8 @@ def test_stripe_parts_parse_what_chunk_identity_makes():
     cid = chunk_identity(item, {"f.root": None}, 1500)
     parts = stripe_parts(cid, 900, 1800)
     assert parts[0] == (cid, 900, 1500)  # 600 of its 900 entries: stripe 0 places it
-    assert parts[1] == (chunk_identity(
-        WorkItem("d", "f.root", "Events", 1500, 3000, b"\1" * 16), {"f.root": None}, 1500), 1500, 1800)
+    neighbour = WorkItem("d", "f.root", "Events", 1500, 3000, b"\1" * 16)
+    assert parts[1] == (chunk_identity(neighbour, {"f.root": None}, 1500), 1500, 1800)
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2, config=NO_STEALING)
