@@ -9,9 +9,15 @@ simulated, with the project's *real* decision code in the loop:
   calls (:func:`~cacheaffinity.scheduler.stealing.track_idle`,
   :func:`~cacheaffinity.scheduler.stealing.plan_steals`,
   :func:`~cacheaffinity.scheduler.stealing.choose_steal`) with the default settings of
-  ``cacheaffinity.yaml`` (idle-time 250 ms, backlog 1, interval 100 ms, max-moves 8);
-- the locator (a chunk stolen last run goes to the node that processed it) mirrors
-  the ten lines of ``CacheAffinityPlugin.update_graph``/``transition`` that keep it.
+  ``cacheaffinity.yaml`` (idle-time 250 ms, backlog 1, warm-backlog 2, interval 100 ms, max-moves 8);
+- the locator: :func:`~cacheaffinity.scheduler.locator.follow_holders` (each chunk to
+  the node that processed it last, bounded by ``locator-slack`` x the node's fair share
+  by threads x learned speed) and :class:`~cacheaffinity.scheduler.locator.NodeSpeed`
+  (learned seconds per task: EWMA with hysteresis), fed with each task's duration, and
+  :func:`~cacheaffinity.scheduler.stealing.warm_threshold` (warm steals scaled by the
+  learned speeds); the bookkeeping of ``Locator.finished`` is mirrored in ``_finish``.
+  ``cacheaffinity-hashlocator`` is the locator before issue 15 (only chunks stolen last
+  run, while their hash placement is unchanged; no speeds).
 
 Modelled, not real (documented assumptions):
 
@@ -47,9 +53,12 @@ Modelled, not real (documented assumptions):
 
 Scenarios (``--scenario``, default all): ``stable``, ``adaptive`` (nodes leave and join
 between and during runs, as ``dask-jobqueue``'s ``adapt()`` does), ``small_cache``
-(cache = half a node's share), ``slow_node`` (one node 3x slower).
+(cache = half a node's share), ``slow_node`` (one node 3x slower), ``hetero``
+(heterogeneous clusters: VISPA as in the paper, the earlier VISPA model ``vispa_nfs1g``
+whose node speeds differ between run 1 and later runs, 1000 nodes of 4-32 threads with
+per-core speeds 0.5-2x), ``slowdown`` (one node becomes 2x slower before run 3).
 
-    python benchmarks/simulate.py [--quick] [--scenario stable adaptive ...]
+    python benchmarks/simulate.py [--quick] [--scenario stable adaptive ...] [--name simulate]
 
 Writes ``benchmarks/results/simulate.json`` (config + one section per scenario) and
 ``simulate_<scenario>.png``.
@@ -74,7 +83,8 @@ from _common import parser, print_table, pyplot, save_png, write_json
 from placement import _hash_all, _mix64  # the hash baselines' helpers (benchmarks/placement.py)
 
 from cacheaffinity.placement import TorusPlacement
-from cacheaffinity.scheduler.stealing import choose_steal, plan_steals, track_idle
+from cacheaffinity.scheduler.locator import NodeSpeed, follow_holders
+from cacheaffinity.scheduler.stealing import choose_steal, plan_steals, track_idle, warm_threshold
 
 MB = 1e6
 
@@ -99,11 +109,27 @@ POLICIES = {
     "paper": ("torus", "stock", False),
     "cacheaffinity-nosteal": ("torus", "none", False),
     "cacheaffinity": ("torus", "locality", True),
+    # before issue 15: the locator only for chunks stolen last run whose hash
+    # placement is unchanged, no damping
+    "cacheaffinity-hashlocator": ("torus", "locality", "hash"),
 }
 
 CLUSTERS = {
-    # VISPA: 7 x 8 cores + 3 x 64 cores, NFS at 1 Gbit/s
-    "vispa": {"groups": [["small", 7, 8], ["big", 3, 64]], "storage_MBps": 125.0, "ssd_MBps": 500.0},
+    # VISPA (paper section 2.2): 7 small workers x 8 cores (1 TB SSD, 1 Gbit/s NFS link),
+    # 2 medium + 1 large x 64 cores (4 TB SSD, 4 Gbit/s NFS link).  Not in the paper
+    # (assumptions): the NFS server's total bandwidth (6 striped HDDs behind a 1 TB SSD
+    # cache: 1000 MB/s), the SSDs' read bandwidth (1 TB: 500 MB/s, 4 TB: 2000 MB/s) and
+    # per-core speeds (equal: the paper gives none).
+    "vispa": {"groups": [["small", 7, 8, {"link_MBps": 125.0, "ssd_MBps": 500.0}],
+                         ["medium", 2, 64, {"link_MBps": 500.0, "ssd_MBps": 2000.0}],
+                         ["large", 1, 64, {"link_MBps": 500.0, "ssd_MBps": 2000.0}]],
+              "storage_MBps": 1000.0, "ssd_MBps": 500.0},
+    # the previous VISPA model (one 125 MB/s NFS for all, 500 MB/s SSDs): storage-bound
+    # run 1, SSD-bound 64-core nodes in run 2 (node speeds differ between runs)
+    "vispa_nfs1g": {"groups": [["small", 7, 8], ["big", 3, 64]], "storage_MBps": 125.0, "ssd_MBps": 500.0},
+    # 1000 heterogeneous nodes: 4-32 threads, per-core speed factors 0.5-2 (lognormal)
+    "h1000": {"groups": [["a", 400, 4], ["b", 300, 8], ["c", 200, 16], ["d", 100, 32]],
+              "storage_MBps": 12500.0, "ssd_MBps": 2000.0, "speed_sigma": 0.3},
     "n100": {"groups": [["node", 100, 16]], "storage_MBps": 2500.0, "ssd_MBps": 2000.0},
     "n1000": {"groups": [["node", 1000, 8]], "storage_MBps": 12500.0, "ssd_MBps": 2000.0},
 }
@@ -118,15 +144,25 @@ FULL = {
         "adaptive": [["n100", 50_000], ["n1000", 100_000]],
         "small_cache": [["vispa", 20_000]],
         "slow_node": [["vispa", 20_000]],
+        "hetero": [["vispa", 20_000], ["vispa_nfs1g", 20_000], ["h1000", 100_000]],
+        # [cluster, chunks, node that becomes slower]; d-0040 (32 threads, per-core time
+        # factor 1.48) becomes the slowest node of h1000
+        "slowdown": [["vispa", 20_000, "small-0000"], ["vispa", 20_000, "large-0000"],
+                     ["h1000", 100_000, "d-0040"]],
     },
+    # slowdown: the case's node becomes ``slowdown_factor`` x slower before run ``slowdown_run``
+    "slowdown_factor": 2.0,
+    "slowdown_run": 3,
+    "hetero_policies": ["paper", "cacheaffinity-nosteal", "cacheaffinity", "cacheaffinity-hashlocator"],
     "adaptive": {"pool_extra": 0.1, "between_runs": 0.05, "during_run": 0.03, "at": 0.3},
     # churn sweep (cacheaffinity only, first adaptive case): nodes replaced per run
     "adaptive_sweep": [0.01, 0.02, 0.05, 0.1],
     "small_cache_fraction": 0.5,
     "slow_factor": 3.0,
-    "stealing": {"idle_time": 0.25, "backlog": 1.0, "warm_backlog": 8.0, "interval": 0.1, "max_moves": 8},
+    "stealing": {"idle_time": 0.25, "backlog": 1.0, "warm_backlog": 2.0, "interval": 0.1, "max_moves": 8},
     "torus": {"dimensions": 3, "replicas": 32, "seed": 0},
     "ring_vnodes_per_weight": 32,
+    "locator_slack": 1.5,
     "seed": 1,
 }
 
@@ -137,7 +173,10 @@ QUICK["scenarios"] = {
     "adaptive": [["n100", 3000]],
     "small_cache": [["vispa", 1500]],
     "slow_node": [["vispa", 1500]],
+    "hetero": [["vispa", 3000], ["vispa_nfs1g", 3000], ["h1000", 20_000]],
+    "slowdown": [["vispa", 3000, "small-0000"], ["vispa", 3000, "large-0000"], ["h1000", 20_000, "d-0040"]],
 }
+QUICK["runs"] = 5
 
 
 # ====================================================================== placements
@@ -258,10 +297,13 @@ class NodeCache:
 
 # ====================================================================== cluster model
 class Node:
-    __slots__ = ("alive", "busy", "name", "qcount", "queue", "running", "slow", "ssd_free", "threads")
+    __slots__ = ("alive", "busy", "link_bw", "link_free", "name", "qcount", "queue", "running",
+                 "slow", "ssd_bw", "ssd_free", "started_at", "threads")
 
-    def __init__(self, name, threads, slow=1.0):
+    def __init__(self, name, threads, slow=1.0, ssd_bw=None, link_bw=None):
         self.name, self.threads, self.slow = name, threads, slow
+        self.ssd_bw, self.link_bw = ssd_bw, link_bw
+        self.link_free = 0.0
         self.alive = False
         self.busy = 0
         self.queue: list[int] = []  # heap of chunk indices (= priorities)
@@ -297,18 +339,23 @@ class Simulation:
         self.ssd_bw = cluster["ssd_MBps"] * MB
         # nodes (a pool; churn may add machines that start inactive)
         self.nodes: dict[str, Node] = {}
-        for prefix, count, threads in cluster["groups"]:
+        sp_rng = np.random.default_rng(seed + 2000)
+        sigma = cluster.get("speed_sigma", 0.0)
+        for prefix, count, threads, *opt in cluster["groups"]:
+            o = opt[0] if opt else {}
             for i in range(count):
                 name = f"{prefix}-{i:04d}"
-                self.nodes[name] = Node(name, threads)
+                slow_f = float(np.clip(sp_rng.lognormal(0.0, sigma), 0.5, 2.0)) if sigma else 1.0
+                self.nodes[name] = Node(name, threads, slow_f, o.get("ssd_MBps", cluster["ssd_MBps"]) * MB,
+                                        o["link_MBps"] * MB if "link_MBps" in o else None)  # fmt: skip
         initial = list(self.nodes)
         self.churn = churn
         if churn:
             extra = round(churn["pool_extra"] * len(initial))
-            prefix, _, threads = cluster["groups"][-1]
+            prefix, _, threads = cluster["groups"][-1][:3]
             for i in range(extra):
                 name = f"{prefix}-x{i:04d}"
-                self.nodes[name] = Node(name, threads)
+                self.nodes[name] = Node(name, threads, 1.0, self.ssd_bw)
         for n in initial:
             self.nodes[n].alive = True
         if slow:
@@ -316,6 +363,9 @@ class Simulation:
         self.caches = {n: NodeCache(cache_capacity, cache_policy, self.rng) for n in self.nodes}
         self.placement = make_placement(self.placement_kind, cfg)
         self.located: dict[int, tuple[str, str]] = {}
+        #: learned seconds per task of each node (Locator.speed)
+        self.speed = NodeSpeed()
+        self.slack = cfg.get("locator_slack", 1.5)
         self.runs: list[dict] = []
         sc = cfg["stealing"]
         self.idle_time, self.backlog = sc["idle_time"], sc["backlog"]
@@ -375,7 +425,8 @@ class Simulation:
             self._churn(self.churn["between_runs"])
         self._set_nodes()
         for n in self.nodes.values():
-            n.busy, n.queue, n.qcount, n.running, n.ssd_free = 0, [], 0, set(), 0.0
+            n.busy, n.queue, n.qcount, n.running, n.ssd_free, n.link_free = 0, [], 0, set(), 0.0, 0.0
+        self.started_at: dict[int, float] = {}
         self.storage_free = 0.0
         self.t = 0.0
         self.events: list = []
@@ -392,6 +443,18 @@ class Simulation:
             self.global_queue = list(range(C - 1, -1, -1))  # pop() from the end = priority order
         else:
             homes = self.placement.assign(self.chunk_ids)
+            if self.locator is True:  # Locator.relocate: follow_holders, the real function
+                alive = {n.name: n.threads * self.speed.speed(n.name) for n in live}
+                placed = list(homes)
+                follow_holders(homes, [self.holder.get(c) for c in range(C)], alive, self.slack,
+                               runner_up=self.runner_up,
+                               speed={n.name: self.speed.speed(n.name) for n in live})
+                for c, (h, node) in enumerate(zip(placed, homes)):
+                    if h != node:
+                        self.hashed[c] = h
+                    self.target[c] = node
+                    self._enqueue(self.nodes[node], c)
+                homes = []
             for c, node in enumerate(homes):
                 if self.locator:
                     loc = self.located.get(c)
@@ -460,16 +523,24 @@ class Simulation:
         node.busy += 1
         node.running.add(c)
         f = node.slow * self.jitter[c]
+        self.started_at[c] = t
         if c in self.caches[node.name]:
             s = max(t, node.ssd_free)
-            node.ssd_free = s + self.bd[c] / self.ssd_bw
+            node.ssd_free = s + self.bd[c] / node.ssd_bw
             end = max(node.ssd_free, t + self.t_cache_thread[c]) + self.t_compute[c] * f
         else:
-            s = max(t, self.storage_free)
-            self.storage_free = s + self.bc[c] / self.storage_bw
-            decomp_end = self.storage_free + self.t_decomp[c] * f
+            if node.link_bw is None:
+                s = max(t, self.storage_free)
+                self.storage_free = s + self.bc[c] / self.storage_bw
+                read_end = self.storage_free
+            else:  # the node's link and the shared server, each FIFO
+                s = max(t, self.storage_free, node.link_free)
+                self.storage_free = s + self.bc[c] / self.storage_bw
+                node.link_free = s + self.bc[c] / node.link_bw
+                read_end = max(self.storage_free, node.link_free)
+            decomp_end = read_end + self.t_decomp[c] * f
             w = max(decomp_end, node.ssd_free)
-            node.ssd_free = w + self.bd[c] / self.ssd_bw
+            node.ssd_free = w + self.bd[c] / node.ssd_bw
             end = node.ssd_free + self.t_compute[c] * f
         self._push(end, "finish", node.name, c)
 
@@ -490,6 +561,7 @@ class Simulation:
         self.dur_sum += self.t_compute[c]
         if self.locator:  # CacheAffinityPlugin.transition, processing -> memory
             self.holder[c] = node.name
+            self.speed.observe(node.name, self.t - self.started_at[c])
             meant = self.hashed.pop(c, None)
             target = self.target.get(c)
             if meant is not None:
@@ -544,10 +616,13 @@ class Simulation:
                 cands,
                 priority=lambda c: (c,),
                 chunk=lambda c: c,
-                thief_holds=lambda c: located.get(c, ("",))[0] == tn,
+                thief_holds=(lambda c: holder.get(c) == tn) if self.locator is True
+                else (lambda c: located.get(c, ("",))[0] == tn),
                 runner_up_is_thief=(lambda c: self.runner_up(c) == tn) if multi else None,
                 victim_holds=lambda c: holder.get(c) == vn,
-                take_warm=victim.processing() - victim.threads > self.warm_backlog * victim.threads,
+                take_warm=victim.processing() - victim.threads > victim.threads * (
+                    warm_threshold(self.warm_backlog, self.speed.speed(vn), self.speed.speed(tn))
+                    if self.locator is True else self.warm_backlog),
             )
 
         plan_steals(
@@ -656,15 +731,15 @@ def run_policy(cfg, cluster_name, n_chunks, policy, **kw) -> dict:
 
 def node_share_bytes(cfg, cluster_name, n_chunks, threads):
     cl = CLUSTERS[cluster_name]
-    total_threads = sum(c * t for _, c, t in cl["groups"])
+    total_threads = sum(g[1] * g[2] for g in cl["groups"])
     total = n_chunks * cfg["events_per_chunk"] * cfg["rates"]["bytes_per_event"]
     return total * threads / total_threads
 
 
 def scenario(name, cfg, cases):
     out = {}
-    for cluster_name, n_chunks in cases:
-        key = f"{cluster_name}/{n_chunks}"
+    for cluster_name, n_chunks, *extra in cases:
+        key = "/".join([cluster_name, str(n_chunks), *extra])
         res = {}
         if name in ("stable", "adaptive"):
             churn = cfg["adaptive"] if name == "adaptive" else None
@@ -683,7 +758,7 @@ def scenario(name, cfg, cases):
             cl = CLUSTERS[cluster_name]
             # capacity per node: fraction of its share of the dataset (by threads)
             caps = {}
-            for prefix, count, threads in cl["groups"]:
+            for prefix, count, threads, *_ in cl["groups"]:
                 caps[threads] = cfg["small_cache_fraction"] * node_share_bytes(cfg, cluster_name, n_chunks, threads)
             cases_ = [("dask", "fifo"), ("hash%n", "fifo"), ("paper", "fifo"),
                       ("cacheaffinity", "fifo"), ("cacheaffinity", "keep"), ("cacheaffinity", "random")]  # fmt: skip
@@ -701,6 +776,23 @@ def scenario(name, cfg, cases):
             for pol in POLICIES:
                 res[pol] = run_policy(cfg, cluster_name, n_chunks, pol, slow=(slow_name, cfg["slow_factor"]))
             res["_slow_node"] = slow_name
+        elif name == "hetero":
+            for pol in cfg["hetero_policies"]:
+                res[pol] = run_policy(cfg, cluster_name, n_chunks, pol)
+        elif name == "slowdown":
+            cl = CLUSTERS[cluster_name]
+            slow_name = extra[0] if extra else f"{cl['groups'][-1][0]}-0000"
+            for pol in cfg["hetero_policies"]:
+                sim = Simulation(cfg, cl, n_chunks, pol, seed=cfg["seed"])
+                t0 = time.perf_counter()
+                runs = []
+                for r in range(1, cfg["runs"] + 1):
+                    if r == cfg["slowdown_run"]:
+                        sim.nodes[slow_name].slow *= cfg["slowdown_factor"]
+                    runs.append(sim.run())
+                res[pol] = {"runs": runs, "sim_seconds": time.perf_counter() - t0}
+            res["_slow_node"] = slow_name
+            res["_slowdown_before_run"] = cfg["slowdown_run"]
         out[key] = res
         print_case(name, key, res)
         if "_churn_sweep" in res:
@@ -750,38 +842,81 @@ def plot(name, section, path):
     save_png(fig, path)
 
 
+def git_stamp() -> dict:
+    """``{"commit": <HEAD sha>, "dirty": <uncommitted changes>}`` of this checkout
+    (None/None outside git): the code the figures were measured with."""
+    import subprocess
+
+    try:
+        sha = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                             text=True, check=True).stdout.strip()  # fmt: skip
+        st = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"],
+                            capture_output=True, text=True, check=True).stdout  # fmt: skip
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": None, "dirty": None}
+    return {"commit": sha, "dirty": bool(st.strip())}
+
+
 def main(argv=None):
     p = parser(__doc__.split("\n\n")[0])
     p.add_argument("--scenario", nargs="+", default=None, choices=list(FULL["scenarios"]))
+    p.add_argument("--warm-backlog", type=float, default=None,
+                   help="cacheaffinity.scheduler.stealing.warm-backlog (default: the yaml's 2)")
+    p.add_argument("--locator-slack", type=float, default=None,
+                   help="cacheaffinity.scheduler.locator-slack (default: the yaml's 1.5)")  # fmt: skip
     p.add_argument("--replot", action="store_true", help="redraw the PNGs from simulate.json")
+    p.add_argument("--name", default="simulate",
+                   help="results file name: <out>/<name>.json and <name>_<scenario>.png")  # fmt: skip
     args = p.parse_args(argv)
     if args.replot:
-        with open(os.path.join(args.out, "simulate.json")) as f:
+        with open(os.path.join(args.out, f"{args.name}.json")) as f:
             saved = json.load(f)
         for name, section in saved["results"].items():
-            plot(name, section, os.path.join(args.out, f"simulate_{name}.png"))
+            plot(name, section, os.path.join(args.out, f"{args.name}_{name}.png"))
         return 0
+    stamp = git_stamp()  # the code the figures are measured with (before running)
     cfg = copy.deepcopy(QUICK if args.quick else FULL)
     cfg["rates"] = dict(RATES)
     cfg["clusters"] = CLUSTERS
+    if args.warm_backlog is not None:
+        cfg["stealing"]["warm_backlog"] = args.warm_backlog
+    if args.locator_slack is not None:
+        cfg["locator_slack"] = args.locator_slack
     cfg["policies"] = {k: {"placement": a, "stealing": b, "locator": c} for k, (a, b, c) in POLICIES.items()}
     names = args.scenario or list(cfg["scenarios"])
     results = {}
     t0 = time.perf_counter()
     for name in names:
         results[name] = scenario(name, cfg, cfg["scenarios"][name])
-        plot(name, results[name], os.path.join(args.out, f"simulate_{name}.png"))
-    summary = summarise(results)
-    write_json(os.path.join(args.out, "simulate.json"), config={**cfg, "quick": args.quick,
+        plot(name, results[name], os.path.join(args.out, f"{args.name}_{name}.png"))
+    summary = summarise(results, cfg)
+    write_json(os.path.join(args.out, f"{args.name}.json"), config={**cfg, "quick": args.quick,
                "scenarios_run": names}, results=results, summary=summary,
-               seconds=time.perf_counter() - t0)  # fmt: skip
+               seconds=time.perf_counter() - t0, **stamp)  # fmt: skip
     for k, v in summary.items():
         print(f"{k}: {v}")
     return 0
 
 
-def summarise(results):
+def summarise(results, cfg=None):
     s = {}
+    for key, res in results.get("hetero", {}).items():
+        ca = res["cacheaffinity"]["runs"]
+        best = min(res[p]["runs"][1]["makespan_s"] for p in ("paper", "cacheaffinity") if p in res)
+        s[f"hetero ({key}): cacheaffinity run 2"] = {
+            "hit_rate": ca[1]["hit_rate"], "target_hit_rate": 0.98 if key.startswith("h1000") else 0.97,
+            "makespan_s": ca[1]["makespan_s"], "best_stealing_makespan_s": best,
+            "wall_vs_best": ca[1]["makespan_s"] / best,
+            "ok": bool(ca[1]["hit_rate"] >= (0.98 if key.startswith("h1000") else 0.97)
+                       and ca[1]["makespan_s"] <= 1.05 * best)}  # fmt: skip
+    for key, res in results.get("slowdown", {}).items():
+        r0 = res["_slowdown_before_run"] - 1
+        ca = res["cacheaffinity"]["runs"]
+        s[f"slowdown ({key}): {res['_slow_node']} 2x slower from run {r0 + 1}, cacheaffinity"] = {
+            "next_run_hit_rate": ca[r0]["hit_rate"], "run_after_hit_rate": ca[r0 + 1]["hit_rate"] if r0 + 1 < len(ca) else None,
+            "ok": bool(ca[r0]["hit_rate"] >= 0.9 and r0 + 1 < len(ca) and ca[r0 + 1]["hit_rate"] >= 0.97),
+            "makespans_s": [round(x["makespan_s"], 1) for x in ca],
+            "paper_makespans_s": [round(x["makespan_s"], 1) for x in res["paper"]["runs"]]}  # fmt: skip
     st, ad = results.get("stable", {}), results.get("adaptive", {})
     for key in ad:
         if key in st:

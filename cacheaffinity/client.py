@@ -16,7 +16,11 @@ on the chunk's cache node.  Three ways to attach it:
 
 Chunk identities travel as the task annotation ``cacheaffinity`` (see
 :mod:`cacheaffinity.protocol`), so they reach the scheduler with the graph,
-before its first placement decision, and survive graph optimisation.
+before its first placement decision, and survive graph optimisation.  When
+several tasks share one identity (a placement stripe), ``map_chunks(...,
+entries=[(start, stop), ...])`` adds each task's entry range as the annotation
+``cacheaffinity-entries``: the scheduler then remembers per range which node
+processed it and sends a later task where most of its entries were processed.
 
 Identities are checked when tasks are created, before anything reaches the
 scheduler: each must be a non-empty ``str`` (``None``, numbers, bytes are
@@ -37,7 +41,7 @@ from dask.base import tokenize
 from dask.utils import funcname
 
 from cacheaffinity import config
-from cacheaffinity.protocol import ANNOTATION, DIRECTORY_WIDE, PLUGIN_NAME
+from cacheaffinity.protocol import ANNOTATION, DIRECTORY_WIDE, ENTRIES_ANNOTATION, PLUGIN_NAME
 
 __all__ = [
     "ChunkIds",
@@ -137,8 +141,37 @@ class ChunkIds:
         return f"ChunkIds(<{len(self.mapping)} keys>)"
 
 
-def chunks(mapping: Mapping[Any, str]) -> contextlib.AbstractContextManager:
-    """Context manager: the tasks with these keys carry these chunk identities.
+def _check_entries(entries: Iterable[Any], n: int) -> list[tuple[int, int] | None]:
+    out = []
+    for i, e in enumerate(entries):
+        if e is None:
+            out.append(None)
+            continue
+        ok = isinstance(e, (tuple, list)) and len(e) == 2
+        if ok:
+            a, b = e
+            ok = all(isinstance(x, int) and not isinstance(x, bool) for x in e) and 0 <= a <= b
+        if not ok:
+            raise ValueError(
+                f"map_chunks entries[{i}]={e!r:.80} must be None or a (start, stop) pair of "
+                "ints with 0 <= start <= stop (the task's entry range within its chunk id), "
+                "e.g. (0, 100000)"
+            )
+        out.append((int(e[0]), int(e[1])))
+    if len(out) != n:
+        raise ValueError(
+            f"map_chunks got {len(out)} entries for {n} chunk_ids; give one (start, stop) "
+            "or None per task, or leave entries out"
+        )
+    return out
+
+
+def chunks(
+    mapping: Mapping[Any, str], entries: Mapping[Any, tuple[int, int]] | None = None
+) -> contextlib.AbstractContextManager:
+    """Context manager: the tasks with these keys carry these chunk identities
+    (and, optionally, ``entries``: their ``(start, stop)`` entry ranges within
+    the identity, see :func:`map_chunks`).
 
     Raises
     ------
@@ -155,6 +188,8 @@ def chunks(mapping: Mapping[Any, str]) -> contextlib.AbstractContextManager:
             except (TypeError, ValueError) as e:
                 raise type(e)(f"task {k!r}: {e}") from None
         raise
+    if entries:
+        return dask.annotate(**{ANNOTATION: ChunkIds(mapping), ENTRIES_ANNOTATION: ChunkIds(entries)})
     return dask.annotate(**{ANNOTATION: ChunkIds(mapping)})
 
 
@@ -165,6 +200,7 @@ def map_chunks(
     chunk_ids: Iterable[str],
     key: str | None = None,
     pure: bool = True,
+    entries: Iterable[tuple[int, int] | None] | None = None,
     **kwargs: Any,
 ) -> list:
     """``client.map`` with one chunk identity per task.
@@ -180,6 +216,12 @@ def map_chunks(
         strings of at most ``cacheaffinity.client.max-chunk-id-length`` bytes.
     key
         Key prefix (default: the function name).
+    entries
+        Optional, one per task: the task's ``(start, stop)`` entry range
+        within its chunk id (or None), for ids that several tasks share (a
+        placement stripe): the scheduler then remembers per range which node
+        processed it, and sends a later task where most of its entries were
+        processed.
 
     Returns
     -------
@@ -199,7 +241,10 @@ def map_chunks(
         f"{prefix}-{tokenize(fn_token, args) if pure else uuid.uuid4().hex}"
         for args in zip(*columns)
     ]
-    with chunks(dict(zip(keys, ids))):
+    ranges = None
+    if entries is not None:
+        ranges = {k: e for k, e in zip(keys, _check_entries(entries, n)) if e is not None}
+    with chunks(dict(zip(keys, ids)), ranges):
         return client.map(func, *columns, key=keys, pure=pure, **kwargs)
 
 

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 #: Task annotation that carries a task's chunk identity (a string).
 ANNOTATION = "cacheaffinity"
+#: Task annotation that carries a chunk task's ``(start, stop)`` entry range
+#: within its chunk identity, when several tasks share one identity (coffea
+#: chunks of one placement stripe): the scheduler remembers per range which node
+#: processed it.  Optional.
+ENTRIES_ANNOTATION = "cacheaffinity-entries"
 #: Name of the scheduler plugin, the worker plugin and the event topic.
 PLUGIN_NAME = "cacheaffinity"
 #: Key of the worker metric (sent at registration and with every heartbeat)

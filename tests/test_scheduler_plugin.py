@@ -237,6 +237,71 @@ async def test_config_preload_installs_plugin_and_stealing(c, s, a, b):
     assert list(info["nodes"]) == [HOST_NODE_PREFIX + "127.0.0.1"]
 
 
+def test_holder_records_keep_entry_ranges_processed_elsewhere():
+    from cacheaffinity.scheduler.locator import (
+        MAX_RANGES, holder_for, record_range, stripe_parts,
+    )  # fmt: skip
+
+    r = record_range(None, "X", 0, 2500)
+    assert r == "X"  # one node so far: a plain string, as cheap as an unranged holder
+    r = record_range(r, "X", 2500, 5000)
+    r = record_range(r, "Y", 7500, 10000)  # stolen by Y
+    assert r == ("X", 7500, 10000, "Y")
+    assert holder_for(r, 0, 2500) == "X" and holder_for(r, 7500, 10000) == "Y"
+    assert holder_for(r, 7000, 9000) == "Y"  # 1500 of 2000 entries on Y
+    assert holder_for(r, 6500, 8500) == "X"  # a tie: the id's node
+    assert holder_for(r) == "X" and holder_for(r, 8000, 8000) == "Y"
+    r = record_range(r, "Z", 8000, 9000)  # cut out of Y's range
+    assert holder_for(r, 8000, 9000) == "Z" and holder_for(r, 7500, 8000) == "Y"
+    r = record_range(r, "Y", 9000, 9500)  # touches Y's [9000, 10000): merged
+    assert r == ("X", 7500, 8000, "Y", 8000, 9000, "Z", 9000, 10000, "Y")
+    assert record_range(r, "X", 7000, 10000) == "X"  # the id's node took all back
+    assert record_range(r, "W") == "W"  # a task without a range: the whole id
+    # a node that takes over a stripe range by range becomes its node
+    r = "X"
+    for i in range(MAX_RANGES + 1):
+        r = record_range(r, "Y", 2 * i * 100, (2 * i + 1) * 100)
+    assert holder_for(r, 0, 100) == "Y" and len(r) <= 1 + 3 * MAX_RANGES
+    # stripe parts: a task crossing a stripe boundary, its own stripe first
+    assert stripe_parts("u.t/Events/s1500:1", 900, 1800) == [
+        ("u.t/Events/s1500:1", 1500, 1800), ("u.t/Events/s1500:0", 900, 1500)]
+    assert stripe_parts("u.t/Events/s1500:1", 1500, 3000) == [("u.t/Events/s1500:1", 1500, 3000)]
+    assert stripe_parts("chunk-7", 0, 10**6) == [("chunk-7", 0, 10**6)]
+    assert stripe_parts("u/Events/s10:9", 0, 30) == [("u/Events/s10:9", 0, 30)]  # not its stripe
+
+
+def test_stripe_parts_parse_what_chunk_identity_makes():
+    from coffea.processor.executor import WorkItem
+
+    from cacheaffinity.coffea.identity import chunk_identity
+    from cacheaffinity.scheduler.locator import stripe_parts
+
+    item = WorkItem("d", "f.root", "Events", 900, 1800, b"\1" * 16)
+    cid = chunk_identity(item, {"f.root": None}, 1500)
+    parts = stripe_parts(cid, 900, 1800)
+    assert parts[0] == (cid, 900, 1500)  # 600 of its 900 entries: stripe 0 places it
+    neighbour = WorkItem("d", "f.root", "Events", 1500, 3000, b"\1" * 16)
+    assert parts[1] == (chunk_identity(neighbour, {"f.root": None}, 1500), 1500, 1800)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2, config=NO_STEALING)
+async def test_map_chunks_entries_reach_the_locator(c, s, a, b, tmp_path):
+    plugin = await setup_cache_nodes(c, s, tmp_path)
+    ids = ["u/Events/s100:0", "u/Events/s100:0", "u/Events/s100:1"]
+    entries = [(0, 50), (50, 120), None]
+    futs = cacheaffinity.map_chunks(c, where_am_i, ids, chunk_ids=ids, entries=entries, pure=False)
+    ran = await c.gather(futs)
+    loc = plugin.locator
+    n0, n1 = node_of(plugin, ran[0]), node_of(plugin, ran[1])
+    # [50, 120) was remembered in both stripes it falls in
+    assert loc.holder_of(ids[0], 0, 50) == n0 and loc.holder_of(ids[0], 50, 100) == n1
+    assert loc.holder_of(ids[2], 100, 120) in (n1, node_of(plugin, ran[2]))
+    with pytest.raises(ValueError, match=r"entries\[1\]=\(5, 2\).*start <= stop"):
+        cacheaffinity.map_chunks(c, where_am_i, ids, chunk_ids=ids, entries=[None, (5, 2), None])
+    with pytest.raises(ValueError, match="2 entries for 3 chunk_ids"):
+        cacheaffinity.map_chunks(c, where_am_i, ids, chunk_ids=ids, entries=[None, None])
+
+
 def test_locator_memory_is_bounded_by_locator_size():
     from cacheaffinity.placement import TorusPlacement
     from cacheaffinity.scheduler.locator import Locator
@@ -247,14 +312,22 @@ def test_locator_memory_is_bounded_by_locator_size():
         key, chunk = f"t-{i}", f"chunk-{i}"
         loc.track(key, chunk)
         loc.set_target(key, "n1")
-        loc.note_steal(key)  # processed away from its target: located too
+        loc.note_steal(key)  # processed away from its target
         assert loc.finished(key, "n2") is False
         loc.forget_task(key)
-    assert len(loc.holder) == 10 and len(loc.located) == 10
+    assert len(loc.holder) == 10
     assert not loc.chunk_of and not loc.target and not loc.node_tasks and not loc.stolen
+    assert not loc.hashed
     # the newest are kept, the oldest forgotten
     assert loc.holder_of("chunk-99") == "n2" and loc.holder_of("chunk-89") is None
-    assert loc.where_located("chunk-90") == ("n2", "n1")
+    assert loc.where_located("chunk-90") is None  # no cache node: no placement to differ from
+    # a bigger map drops its oldest sixteenth at once, never exceeding the bound
+    big = Locator(Membership(), TorusPlacement(), size=1600)
+    for i in range(5000):
+        big.set_located(f"chunk-{i}", "n1")
+        assert len(big.holder) <= 1600
+    assert len(big.holder) >= 1500 and big.holder_of("chunk-4999") == "n1"
+    assert big.holder_of("chunk-0") is None
 
 
 @pytest.mark.parametrize(

@@ -137,11 +137,105 @@ def test_plan_steals_respects_backlog_budget_and_wanted():
     assert "a" not in idle_since
 
 
-@pytest.mark.parametrize("scenario", ["stable", "small_cache"])
+@pytest.mark.parametrize("scenario", ["stable", "small_cache", "hetero", "slowdown"])
 def test_benchmark_main_quick_writes_json_and_png(tmp_path, scenario, monkeypatch):
-    tiny = {"stable": [["vispa", 300]], "small_cache": [["vispa", 300]]}
+    import json
+
+    tiny = {"stable": [["vispa", 300]], "small_cache": [["vispa", 300]],
+            "hetero": [["vispa", 300]], "slowdown": [["vispa", 300, "large-0000"]]}  # fmt: skip
     monkeypatch.setitem(simulate.QUICK, "scenarios", tiny)
-    monkeypatch.setitem(simulate.QUICK, "runs", 2)
+    monkeypatch.setitem(simulate.QUICK, "runs", 3)
     assert simulate.main(["--quick", "--scenario", scenario, "--out", str(tmp_path)]) == 0
-    assert (tmp_path / "simulate.json").stat().st_size > 0
+    saved = json.loads((tmp_path / "simulate.json").read_text())
+    assert len(saved["commit"]) == 40 and isinstance(saved["dirty"], bool)
     assert (tmp_path / f"simulate_{scenario}.png").stat().st_size > 0
+    if scenario == "slowdown":
+        res = saved["results"]["slowdown"]["vispa/300/large-0000"]
+        assert res["_slow_node"] == "large-0000" and res["_slowdown_before_run"] == 3
+        assert any(k.startswith("slowdown (vispa/300/large-0000)") for k in saved["summary"])
+    if scenario == "hetero":
+        assert set(saved["results"]["hetero"]["vispa/300"]) == set(simulate.FULL["hetero_policies"])
+
+
+def test_simulator_uses_the_real_locator_functions():
+    from cacheaffinity.scheduler import locator
+
+    assert simulate.follow_holders is locator.follow_holders
+    assert simulate.NodeSpeed is locator.NodeSpeed
+    assert simulate.warm_threshold is stealing.warm_threshold
+
+
+def test_follow_holders_follows_within_slack_and_spills_to_runner_up():
+    from cacheaffinity.scheduler.locator import follow_holders
+
+    # 4 chunks hashed to a, their holders b: b may take 1.5 x 4 x 1/2 + 1 = 4
+    nodes = ["a", "a", "a", "a"]
+    assert follow_holders(nodes, ["b"] * 4, {"a": 1.0, "b": 1.0}, 1.5) == 4
+    assert nodes == ["b"] * 4
+    # a dead holder (not in capacity) is ignored
+    nodes = ["a", "a"]
+    assert follow_holders(nodes, ["gone", None], {"a": 1.0, "b": 1.0}, 1.5) == 0
+    # slow node s (learned speed 0.25): its bound is 1.1 x 8 x 1/5 + 1 = 2.76 and
+    # 1.1 x 0.25 x its 8 placed chunks + 1 = 3.2, so it keeps its first 4 chunks;
+    # the rest go to the runner-up
+    nodes = ["s"] * 8
+    moved = follow_holders(nodes, [None] * 8, {"s": 0.25, "f": 1.0}, 1.1,
+                           runner_up=lambda i: "f", speed={"s": 0.25, "f": 1.0})
+    assert nodes == ["s"] * 4 + ["f"] * 4 and moved == 4
+    # a node of typical speed keeps every chunk placement gave it (held there or
+    # by nobody), however unevenly the hash spread them: no miss the hash would avoid
+    for holders in ([None] * 8, ["a"] * 8):
+        nodes = ["a"] * 8
+        assert follow_holders(nodes, holders, {"a": 1.0, "b": 1.0, "c": 1.0}, 1.5,
+                              runner_up=lambda i: "b", speed={"a": 0.9}) == 0
+        assert nodes == ["a"] * 8
+    # no bound: everything follows its holder
+    nodes = ["a"] * 10
+    assert follow_holders(nodes, ["b"] * 10, {"a": 1.0, "b": 1.0}, float("inf")) == 10
+
+
+def test_node_speed_smooths_and_has_hysteresis():
+    from cacheaffinity.scheduler.locator import NodeSpeed
+
+    sp = NodeSpeed(alpha=0.5, hysteresis=0.25, min_samples=10)
+    for _ in range(9):
+        sp.observe("a", 1.0)
+        sp.observe("b", 1.0)
+        sp.observe("c", 3.0)
+    assert sp.speed("c") == 1.0  # fewer than min_samples tasks: typical
+    sp.observe("a", 1.0)
+    sp.observe("b", 1.0)
+    sp.observe("c", 1.0)
+    sp.observe("c", 1.0)
+    sp.observe("c", 1.0)
+    assert sp.published["c"] < 1.6
+    sp.observe("c", 1.2)  # noise within 25%: not published
+    assert sp.speed("unknown") == 1.0
+    before = sp.speed("c")
+    sp.observe("c", sp.smoothed["c"] * 1.1)
+    assert sp.speed("c") == before
+    for _ in range(10):
+        sp.observe("c", 2.0)  # really 2x slower
+    assert 0.4 < sp.speed("c") < 0.7  # ~0.5, within the hysteresis
+    with pytest.raises(ValueError, match="alpha"):
+        NodeSpeed(alpha=0)
+    # a slow victim gives up warm chunks at a smaller backlog
+    assert stealing.warm_threshold(8, 0.5, 1.0) == 4
+    assert stealing.warm_threshold(8, 1.0, 1.0) == 8
+
+
+def test_heterogeneous_cluster_converges_and_a_slowed_node_is_relieved():
+    """Run-1 steals become run-2 placement; a node 2x slower is relieved by steals
+    then keeps fewer chunks, with few misses."""
+    cfg = config(runs=4)
+    cl = {"groups": [["small", 6, 4], ["big", 2, 16]], "storage_MBps": 300.0, "ssd_MBps": 1000.0,
+          "speed_sigma": 0.4}  # fmt: skip
+    sim = simulate.Simulation(cfg, cl, 800, "cacheaffinity")
+    runs = [sim.run() for _ in range(2)]
+    assert runs[0]["steals"] > 0
+    assert runs[1]["hit_rate"] >= 0.97, runs
+    before = sim.speed.published["big-0000"]
+    sim.nodes["big-0000"].slow *= 2
+    runs += [sim.run() for _ in range(2)]
+    assert runs[2]["hit_rate"] >= 0.9 and runs[3]["hit_rate"] >= 0.97, runs
+    assert sim.speed.published["big-0000"] > 1.4 * before  # learned: seconds per task

@@ -7,7 +7,7 @@ Dask's own stealing of plain tasks: tests/test_dask_faithful.py.
 
 from __future__ import annotations
 
-from time import monotonic
+from time import monotonic, sleep
 
 import pytest
 from distributed import Event, get_worker
@@ -19,6 +19,12 @@ from cacheaffinity.protocol import HOST_NODE_PREFIX
 from cacheaffinity.scheduler._distributed import ChunkAwareWorkStealing
 
 CHUNKS = [f"uuid-{f:02d}/Events/{i * 1000}-{(i + 1) * 1000}" for f in range(8) for i in range(16)]
+
+
+def sleepy(_chunk):
+    """A chunk task long enough (0.1 s) for the node's speed to be learned."""
+    sleep(0.1)
+    return get_worker().address
 
 
 def blocked(_chunk, event_name):
@@ -214,3 +220,32 @@ async def test_stock_stealing_metrics_and_page_still_answer(c, s, a, b, tmp_path
     assert page.code == 200 and b"bokeh" in page.body.lower()
     await ev.set()
     await c.gather(futs)
+
+
+@gen_cluster(
+    client=True,
+    nthreads=[("127.0.0.1", 1)] * 2,
+    config={
+        "cacheaffinity.scheduler.locator-slack": 1.0,
+        "cacheaffinity.scheduler.stealing.enabled": False,  # placement only
+    },
+)
+async def test_held_chunks_follow_their_holder_up_to_the_slack_bound(c, s, a, b, tmp_path):
+    plugin, ext = await setup(c, s, tmp_path)
+    assert plugin.locator.slack == 1.0
+    a_node, b_node = plugin.worker_node[a.address], plugin.worker_node[b.address]
+    # run 1: chunk tasks on a's node; the node's speed is learned from their startstops
+    first = [ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == a_node][:8]
+    futs = cacheaffinity.map_chunks(c, sleepy, first[:2], chunk_ids=first[:2], pure=False)
+    assert await c.gather(futs) == [a.address] * 2
+    assert set(plugin.info()["node-speed"]) == {a_node}
+    del futs
+    # b processed 6 more of a's chunks last time: b's bound is 1.0 x 6 x 1/2 + 1 = 4
+    for ch in first[2:]:
+        plugin.locator.set_located(ch, b_node, a_node)
+    await Event("go").set()
+    futs = cacheaffinity.map_chunks(c, blocked, first[2:], ["go"] * 6, chunk_ids=first[2:], pure=False)
+    where = await c.gather(futs)
+    # 4 follow their holder, the rest stay with the placement's node
+    assert where.count(b.address) == 4 and where.count(a.address) == 2, where
+    assert plugin.counters["located"] == 4

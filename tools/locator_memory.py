@@ -1,16 +1,21 @@
-"""Memory of the scheduler's per-chunk maps (``Locator.holder`` and ``.located``).
+"""Memory of the scheduler's per-chunk map (``Locator.holder``).
 
 A measurement script (not collected by pytest; runs in one process, no cluster).
 It drives a real :class:`cacheaffinity.scheduler.locator.Locator` through the
-life of N chunk tasks (tracked, targeted, finished on a node, forgotten by Dask;
-every ``--stolen-every``-th one processed away from its target, so it is also
-*located*) and prints what tracemalloc sees allocated afterwards::
+life of N chunk tasks (tracked with their entry range, targeted, finished on a
+node, forgotten by Dask; every ``--stolen-every``-th one processed away from its
+target) and prints what tracemalloc sees allocated afterwards.  Chunk ids are
+coffea stripe ids (``<uuid>/<tree>/s<S>:<k>``), ``--chunks-per-stripe`` tasks
+per stripe (1: one holder entry per chunk, the most memory)::
 
-    python tools/locator_memory.py --chunks 1000000 --stolen-every 10
+    python tools/locator_memory.py --chunks 1000000 --stolen-every 10 --chunks-per-stripe 1
+    python tools/locator_memory.py --chunks 1000000 --stolen-every 10 --chunks-per-stripe 2
 
-Measured here (2026-11-23, shared 2-core machine): 10^6 chunks, 10% stolen:
-136 MiB; 10^5 chunks: 13.5 MiB with none stolen, 28.9 MiB with all stolen
-(~140 B per chunk, ~160 B more per located chunk).
+Measured here (2026-11-23, shared 2-core machine), holders per entry range
+(issue 15 on issue 13's stripes), 10^6 chunks, 10% stolen: see the README
+("Heterogeneous clusters") for the figures of the committed code.  Before:
+issue 15 with holders per chunk id: 74.1 MiB (78 B per chunk); OrderedDicts
+``holder`` + ``located``: 136 MiB.
 """
 
 from __future__ import annotations
@@ -35,26 +40,33 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stolen-every", type=int, default=10,
                     help="every k-th chunk is processed off its target (0: none)")
     ap.add_argument("--nodes", type=int, default=1000)
+    ap.add_argument("--chunks-per-stripe", type=int, default=1,
+                    help="chunk tasks sharing one stripe id (each with its own entry range)")
     args = ap.parse_args(argv)
     nodes = [f"node-{i:04d}" for i in range(args.nodes)]
     loc = Locator(Membership(), TorusPlacement(), size=args.locator_size)
     gc.collect()
     tracemalloc.start()
     every = args.stolen_every
+    per = max(1, args.chunks_per_stripe)
     for i in range(args.chunks):
         key = ("process", i)
-        chunk = f"uuid-{i // 1000:05d}/%2FEvents%3B1/{(i % 1000) * 1250}-{(i % 1000 + 1) * 1250}"
-        loc.track(key, chunk)
-        loc.set_target(key, nodes[i % args.nodes])
+        j = i % 1000  # 1000 chunks of 1250 entries per file
+        stripe = j // per
+        chunk = f"uuid-{i // 1000:05d}.0123456789abcdef/Events/s{per * 1250}:{stripe}"
+        loc.track(key, chunk, (j * 1250, (j + 1) * 1250))
+        loc.set_target(key, nodes[(i // per) % args.nodes])
         stolen = bool(every) and i % every == 0
         if stolen:
             loc.note_steal(key)
-        loc.finished(key, nodes[(i + stolen) % args.nodes])
+        loc.finished(key, nodes[(i // per + stolen) % args.nodes])
         loc.forget_task(key)  # Dask forgets the task; the per-chunk memory stays
     current, peak = tracemalloc.get_traced_memory()
-    print(f"chunks={args.chunks} locator-size={args.locator_size} holder={len(loc.holder)} "
-          f"located={len(loc.located)} current={current / 2**20:.1f} MiB "
-          f"peak={peak / 2**20:.1f} MiB ({current / max(len(loc.holder), 1):.0f} B per chunk)")
+    ranged = sum(not isinstance(v, str) for v in loc.holder.values())
+    print(f"chunks={args.chunks} chunks-per-stripe={per} stolen-every={every} "
+          f"locator-size={args.locator_size} holder={len(loc.holder)} (with ranges: {ranged}) "
+          f"current={current / 2**20:.1f} MiB "
+          f"peak={peak / 2**20:.1f} MiB ({current / args.chunks:.0f} B per chunk)")
     return 0
 
 

@@ -122,5 +122,13 @@ class _ChunkClient:
             if items and all(isinstance(x, (adapter.WorkItem, adapter.FileMeta)) for x in firsts):
                 identities = file_identities(x.filename for x in firsts)
                 ids = [chunk_identity(x, identities) for x in firsts]
-                return ca_client.map_chunks(self._client, func, items, chunk_ids=ids, **kwargs)
+                entries = [
+                    (int(x.entrystart), int(x.entrystop))
+                    if isinstance(x, adapter.WorkItem) and 0 <= x.entrystart <= x.entrystop
+                    else None
+                    for x in firsts
+                ]
+                return ca_client.map_chunks(
+                    self._client, func, items, chunk_ids=ids, entries=entries, **kwargs
+                )
         return self._client.map(func, *iterables, **kwargs)

@@ -56,6 +56,7 @@ from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.protocol import (
     ANNOTATION,
     DIRECTORY_WIDE,
+    ENTRIES_ANNOTATION,
     NODE_REPORT_TOPIC,
     PLUGIN_NAME,
     WORKER_METRIC,
@@ -95,6 +96,15 @@ def _user_took_over(ts: TaskState) -> bool:
     return not ts.loose_restrictions or bool(ts.host_restrictions or ts.resource_restrictions)
 
 
+def _compute_seconds(startstops: Any) -> float | None:
+    """Seconds a finished task computed (its ``compute`` start/stop pairs), or None."""
+    try:
+        t = sum(x["stop"] - x["start"] for x in startstops or () if x["action"] == "compute")
+    except (KeyError, TypeError):
+        return None
+    return float(t) if t > 0 else None
+
+
 def _check_size(key: str, value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
@@ -128,6 +138,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         is unchanged.
     locator_size
         Chunks the locator remembers at most.
+    locator_slack
+        A chunk's holder keeps it up to this multiple of its fair share of a batch.
     recent_placements
         Chunk placements the dashboard page shows at most.
     """
@@ -146,6 +158,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         stealing: bool | None = None,
         locator: bool | None = None,
         locator_size: int | None = None,
+        locator_slack: float | None = None,
         recent_placements: int | None = None,
     ):
         weights = dict(config.get("scheduler.weights", weights) or {})
@@ -171,6 +184,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             self.placement,
             size=_check_size("locator-size", config.get("scheduler.locator-size", locator_size)),
             use_locator=bool(config.get("scheduler.locator", locator)),
+            slack=config.get("scheduler.locator-slack", locator_slack),
         )
         #: Whether chunk tasks are kept from Dask's stealing and stolen by the policy.
         self.manage_stealing: bool = True if stealing is None else bool(stealing)
@@ -380,6 +394,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         chunks = annotations.get(ANNOTATION)
         if not chunks:
             return
+        entries = annotations.get(ENTRIES_ANNOTATION) or {}
         stasks = scheduler.tasks
         locator = self.locator
         todo: list[tuple[TaskState, str]] = []
@@ -394,7 +409,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 restricted += 1  # the user's restrictions win: Dask places it
                 continue
             chunk = str(chunk)
-            locator.track(key, chunk)
+            locator.track(key, chunk, entries.get(key))
             todo.append((ts, chunk))
         if restricted:
             self.counters["user-restricted"] += restricted
@@ -562,7 +577,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             return
         if start == "processing" and finish == "memory":
             node = self.membership.node_of(kwargs.get("worker"))
-            on_target = locator.finished(key, node)
+            on_target = locator.finished(key, node, _compute_seconds(kwargs.get("startstops")))
             if on_target is not None:
                 which = "on-target" if on_target else "off-target"
                 self.counters[which] += 1
@@ -641,9 +656,9 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 "refused": stealing.refused,
             },
             "tracked-tasks": len(self.locator.chunk_of),
-            "located-chunks": len(self.locator.located),
             "held-chunks": len(self.locator.holder),
             "locator-size": self.locator.size,
+            "node-speed": self.locator.speed.to_dict(),
         }
 
     def snapshot(self) -> dict:

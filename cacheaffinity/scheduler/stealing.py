@@ -25,7 +25,9 @@ every ``cacheaffinity.scheduler.stealing.interval``:
   run last (:meth:`~cacheaffinity.scheduler.locator.Locator.steal_preference`);
 * a chunk the victim's node holds is taken by a thief that does not hold it
   only if the victim's queue holds more than
-  ``cacheaffinity.scheduler.stealing.warm-backlog`` tasks per thread;
+  ``cacheaffinity.scheduler.stealing.warm-backlog`` tasks per thread, scaled
+  by the nodes' learned speeds (:func:`warm_threshold`: a victim twice as slow
+  as the thief gives up its warm chunks at half that backlog);
 * a task that has started is never moved (the victim refuses the request);
 * a move never breaks a restriction a user set (resources, workers, hosts with
   ``allow_other_workers=False``).
@@ -68,6 +70,7 @@ __all__ = [
     "choose_steal",
     "plan_steals",
     "track_idle",
+    "warm_threshold",
 ]
 
 #: Key of the policy's callback in ``Scheduler.periodic_callbacks``.
@@ -95,6 +98,20 @@ def track_idle(
     thieves = [w for w in idle if now - idle_since[w] >= idle_time]
     thieves.sort(key=idle_since.__getitem__)
     return thieves
+
+
+def warm_threshold(warm_backlog: float, victim_speed: float, thief_speed: float) -> float:
+    """Queued tasks per thread above which a victim gives up chunks it holds.
+
+    A queued task on the victim starts after ``queued/threads`` x its seconds
+    per task; on the thief, as a cache miss, it takes about ``warm_backlog`` x
+    the thief's seconds per task.  With speeds relative to a typical node
+    (:meth:`~cacheaffinity.scheduler.locator.NodeSpeed.speed`), the move pays
+    off above ``warm_backlog x victim_speed / thief_speed`` tasks per thread.
+    """
+    if not (victim_speed > 0 and thief_speed > 0):
+        return warm_backlog
+    return warm_backlog * victim_speed / thief_speed
 
 
 def plan_steals(
@@ -362,6 +379,14 @@ class LocalityStealing:
         queued = (
             len(victim.processing) + _distributed.in_flight_tasks(ext, victim) - victim.nthreads
         )
+        node_of = self.locator.membership.worker_node
+        speed = self.locator.speed.speed
+        vn, tn = node_of.get(victim.address), node_of.get(thief.address)
+        threshold = warm_threshold(
+            self.warm_backlog,
+            speed(vn) if vn is not None else 1.0,
+            speed(tn) if tn is not None else 1.0,
+        )
         return self.locator.steal_preference(
-            candidates, victim, thief, take_warm=queued > self.warm_backlog * victim.nthreads
+            candidates, victim, thief, take_warm=queued > threshold * victim.nthreads
         )
