@@ -236,8 +236,18 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.cache.close()
 
     # ------------------------------------------------------------ reporting
-    def stats(self) -> dict[str, Any]:
-        """Cache statistics of this process (counters) and of the directory."""
+    def stats(self, flush: bool = True) -> dict[str, Any]:
+        """Cache statistics of this process (counters) and of the directory.
+
+        Parameters
+        ----------
+        flush : bool
+            First wait (at most 60 s) until queued cache writes are stored.
+            The heartbeat metric does not wait: its ``pending`` says how many
+            values are still queued.
+        """
+        if flush:
+            self.flush(60.0)
         out: dict[str, Any] = {"capacity": self.capacity}
         with self._lock:
             out.update(self.storage)
@@ -248,8 +258,7 @@ class CacheWorkerPlugin(WorkerPlugin):
             out.update(self.cache.stats())
             out["pending"] = self.cache.pending()
             try:
-                out["bytes"] = self.cache.volume()
-                out["entries"] = len(self.cache)
+                out.update(self.cache.totals())
             except Exception as e:  # a broken index is a cache problem, not ours
                 logger.debug("cacheaffinity: cache size unavailable: %r", e)
         return out
@@ -260,7 +269,7 @@ class CacheWorkerPlugin(WorkerPlugin):
             "node": self.node_id,
             "weight": self.weight,
             "directory": self.directory,
-            "stats": self.stats(),
+            "stats": self.stats(flush=False),
         }
 
     def flush(self, timeout: float | None = 60.0) -> bool:

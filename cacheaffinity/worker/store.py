@@ -1157,10 +1157,10 @@ class ColumnCache(MutableMapping):
                 if not n:
                     break
                 done += n
-            if done != nbytes or st.st_size != nbytes:
-                raise _Corrupt(
-                    f"file holds {max(done, st.st_size)} bytes, the index says {nbytes}"
-                )
+            if done != nbytes or st.st_size < nbytes:
+                raise _Corrupt(f"file holds {done} bytes, the index says {nbytes}")
+            if st.st_size > nbytes:
+                raise _Corrupt(f"file is longer than the {nbytes} bytes in the index")
         if xxhash.xxh3_64_digest(view) != checksum:
             raise _Corrupt("xxh3 checksum mismatch")
         return out
@@ -1331,6 +1331,15 @@ class ColumnCache(MutableMapping):
         if self._disabled:
             return 0
         return int(self._query("SELECT value FROM meta WHERE name = 'count'")[0][0])
+
+    def totals(self) -> dict[str, int]:
+        """``{"entries": n, "bytes": b}`` committed in the index now (all
+        processes; this process's queued writes are not waited for)."""
+        self._check_usable()
+        if self._disabled:
+            return {"entries": 0, "bytes": 0}
+        rows = dict(self._query("SELECT name, value FROM meta WHERE name IN ('size', 'count')"))
+        return {"entries": int(rows.get("count", 0)), "bytes": int(rows.get("size", 0))}
 
     def volume(self) -> int:
         """Bytes stored in the directory (all processes), in whole blocks."""
