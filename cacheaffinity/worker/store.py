@@ -781,10 +781,26 @@ class ColumnCache(MutableMapping):
             raise
         return con
 
+    def _in_writer(self) -> bool:
+        return self._writer is not None and threading.current_thread() is self._writer
+
+    def _con_lock(self) -> threading.RLock:
+        """The lock of the calling thread's connection (the writer thread has its own)."""
+        return self._wlock if self._in_writer() else self._lock
+
     def _connection(self) -> sqlite3.Connection:
-        """The SQLite connection of this process (call with ``self._lock`` held)."""
+        """The SQLite connection of this process (call with :meth:`_con_lock` held).
+
+        The background writer thread has a connection of its own, so that its
+        transactions (which may wait for other processes' write lock) never
+        hold up lookups of the tasks.
+        """
         if self._closed:
             raise _Closed(f"{self!r} is closed")
+        if self._in_writer():
+            if self._wcon is None:
+                self._wcon = self._connect()
+            return self._wcon
         if self._con is None or self._pid != os.getpid():
             # A connection must not cross fork(): the child opens its own and
             # never touches (not even closes) the one inherited from the parent.
@@ -796,7 +812,7 @@ class ColumnCache(MutableMapping):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._con_lock():
             try:
                 con = self._connection()
                 con.execute("BEGIN IMMEDIATE")
@@ -814,7 +830,7 @@ class ColumnCache(MutableMapping):
                 raise
 
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
+        with self._con_lock():
             try:
                 return self._connection().execute(sql, args).fetchall()
             except sqlite3.DatabaseError as e:
@@ -1474,6 +1490,9 @@ class ColumnCache(MutableMapping):
         self._writing = 0
         self._stopping = False
         self._writer: threading.Thread | None = None
+        #: The writer thread's own SQLite connection and its lock.
+        self._wcon: sqlite3.Connection | None = None
+        self._wlock = threading.RLock()
 
     def _enqueue(self, key: str, arr: np.ndarray, size: int) -> None:
         """Queue one value for the writer thread; drop it if the queue is full."""
@@ -1519,6 +1538,7 @@ class ColumnCache(MutableMapping):
                 while not self._wq and not self._stopping:
                     self._wq_cond.wait()
                 if not self._wq:
+                    self._close_writer_connection()
                     return
                 batch = [self._wq.popleft() for _ in range(min(WRITE_BATCH, len(self._wq)))]
                 self._writing += 1
@@ -1526,6 +1546,7 @@ class ColumnCache(MutableMapping):
                 self._write_batch(batch)
             except BaseException as e:  # never lose the thread to a bug
                 logger.warning("cacheaffinity: background cache write failed: %r", e)
+                self._close_writer_connection()
             finally:
                 with self._wq_cond:
                     self._writing -= 1
@@ -1535,6 +1556,13 @@ class ColumnCache(MutableMapping):
                         if arr is not None:
                             self._wq_bytes -= arr.nbytes
                     self._wq_cond.notify_all()
+
+    def _close_writer_connection(self) -> None:
+        with self._wlock:
+            if self._wcon is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._wcon.close()
+            self._wcon = None
 
     def _write_batch(self, batch: list) -> None:
         """Store queued values: one index transaction for the batch if possible."""
@@ -1553,6 +1581,8 @@ class ColumnCache(MutableMapping):
                 return
             except (_Lost, _Closed, OSError, sqlite3.Error) as e:
                 logger.debug("cacheaffinity: batched write failed (%r); one by one", e)
+                if isinstance(e, sqlite3.Error):
+                    self._close_writer_connection()
         for key, arr, size in values:
             if time.monotonic() < self._pause_until:
                 self._count(skipped=1)
