@@ -30,6 +30,7 @@ storage for the chunk's range as coffea does, uncached.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 from dataclasses import dataclass
@@ -147,7 +148,7 @@ class ClusterSourceMapping(UprootSourceMapping):
         self._store = store
         self._token = token
         self._treepath = treepath
-        self._clusters = np.asarray(clusters, dtype=np.int64)
+        self._clusters = [int(x) for x in clusters]
         self._kinds = kinds
 
     # file access is deferred to the first missing cluster
@@ -169,8 +170,8 @@ class ClusterSourceMapping(UprootSourceMapping):
         if kind == "other" or self._store is None or start >= stop:
             return self._direct(h, start, stop, allow_missing, use_ak_forth)
         c = self._clusters
-        first = int(np.searchsorted(c, start, side="right")) - 1
-        last = int(np.searchsorted(c, stop, side="left"))  # exclusive cluster index end
+        first = bisect.bisect_right(c, start) - 1
+        last = bisect.bisect_left(c, stop)  # exclusive cluster index end
         pieces: list = [None] * (last - first)
         parts = ("data",) if kind == "flat" else ("offsets", "content")
         keys = [

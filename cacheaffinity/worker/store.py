@@ -156,6 +156,7 @@ import errno
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -1143,7 +1144,7 @@ class ColumnCache(MutableMapping):
             or dtype.fields is not None
             or not all(type(n) is int and n >= 0 for n in shape)
             or len(shape) > 64
-            or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != nbytes
+            or math.prod(shape) * dtype.itemsize != nbytes
         ):
             raise _Corrupt(
                 f"inconsistent entry dtype={dtype_str} shape={shape_json} nbytes={nbytes}"
@@ -1510,6 +1511,7 @@ class ColumnCache(MutableMapping):
                 self._wq.append((key, arr, size))
                 self._wq_bytes += arr.nbytes
             if dropped is not None:
+                idle = len(self._wq) == 1  # the writer waits only on an empty queue
                 if self._writer is None or not self._writer.is_alive():
                     self._writer = threading.Thread(
                         target=self._write_loop,
@@ -1517,7 +1519,8 @@ class ColumnCache(MutableMapping):
                         daemon=True,
                     )
                     self._writer.start()
-                self._wq_cond.notify_all()
+                elif idle:
+                    self._wq_cond.notify_all()
         if dropped is None:
             self._count(skipped=1)
         elif dropped:
