@@ -1109,8 +1109,10 @@ class ColumnCache(MutableMapping):
             ``hits``, ``misses``, ``bytes_served``, ``bytes_written``, ``writes``,
             ``evictions`` and ``bytes_evicted`` (by this process's inserts),
             ``errors`` (I/O and index failures), ``corrupt`` (entries that failed
-            verification), ``skipped`` (values not cached: too large, disk full or
-            unwritable), ``temporaries_removed``.
+            verification), ``skipped`` (values not cached: too large, disk full,
+            unwritable or dropped), ``dropped`` (values not cached because the
+            write queue was full), ``temporaries_removed``, ``orphans_removed``,
+            ``index_rebuilt``.  Hits include values served from the write queue.
         """
         with self._stats_lock:
             return dict(self._counts)
