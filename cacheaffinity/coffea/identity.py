@@ -245,23 +245,41 @@ STRIPES_PER_NODE = 4
 MAX_STRIPE_ENTRIES = 200_000
 
 
-def _pow2_floor(n: int) -> int:
-    return 1 << (max(int(n), 1).bit_length() - 1)
+def _round_steps(n: int) -> list[int]:
+    """The 1-2-5 series (1, 2, 5, 10, 20, 50, ...) up to beyond ``n``."""
+    out, k = [], 1
+    while True:
+        for m in (1, 2, 5):
+            out.append(m * k)
+            if m * k >= n:
+                return out
+        k *= 10
 
 
-def _pow2_ceil(n: int) -> int:
-    return 1 << (max(int(n), 1) - 1).bit_length()
+def _round_floor(n: int) -> int:
+    """Largest 1-2-5 number <= ``n`` (at least 1)."""
+    n = max(int(n), 1)
+    return max(x for x in _round_steps(n) if x <= n)
+
+
+def _round_ceil(n: int) -> int:
+    """Smallest 1-2-5 number >= ``n``."""
+    return _round_steps(max(int(n), 1))[-1]
 
 
 def default_stripe_entries(total_entries: int, largest_chunk: int, nodes: int) -> int:
     """Entries per placement stripe when ``client.stripe-entries`` is null.
 
-    ``S = min(MAX_STRIPE_ENTRIES, max(pow2_floor(total_entries / (nodes *
-    STRIPES_PER_NODE)), pow2_ceil(largest_chunk)))``: enough stripes for
+    ``S = min(MAX_STRIPE_ENTRIES, max(floor125(total_entries / (nodes *
+    STRIPES_PER_NODE)), ceil125(largest_chunk)))``, rounded in the 1-2-5
+    series (1,000, 2,000, 5,000, 10,000, ...): enough stripes for
     :data:`STRIPES_PER_NODE` per node (balance), never smaller than a chunk
-    (a chunk then spans at most two stripes), at most 200,000.  Powers of two,
-    so ``S`` (hence placement) changes only when the dataset or the number of
-    nodes doubles or halves, or the chunksize crosses a power of two above the
+    (a chunk then spans at most two stripes), at most 200,000.  Round numbers
+    keep stripe boundaries on the boundaries of the round chunksizes people
+    use (a chunk crossing a stripe boundary caches part of the other stripe's
+    clusters on its own node, which a re-chunked run then misses), and ``S``
+    (hence placement) changes only when the dataset or the number of nodes
+    changes by about 2-2.5x, or the chunksize crosses a step above the
     balance target.
 
     Parameters
@@ -273,8 +291,8 @@ def default_stripe_entries(total_entries: int, largest_chunk: int, nodes: int) -
     nodes : int
         Cache nodes (worker processes) at submission, at least 1.
     """
-    balance = _pow2_floor(max(int(total_entries), 1) // (max(int(nodes), 1) * STRIPES_PER_NODE))
-    return int(min(MAX_STRIPE_ENTRIES, max(balance, _pow2_ceil(largest_chunk))))
+    balance = _round_floor(max(int(total_entries), 1) // (max(int(nodes), 1) * STRIPES_PER_NODE))
+    return int(min(MAX_STRIPE_ENTRIES, max(balance, _round_ceil(largest_chunk))))
 
 
 def chunk_identity(
