@@ -326,6 +326,8 @@ def _worker_stats(dask_worker=None) -> dict | None:
     plugin = dask_worker.plugins.get(PLUGIN_NAME)
     if plugin is None or not hasattr(plugin, "metric"):
         return None
+    if hasattr(plugin, "flush"):
+        plugin.flush(timeout=60.0)  # counters and entries include queued writes
     return plugin.metric()
 
 
@@ -335,7 +337,8 @@ def cache_stats(client) -> dict[str, dict]:
     Returns ``{node_id: {"workers": [...], "directory": ..., <counters>}}``:
     per-process counters (hits, misses, bytes served, evictions, storage reads)
     are summed over a node's workers; directory-wide values (bytes, entries,
-    capacity) are the node's.  Workers without the plugin are left out.
+    capacity) are the node's.  Workers without the plugin are left out.  Each
+    worker first stores its queued cache writes (at most 60 s).
     """
     per_worker = client.run(_worker_stats)
     nodes: dict[str, dict] = {}

@@ -30,6 +30,7 @@ storage for the chunk's range as coffea does, uncached.
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 from dataclasses import dataclass
@@ -147,7 +148,7 @@ class ClusterSourceMapping(UprootSourceMapping):
         self._store = store
         self._token = token
         self._treepath = treepath
-        self._clusters = np.asarray(clusters, dtype=np.int64)
+        self._clusters = [int(x) for x in clusters]
         self._kinds = kinds
 
     # file access is deferred to the first missing cluster
@@ -169,21 +170,19 @@ class ClusterSourceMapping(UprootSourceMapping):
         if kind == "other" or self._store is None or start >= stop:
             return self._direct(h, start, stop, allow_missing, use_ak_forth)
         c = self._clusters
-        first = int(np.searchsorted(c, start, side="right")) - 1
-        last = int(np.searchsorted(c, stop, side="left"))  # exclusive cluster index end
+        first = bisect.bisect_right(c, start) - 1
+        last = bisect.bisect_left(c, stop)  # exclusive cluster index end
         pieces: list = [None] * (last - first)
         parts = ("data",) if kind == "flat" else ("offsets", "content")
-        for i in range(first, last):
-            a, b = int(c[i]), int(c[i + 1])
-            key = self._key(h.name, digest, a, b)
-            got = []
-            for p in parts:
-                v = self._store.get(f"{key}/{p}", _MISSING)
-                if v is _MISSING:
-                    break
-                got.append(v)
-            if len(got) == len(parts):
-                pieces[i - first] = got
+        keys = [
+            [f"{self._key(h.name, digest, int(c[i]), int(c[i + 1]))}/{p}" for p in parts]
+            for i in range(first, last)
+        ]
+        found = _get_many(self._store, [k for ks in keys for k in ks])
+        for i, ks in enumerate(keys):
+            got = [found.get(k, _MISSING) for k in ks]
+            if not any(v is _MISSING for v in got):
+                pieces[i] = got
         i = 0
         while i < len(pieces):  # read runs of missing clusters, one read per run
             if pieces[i] is not None:
@@ -253,6 +252,20 @@ class ClusterSourceMapping(UprootSourceMapping):
             "uncached", h.name, type(layout).__name__, kind,
         )  # fmt: skip
         return None
+
+
+def _get_many(store, keys: list[str]) -> dict:
+    """``{key: value}`` of the keys ``store`` holds: one ``get_many`` call (one
+    index query for all clusters and parts of a branch) when the store has it."""
+    get_many = getattr(store, "get_many", None)
+    if get_many is not None:
+        return get_many(keys)
+    out = {}
+    for k in keys:
+        v = store.get(k, _MISSING)
+        if v is not _MISSING:
+            out[k] = v
+    return out
 
 
 def _split(parts: tuple, kind: str, a: int, b: int) -> list:

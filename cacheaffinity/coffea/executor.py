@@ -37,7 +37,13 @@ from coffea.processor import DaskExecutor
 
 from cacheaffinity import client as ca_client
 from cacheaffinity.coffea import adapter
-from cacheaffinity.coffea.identity import chunk_identity, file_identities, warn_once
+from cacheaffinity import config
+from cacheaffinity.coffea.identity import (
+    chunk_identity,
+    default_stripe_entries,
+    file_identities,
+    warn_once,
+)
 from cacheaffinity.coffea.work import ChunkTask
 
 logger = logging.getLogger("cacheaffinity.coffea")
@@ -121,7 +127,8 @@ class _ChunkClient:
             firsts = [x[0] if isinstance(x, tuple) and x else x for x in items]
             if items and all(isinstance(x, (adapter.WorkItem, adapter.FileMeta)) for x in firsts):
                 identities = file_identities(x.filename for x in firsts)
-                ids = [chunk_identity(x, identities) for x in firsts]
+                stripe = self._stripe_entries(firsts)
+                ids = [chunk_identity(x, identities, stripe) for x in firsts]
                 entries = [
                     (int(x.entrystart), int(x.entrystop))
                     if isinstance(x, adapter.WorkItem) and 0 <= x.entrystart <= x.entrystop
@@ -132,3 +139,23 @@ class _ChunkClient:
                     self._client, func, items, chunk_ids=ids, entries=entries, **kwargs
                 )
         return self._client.map(func, *iterables, **kwargs)
+
+    def _stripe_entries(self, items) -> int | None:
+        """``client.stripe-entries``, or the run's default when it is null."""
+        configured = config.get("client.stripe-entries")
+        chunks = [x for x in items if hasattr(x, "entrystart")]
+        if configured is not None or not chunks:
+            return configured
+        sizes = [int(x.entrystop) - int(x.entrystart) for x in chunks]
+        try:
+            nodes = len(self._client.nthreads())
+        except Exception as e:  # placement still works, only less balanced
+            logger.debug("cacheaffinity: worker count unavailable: %r", e)
+            nodes = 1
+        stripe = default_stripe_entries(sum(sizes), max(sizes), nodes)
+        logger.info(
+            "cacheaffinity: placement stripes of %d entries (%d entries in %d chunks, %d "
+            "workers; set cacheaffinity.client.stripe-entries to fix it)",
+            stripe, sum(sizes), len(sizes), nodes,
+        )  # fmt: skip
+        return stripe

@@ -13,7 +13,9 @@ be placed by what it reads.  This module defines
   (``os.stat`` for local files, ``fsspec`` ``info`` for URLs such as
   ``root://``); :class:`IdentityUnavailable` when storage cannot tell;
 - :func:`chunk_identity`: the placement identity of a coffea work item,
-  ``<file uuid>.<stamp>/<tree>/<start>-<stop>``.
+  ``<file uuid>.<stamp>/<tree>/s<S>:<stripe>``;
+- :func:`default_stripe_entries`: the stripe size ``S`` used when
+  ``cacheaffinity.client.stripe-entries`` is null (the default).
 
 Nothing here imports coffea: work items are read by attribute.
 
@@ -47,6 +49,7 @@ __all__ = [
     "FileIdentity",
     "IdentityUnavailable",
     "chunk_identity",
+    "default_stripe_entries",
     "file_identity",
     "file_identities",
     "parquet_footer_digest",
@@ -236,6 +239,62 @@ def stripe_of(start: int, stop: int, stripe_entries: int) -> int:
     return best
 
 
+#: Stripes the default stripe size aims for per cache node (placement balance).
+STRIPES_PER_NODE = 4
+#: Largest default stripe (entries): above common chunksizes.
+MAX_STRIPE_ENTRIES = 200_000
+
+
+def _round_steps(n: int) -> list[int]:
+    """The 1-2-5 series (1, 2, 5, 10, 20, 50, ...) up to beyond ``n``."""
+    out, k = [], 1
+    while True:
+        for m in (1, 2, 5):
+            out.append(m * k)
+            if m * k >= n:
+                return out
+        k *= 10
+
+
+def _round_floor(n: int) -> int:
+    """Largest 1-2-5 number <= ``n`` (at least 1)."""
+    n = max(int(n), 1)
+    return max(x for x in _round_steps(n) if x <= n)
+
+
+def _round_ceil(n: int) -> int:
+    """Smallest 1-2-5 number >= ``n``."""
+    return _round_steps(max(int(n), 1))[-1]
+
+
+def default_stripe_entries(total_entries: int, largest_chunk: int, nodes: int) -> int:
+    """Entries per placement stripe when ``client.stripe-entries`` is null.
+
+    ``S = min(MAX_STRIPE_ENTRIES, max(floor125(total_entries / (nodes *
+    STRIPES_PER_NODE)), ceil125(largest_chunk)))``, rounded in the 1-2-5
+    series (1,000, 2,000, 5,000, 10,000, ...): enough stripes for
+    :data:`STRIPES_PER_NODE` per node (balance), never smaller than a chunk
+    (a chunk then spans at most two stripes), at most 200,000.  Round numbers
+    keep stripe boundaries on the boundaries of the round chunksizes people
+    use (a chunk crossing a stripe boundary caches part of the other stripe's
+    clusters on its own node, which a re-chunked run then misses), and ``S``
+    (hence placement) changes only when the dataset or the number of nodes
+    changes by about 2-2.5x, or the chunksize crosses a step above the
+    balance target.
+
+    Parameters
+    ----------
+    total_entries : int
+        Entries of the run's chunks (all files).
+    largest_chunk : int
+        Entries of the run's largest chunk.
+    nodes : int
+        Cache nodes (worker processes) at submission, at least 1.
+    """
+    balance = _round_floor(max(int(total_entries), 1) // (max(int(nodes), 1) * STRIPES_PER_NODE))
+    return int(min(MAX_STRIPE_ENTRIES, max(balance, _round_ceil(largest_chunk))))
+
+
 def chunk_identity(
     item: Any, identities: dict | None = None, stripe_entries: int | None = None
 ) -> str | None:
@@ -251,7 +310,9 @@ def chunk_identity(
         executor passes them); files not in it are looked up now.
     stripe_entries
         Entries per placement stripe; ``None`` reads
-        ``cacheaffinity.client.stripe-entries``.
+        ``cacheaffinity.client.stripe-entries`` (null there:
+        :data:`MAX_STRIPE_ENTRIES`; the executor passes
+        :func:`default_stripe_entries` of its run instead).
 
     Returns
     -------
@@ -280,7 +341,8 @@ def chunk_identity(
         if stripe_entries is None:
             from cacheaffinity import config
 
-            stripe_entries = int(config.get("client.stripe-entries"))
+            configured = config.get("client.stripe-entries")
+            stripe_entries = MAX_STRIPE_ENTRIES if configured is None else configured
         if not isinstance(stripe_entries, int) or stripe_entries < 1:
             raise ValueError(
                 f"cacheaffinity.client.stripe-entries={stripe_entries!r} must be an integer "

@@ -10,7 +10,7 @@ The plugin resolves its settings *on the worker* (the disk is local):
 ``cacheaffinity.worker.directory`` (``{name}`` is replaced by the worker name,
 ``{host}`` by the host name: workers whose names are random per launch, as
 dask-gateway's are, keep their cache with ``{host}`` or no placeholder),
-``capacity``, ``memory``, ``weight`` and ``shared-group``, validated against the
+``capacity``, ``memory``, ``write-queue``, ``weight`` and ``shared-group``, validated against the
 schema before anything else: an invalid value makes :meth:`setup` raise
 ``ValueError`` naming the key, the value and an example (and ``dask worker
 --preload cacheaffinity`` exit, see :func:`cacheaffinity.dask_setup`), rather
@@ -81,7 +81,7 @@ class CacheWorkerPlugin(WorkerPlugin):
 
     Parameters
     ----------
-    directory, capacity, memory, weight, shared_group
+    directory, capacity, memory, weight, shared_group, write_queue
         Override ``cacheaffinity.worker.<name>``; ``None`` reads the config on
         the worker when the plugin is set up.
 
@@ -109,6 +109,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         memory: str | int | None = None,
         weight: float | None = None,
         shared_group: str | int | None = None,
+        write_queue: str | int | None = None,
     ):
         self._args = {
             "directory": directory,
@@ -116,12 +117,15 @@ class CacheWorkerPlugin(WorkerPlugin):
             "memory": memory,
             "weight": weight,
             "shared_group": shared_group,
+            "write_queue": write_queue,
         }
         self.node_id: str | None = None
         self.directory: str | None = None
         self.cache: ColumnCache | None = None
         self.capacity: int = 0
         self.memory: int = 0
+        #: Bytes of cache writes that may wait for the background writer.
+        self.write_queue: int = 0
         self.weight: float | None = None
         self.shared_group: int | None = None
         #: Why :meth:`setup` refused the settings (None: it did not).
@@ -156,6 +160,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         config.validate("worker")
         self.capacity = config.get_bytes("worker.capacity", a["capacity"])
         self.memory = config.get_bytes("worker.memory", a["memory"])
+        self.write_queue = config.get_bytes("worker.write-queue", a["write_queue"])
         weight = config.get("worker.weight", a["weight"])
         if weight is not None:
             weight = float(weight)
@@ -187,7 +192,10 @@ class CacheWorkerPlugin(WorkerPlugin):
             trusted_directory(self.directory, shared_group=self.shared_group)
             self.node_id = read_or_create_node_id(self.directory)
             self.cache = ColumnCache(
-                self.directory, capacity=self.capacity, shared_group=self.shared_group
+                self.directory,
+                capacity=self.capacity,
+                shared_group=self.shared_group,
+                write_queue=self.write_queue,
             )
             self.forms = FormStore(self.directory)
             # the directory's recorded capacity wins (all its processes agree)
@@ -232,8 +240,18 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.cache.close()
 
     # ------------------------------------------------------------ reporting
-    def stats(self) -> dict[str, Any]:
-        """Cache statistics of this process (counters) and of the directory."""
+    def stats(self, flush: bool = True) -> dict[str, Any]:
+        """Cache statistics of this process (counters) and of the directory.
+
+        Parameters
+        ----------
+        flush : bool
+            First wait (at most 60 s) until queued cache writes are stored.
+            The heartbeat metric does not wait: its ``pending`` says how many
+            values are still queued.
+        """
+        if flush:
+            self.flush(60.0)
         out: dict[str, Any] = {"capacity": self.capacity}
         with self._lock:
             out.update(self.storage)
@@ -242,9 +260,9 @@ class CacheWorkerPlugin(WorkerPlugin):
             out["form_misses"] = self.forms.misses
         if self.cache is not None:
             out.update(self.cache.stats())
+            out["pending"] = self.cache.pending()
             try:
-                out["bytes"] = self.cache.volume()
-                out["entries"] = len(self.cache)
+                out.update(self.cache.totals())
             except Exception as e:  # a broken index is a cache problem, not ours
                 logger.debug("cacheaffinity: cache size unavailable: %r", e)
         return out
@@ -255,8 +273,15 @@ class CacheWorkerPlugin(WorkerPlugin):
             "node": self.node_id,
             "weight": self.weight,
             "directory": self.directory,
-            "stats": self.stats(),
+            "stats": self.stats(flush=False),
         }
+
+    def flush(self, timeout: float | None = 60.0) -> bool:
+        """Wait (at most ``timeout`` seconds) until queued cache writes are stored.
+
+        Returns True when nothing is left to write.
+        """
+        return True if self.cache is None else self.cache.flush(timeout)
 
     def count_storage(self, opens: int, nbytes: int) -> None:
         """Record files opened and bytes requested from storage by a task."""

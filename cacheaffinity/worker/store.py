@@ -90,6 +90,22 @@ Crashes
     a power loss an entry may point to torn data, which its checksum turns into
     a miss.
 
+Writes behind
+    With ``write_queue > 0`` (workers: ``cacheaffinity.worker.write-queue``),
+    ``__setitem__`` only queues the value and returns: a daemon thread per
+    :class:`ColumnCache` writes queued values (checksum, temporary file,
+    rename) and commits up to ``WRITE_BATCH`` of them in **one** index
+    transaction, so a task never waits for the disk or SQLite's write lock.
+    The crash ordering above is unchanged (an entry becomes visible only after
+    its file is complete).  Queued values are served by ``get``/``get_many`` of
+    this process; calls that look at or change the whole index (``len``,
+    ``in``, iteration, ``volume``, ``info``, ``verify``, ``del``, ``clear``)
+    first wait for the queue (:meth:`ColumnCache.flush`); :meth:`close` writes
+    what is queued (bounded wait).  When the queued bytes would exceed
+    ``write_queue`` a value is dropped (not cached, counted as ``dropped`` and
+    ``skipped``, one warning) instead of blocking the task.  The values must
+    not be modified after they were stored (the cluster arrays never are).
+
 A damaged index heals
     An index SQLite reports as corrupt (garbage pages, a truncated file, not a
     database at all) is checked when a cache is opened (``PRAGMA
@@ -140,6 +156,7 @@ import errno
 import fcntl
 import json
 import logging
+import math
 import os
 import re
 import shutil
@@ -149,13 +166,13 @@ import threading
 import time
 import uuid
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
 
 import numpy as np
 import xxhash
-from dask.utils import format_bytes
+from dask.utils import format_bytes, parse_bytes
 
 from cacheaffinity import config
 from cacheaffinity.worker.directory import UntrustedDirectory, group_id, trusted_directory
@@ -202,6 +219,12 @@ _HEAL_INTERVAL = 30.0
 _SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 _NAME = re.compile(r"^[0-9a-f]{32}$")
 _MISSING = object()
+#: Stands for a value whose write was dropped (full write queue): a miss.
+_DROPPED = object()
+#: Keys per index query of :meth:`ColumnCache.get_many` (SQLite's variable limit).
+_QUERY_KEYS = 500
+#: Values the background writer stores in one index transaction at most.
+WRITE_BATCH = 256
 
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 _UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR}
@@ -291,6 +314,22 @@ def _reset_locks_after_fork() -> None:
 os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
+def _queue_bytes(value: int | str) -> int:
+    """``write_queue`` as bytes (``int`` or a dask byte string such as ``"256 MiB"``)."""
+    try:
+        n = parse_bytes(value) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"cacheaffinity.worker.write-queue={value!r} is not a byte size; use bytes or "
+            "a string like '256 MiB' (0 writes inline)"
+        ) from e
+    if n < 0:
+        raise ValueError(
+            f"cacheaffinity.worker.write-queue={value!r} must be >= 0 (0 writes inline)"
+        )
+    return n
+
+
 def _unlink(path: str) -> bool:
     try:
         os.unlink(path)
@@ -347,6 +386,11 @@ class ColumnCache(MutableMapping):
     set_capacity : bool, optional
         Write this process's ``capacity`` into the directory's settings
         (default: adopt the capacity recorded there, if any).
+    write_queue : int or str, optional
+        Bytes of values waiting to be written by a background writer thread
+        (``__setitem__`` returns at once; see *Writes behind* in the module
+        docstring).  ``0`` (the default here; workers pass
+        ``cacheaffinity.worker.write-queue``) writes inline in ``__setitem__``.
 
     Attributes
     ----------
@@ -381,6 +425,7 @@ class ColumnCache(MutableMapping):
         orphan_after: float | None = None,
         heal: bool = True,
         set_capacity: bool = False,
+        write_queue: int | str = 0,
     ):
         #: Absolute path of the cache directory.
         self.directory: str = os.path.abspath(os.fspath(directory))
@@ -419,6 +464,9 @@ class ColumnCache(MutableMapping):
         self._inherited: list[sqlite3.Connection] = []
         self._pid = os.getpid()
         self._closed = False
+        #: Byte bound of the queue of the background writer (0: write inline).
+        self.write_queue: int = _queue_bytes(write_queue)
+        self._init_writer()
         #: Why this cache is unusable (None: usable).
         self._disabled: str | None = None
         #: The directory failed the trust checks (the message), or None.
@@ -443,6 +491,7 @@ class ColumnCache(MutableMapping):
                 "temporaries_removed",
                 "orphans_removed",
                 "index_rebuilt",
+                "dropped",
             ),
             0,
         )
@@ -496,6 +545,7 @@ class ColumnCache(MutableMapping):
         that does not exist here)."""
         self._lock = threading.RLock()
         self._stats_lock = threading.Lock()
+        self._init_writer()  # the parent's writer thread does not exist here
 
     @property
     def _file_mode(self) -> int:
@@ -732,10 +782,26 @@ class ColumnCache(MutableMapping):
             raise
         return con
 
+    def _in_writer(self) -> bool:
+        return self._writer is not None and threading.current_thread() is self._writer
+
+    def _con_lock(self) -> threading.RLock:
+        """The lock of the calling thread's connection (the writer thread has its own)."""
+        return self._wlock if self._in_writer() else self._lock
+
     def _connection(self) -> sqlite3.Connection:
-        """The SQLite connection of this process (call with ``self._lock`` held)."""
+        """The SQLite connection of this process (call with :meth:`_con_lock` held).
+
+        The background writer thread has a connection of its own, so that its
+        transactions (which may wait for other processes' write lock) never
+        hold up lookups of the tasks.
+        """
         if self._closed:
             raise _Closed(f"{self!r} is closed")
+        if self._in_writer():
+            if self._wcon is None:
+                self._wcon = self._connect()
+            return self._wcon
         if self._con is None or self._pid != os.getpid():
             # A connection must not cross fork(): the child opens its own and
             # never touches (not even closes) the one inherited from the parent.
@@ -747,7 +813,7 @@ class ColumnCache(MutableMapping):
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
+        with self._con_lock():
             try:
                 con = self._connection()
                 con.execute("BEGIN IMMEDIATE")
@@ -765,7 +831,7 @@ class ColumnCache(MutableMapping):
                 raise
 
     def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        with self._lock:
+        with self._con_lock():
             try:
                 return self._connection().execute(sql, args).fetchall()
             except sqlite3.DatabaseError as e:
@@ -1043,8 +1109,10 @@ class ColumnCache(MutableMapping):
             ``hits``, ``misses``, ``bytes_served``, ``bytes_written``, ``writes``,
             ``evictions`` and ``bytes_evicted`` (by this process's inserts),
             ``errors`` (I/O and index failures), ``corrupt`` (entries that failed
-            verification), ``skipped`` (values not cached: too large, disk full or
-            unwritable), ``temporaries_removed``.
+            verification), ``skipped`` (values not cached: too large, disk full,
+            unwritable or dropped), ``dropped`` (values not cached because the
+            write queue was full), ``temporaries_removed``, ``orphans_removed``,
+            ``index_rebuilt``.  Hits include values served from the write queue.
         """
         with self._stats_lock:
             return dict(self._counts)
@@ -1078,7 +1146,7 @@ class ColumnCache(MutableMapping):
             or dtype.fields is not None
             or not all(type(n) is int and n >= 0 for n in shape)
             or len(shape) > 64
-            or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != nbytes
+            or math.prod(shape) * dtype.itemsize != nbytes
         ):
             raise _Corrupt(
                 f"inconsistent entry dtype={dtype_str} shape={shape_json} nbytes={nbytes}"
@@ -1108,9 +1176,9 @@ class ColumnCache(MutableMapping):
                 if not n:
                     break
                 done += n
-            if done != nbytes:
+            if done != nbytes or st.st_size < nbytes:
                 raise _Corrupt(f"file holds {done} bytes, the index says {nbytes}")
-            if f.read(1):
+            if st.st_size > nbytes:
                 raise _Corrupt(f"file is longer than the {nbytes} bytes in the index")
         if xxhash.xxh3_64_digest(view) != checksum:
             raise _Corrupt("xxh3 checksum mismatch")
@@ -1137,8 +1205,87 @@ class ColumnCache(MutableMapping):
         if self._closed or self._disabled:
             self._count(misses=1)
             return default
+        if self._pending:
+            with self._wq_cond:
+                pending = self._pending.get(key, _MISSING)
+            if pending is not _MISSING:
+                return self._served_pending(pending, default)
         try:
             row = self._lookup(key)
+        except _Closed:
+            self._count(misses=1)
+            return default
+        except (OSError, sqlite3.Error, ValueError) as e:
+            self._read_failed(key, e)
+            return default
+        return self._get_row(key, row, default)
+
+    def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
+        """The stored arrays of those ``keys`` that hit, ``{key: array}``.
+
+        Like :meth:`get` for each key (verified, failures are misses), with one
+        index query for all of them.
+        """
+        out: dict[str, np.ndarray] = {}
+        if self._closed or self._disabled:
+            self._count(misses=len(keys))
+            return out
+        todo = []
+        if self._pending:
+            with self._wq_cond:
+                found = [(k, self._pending.get(k, _MISSING)) for k in keys]
+            for k, pending in found:
+                if pending is _MISSING:
+                    todo.append(k)
+                else:
+                    v = self._served_pending(pending, _MISSING)
+                    if v is not _MISSING:
+                        out[k] = v
+        else:
+            todo = list(keys)
+        rows: dict[str, tuple] = {}
+        try:
+            for i in range(0, len(todo), _QUERY_KEYS):
+                part = todo[i : i + _QUERY_KEYS]
+                marks = ",".join("?" * len(part))
+                for row in self._query(
+                    "SELECT key, file, dtype, shape, nbytes, checksum, writer FROM entries "
+                    f"WHERE key IN ({marks})",
+                    tuple(part),
+                ):
+                    rows[row[0]] = row[1:]
+        except _Closed:
+            self._count(misses=len(todo))
+            return out
+        except (OSError, sqlite3.Error, ValueError) as e:
+            self._read_failed(todo[0] if todo else "", e, n=len(todo))
+            return out
+        for k in todo:
+            v = self._get_row(k, rows.get(k), _MISSING)
+            if v is not _MISSING:
+                out[k] = v
+        return out
+
+    def _served_pending(self, pending: Any, default: Any) -> Any:
+        if pending is _DROPPED:
+            self._count(misses=1)
+            return default
+        self._count(hits=1, bytes_served=pending.nbytes)
+        return pending
+
+    def _read_failed(self, key: str, e: BaseException, n: int = 1) -> None:
+        self._warn_once(
+            "read",
+            "cacheaffinity: cache read of %r in %s failed (%s); a miss",
+            key,
+            self.directory,
+            e,
+        )
+        self._count(misses=n, errors=n)
+
+    def _get_row(self, key: str, row: tuple | None, default: Any) -> Any:
+        """Read, verify and count the entry of ``key`` found in the index (or None)."""
+        try:
             out = None if row is None else self._read(key, row)
         except _Corrupt as e:
             logger.warning(
@@ -1182,6 +1329,7 @@ class ColumnCache(MutableMapping):
 
     def __contains__(self, key: object) -> bool:
         """Whether the index has ``key`` (cheap: the data file is not read)."""
+        self._settle()
         self._check_usable()
         if self._disabled or not isinstance(key, str):
             return False
@@ -1189,6 +1337,7 @@ class ColumnCache(MutableMapping):
 
     def __iter__(self) -> Iterator[str]:
         """Keys in store order (oldest first), as of the call."""
+        self._settle()
         self._check_usable()
         if self._disabled:
             return iter(())
@@ -1196,13 +1345,24 @@ class ColumnCache(MutableMapping):
 
     def __len__(self) -> int:
         """Number of entries in the directory (all processes)."""
+        self._settle()
         self._check_usable()
         if self._disabled:
             return 0
         return int(self._query("SELECT value FROM meta WHERE name = 'count'")[0][0])
 
+    def totals(self) -> dict[str, int]:
+        """``{"entries": n, "bytes": b}`` committed in the index now (all
+        processes; this process's queued writes are not waited for)."""
+        self._check_usable()
+        if self._disabled:
+            return {"entries": 0, "bytes": 0}
+        rows = dict(self._query("SELECT name, value FROM meta WHERE name IN ('size', 'count')"))
+        return {"entries": int(rows.get("count", 0)), "bytes": int(rows.get("size", 0))}
+
     def volume(self) -> int:
         """Bytes stored in the directory (all processes), in whole blocks."""
+        self._settle()
         self._check_usable()
         if self._disabled:
             return 0
@@ -1263,6 +1423,13 @@ class ColumnCache(MutableMapping):
             self._count(skipped=1)
             self._discard(key)
             return
+        if self.write_queue > 0:
+            self._enqueue(key, arr, size)
+            return
+        self._set_now(key, arr, size)
+
+    def _set_now(self, key: str, arr: np.ndarray, size: int) -> None:
+        """Store one value now; failures leave it uncached with one warning."""
         try:
             self._store(key, arr, size)
             return
@@ -1314,6 +1481,216 @@ class ColumnCache(MutableMapping):
                 error,
             )
         self._discard(key)
+
+    # ----------------------------------------------------- writes behind
+    def _init_writer(self) -> None:
+        """Empty write queue; the writer thread starts with the first queued value."""
+        self._wq_cond = threading.Condition(threading.Lock())
+        self._wq: deque = deque()
+        #: Values queued or being written, by key (``get`` serves them).
+        self._pending: dict[str, Any] = {}
+        self._wq_bytes = 0
+        self._writing = 0
+        self._stopping = False
+        self._writer: threading.Thread | None = None
+        #: The writer thread's own SQLite connection and its lock.
+        self._wcon: sqlite3.Connection | None = None
+        self._wlock = threading.RLock()
+
+    def _enqueue(self, key: str, arr: np.ndarray, size: int) -> None:
+        """Queue one value for the writer thread; drop it if the queue is full."""
+        with self._wq_cond:
+            if self._stopping:
+                dropped = None
+            elif self._wq_bytes + arr.nbytes > self.write_queue and self._wq_bytes > 0:
+                # a value larger than the whole queue is still taken when it is empty
+                dropped = True
+                self._pending[key] = _DROPPED
+                self._wq.append((key, None, 0))  # removes an older value of key
+            else:
+                dropped = False
+                self._pending[key] = arr
+                self._wq.append((key, arr, size))
+                self._wq_bytes += arr.nbytes
+            if dropped is not None:
+                idle = len(self._wq) == 1  # the writer waits only on an empty queue
+                if self._writer is None or not self._writer.is_alive():
+                    self._writer = threading.Thread(
+                        target=self._write_loop,
+                        name=f"cacheaffinity-writer-{os.path.basename(self.directory)}",
+                        daemon=True,
+                    )
+                    self._writer.start()
+                elif idle:
+                    self._wq_cond.notify_all()
+        if dropped is None:
+            self._count(skipped=1)
+        elif dropped:
+            self._count(skipped=1, dropped=1)
+            self._warn_once(
+                "queue",
+                "cacheaffinity: write queue of cache %s is full (%s waiting); %r and "
+                "later values that do not fit are not cached (counted as 'dropped'). "
+                "Raise cacheaffinity.worker.write-queue if this happens often.",
+                self.directory,
+                format_bytes(self._wq_bytes),
+                key,
+            )
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._wq_cond:
+                while not self._wq and not self._stopping:
+                    self._wq_cond.wait()
+                if not self._wq:
+                    self._close_writer_connection()
+                    return
+                batch = [self._wq.popleft() for _ in range(min(WRITE_BATCH, len(self._wq)))]
+                self._writing += 1
+            try:
+                self._write_batch(batch)
+            except BaseException as e:  # never lose the thread to a bug
+                logger.warning("cacheaffinity: background cache write failed: %r", e)
+                self._close_writer_connection()
+            finally:
+                with self._wq_cond:
+                    self._writing -= 1
+                    for key, arr, _ in batch:
+                        if self._pending.get(key, _MISSING) is (_DROPPED if arr is None else arr):
+                            del self._pending[key]
+                        if arr is not None:
+                            self._wq_bytes -= arr.nbytes
+                    self._wq_cond.notify_all()
+
+    def _close_writer_connection(self) -> None:
+        with self._wlock:
+            if self._wcon is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._wcon.close()
+            self._wcon = None
+
+    def _write_batch(self, batch: list) -> None:
+        """Store queued values: one index transaction for the batch if possible."""
+        latest: dict[str, tuple] = {}
+        for key, arr, size in batch:  # the last value of a key wins
+            latest.pop(key, None)
+            latest[key] = (arr, size)
+        values = [(k, a, n) for k, (a, n) in latest.items() if a is not None]
+        for key in [k for k, (a, _) in latest.items() if a is None]:
+            self._discard(key)
+        if not values or self._closed or self._disabled:
+            return
+        if time.monotonic() >= self._pause_until:
+            try:
+                self._store_many(values)
+                return
+            except (_Lost, _Closed, OSError, sqlite3.Error) as e:
+                logger.debug("cacheaffinity: batched write failed (%r); one by one", e)
+                if isinstance(e, sqlite3.Error):
+                    self._close_writer_connection()
+        for key, arr, size in values:
+            if time.monotonic() < self._pause_until:
+                self._count(skipped=1)
+                continue
+            self._set_now(key, arr, size)
+
+    def _store_many(self, values: list[tuple[str, np.ndarray, int]]) -> None:
+        """:meth:`_store` for several values with one index transaction."""
+        files: list[tuple[str, str, np.ndarray, int, bytes]] = []
+        try:
+            for key, arr, size in values:
+                data = memoryview(_as_bytes(arr))
+                digest = xxhash.xxh3_64_digest(data)
+                name = self._write_temporary(data)
+                try:
+                    self._publish(name)
+                except BaseException:
+                    _unlink(os.path.join(self._tmp, name + ".tmp"))
+                    raise
+                files.append((key, name, arr, size, digest))
+            doomed: list[str] = []
+            evicted = freed = 0
+            now = time.time()
+            with self._transaction() as con:
+                for key, name, arr, size, digest in files:
+                    old = con.execute(
+                        "SELECT id, file FROM entries WHERE key = ?", (key,)
+                    ).fetchone()
+                    if old is not None:
+                        con.execute("DELETE FROM entries WHERE id = ?", (old[0],))
+                        doomed.append(old[1])
+                    used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
+                    gone, n = self._evict_rows(con, used + size - self.capacity)
+                    doomed.extend(gone)
+                    evicted += len(gone)
+                    freed += n
+                    con.execute(
+                        "INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum,"
+                        " stored, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (
+                            key,
+                            name,
+                            arr.dtype.str,
+                            json.dumps(list(arr.shape)),
+                            arr.nbytes,
+                            size,
+                            digest,
+                            now,
+                            self._uid,
+                        ),
+                    )
+        except BaseException:
+            for f in files:
+                _unlink(self._path(f[1]))
+            raise
+        for old_name in doomed:  # only after the commit
+            if _NAME.match(str(old_name)):
+                _unlink(self._path(old_name))
+        self._count(
+            writes=len(files),
+            bytes_written=sum(f[2].nbytes for f in files),
+            evictions=evicted,
+            bytes_evicted=freed,
+        )
+        if time.monotonic() >= self._next_orphan_pass:
+            try:
+                self.collect_orphans()
+            except (OSError, sqlite3.Error, _Closed) as e:
+                logger.debug("cacheaffinity: orphan collection failed: %s", e)
+
+    def _settle(self) -> None:
+        """Let queued writes land before a call that looks at or changes the index."""
+        if self._wq or self._writing:
+            self.flush()
+
+    def pending(self) -> int:
+        """Number of values waiting for the background writer (0 when writing inline)."""
+        with self._wq_cond:
+            return len(self._pending)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the background writer has stored every queued value.
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most (``None``: until done).
+
+        Returns
+        -------
+        bool
+            True if nothing is left to write.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._wq_cond:
+            while self._wq or self._writing:
+                if self._writer is None or not self._writer.is_alive():
+                    break  # no thread (e.g. after fork): nothing will drain it
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                self._wq_cond.wait(left)
+            return not self._wq and not self._writing
 
     def _write_temporary(self, data: memoryview) -> str:
         name = uuid.uuid4().hex
@@ -1474,6 +1851,7 @@ class ColumnCache(MutableMapping):
         self._check_usable()
         if self._disabled:
             raise KeyError(key)
+        self._settle()
         with self._transaction() as con:
             row = con.execute("SELECT file FROM entries WHERE key = ?", (key,)).fetchone()
             if row is None:
@@ -1484,6 +1862,7 @@ class ColumnCache(MutableMapping):
 
     def clear(self) -> None:
         """Remove every entry of the directory (all processes' entries)."""
+        self._settle()
         self._check_usable()
         if self._disabled:
             return
@@ -1513,6 +1892,7 @@ class ColumnCache(MutableMapping):
             ``missing`` (evicted meanwhile, or the file was lost); ``orphans``
             (unreferenced data files deleted); ``temporaries`` (deleted).
         """
+        self._settle()
         self._check_usable()
         out = dict(checked=0, ok=0, corrupt=0, missing=0, orphans=0, temporaries=0)
         if self._disabled:
@@ -1574,6 +1954,7 @@ class ColumnCache(MutableMapping):
             :meth:`volume`), ``entries``, ``oldest`` and ``newest`` store times
             (seconds since the epoch, None when empty).
         """
+        self._settle()
         self._check_usable()
         out: dict[str, Any] = {
             "directory": self.directory,
@@ -1605,8 +1986,28 @@ class ColumnCache(MutableMapping):
         return out
 
     # -------------------------------------------------------------- lifecycle
-    def close(self) -> None:
-        """Close the index connection (idempotent)."""
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Write what is queued, then close the index connection (idempotent).
+
+        Parameters
+        ----------
+        timeout : float, optional
+            Seconds to wait at most for queued writes (what is left is not cached).
+        """
+        if self._pid == os.getpid():
+            self.flush(timeout)
+        with self._wq_cond:
+            self._stopping = True
+            left = len(self._wq)
+            self._wq.clear()
+            self._pending.clear()
+            self._wq_cond.notify_all()
+        if left:
+            logger.warning(
+                "cacheaffinity: %d queued values of cache %s not written at close",
+                left,
+                self.directory,
+            )
         with self._lock:
             self._closed = True
             if self._con is not None and self._pid == os.getpid():
@@ -1710,6 +2111,48 @@ class MemoryFront(MutableMapping):
         if value is _MISSING:
             raise KeyError(key)
         return value
+
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        """``{key: buffer}`` of those ``keys`` held in memory or in the store.
+
+        One store query (``store.get_many``, if it has one) for all the keys
+        that are not in memory.
+        """
+        out: dict[str, Any] = {}
+        todo = []
+        with self._lock:
+            for key in keys:
+                value = self._memory.get(key, _MISSING)
+                if value is _MISSING:
+                    todo.append(key)
+                    continue
+                self._memory.move_to_end(key)
+                out[key] = value
+                self._counts["hits"] += 1
+                self._counts["memory_hits"] += 1
+                self._counts["bytes_served"] += int(getattr(value, "nbytes", 0))
+        if not todo:
+            return out
+        if self.store is None:
+            found: dict = {}
+        elif hasattr(self.store, "get_many"):
+            found = self.store.get_many(todo)
+        else:
+            found = {}
+            for key in todo:
+                value = self.store.get(key, _MISSING)
+                if value is not _MISSING:
+                    found[key] = value
+        for key, value in found.items():
+            self._keep(key, value)
+        with self._lock:
+            self._counts["misses"] += len(todo) - len(found)
+            self._counts["hits"] += len(found)
+            self._counts["bytes_served"] += sum(
+                int(getattr(v, "nbytes", 0)) for v in found.values()
+            )
+        out.update(found)
+        return out
 
     def __setitem__(self, key: str, value: Any) -> None:
         if self.store is not None:
