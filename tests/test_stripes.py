@@ -10,31 +10,25 @@ from cacheaffinity.coffea import adapter
 from cacheaffinity.coffea.executor import _ChunkClient
 from cacheaffinity.coffea.identity import (
     MAX_STRIPE_ENTRIES,
-    STRIPES_PER_NODE,
+    MIN_STRIPE_ENTRIES,
+    STRIPES_PER_FILE,
     chunk_identity,
     default_stripe_entries,
 )
 
 
 def test_default_stripe_rule():
-    # the benchmark's small dataset: 80,000 entries, 4 nodes -> 5,000
-    assert default_stripe_entries(80_000, 2_500, 4) == 5_000
-    # unchanged by a chunksize change below the balance target (run 3-5 of issue 13),
-    # and a multiple of the round chunksizes (stripe boundaries are chunk boundaries)
-    assert {default_stripe_entries(80_000, c, 4) for c in (1250, 1000, 2500, 3750)} == {5_000}
-    assert default_stripe_entries(4 * 10**6, 100_000, 4) == 200_000  # capped
-    assert default_stripe_entries(4 * 10**6, 100_000, 50) == 100_000  # 20,000 < a chunk
-    # at least STRIPES_PER_NODE stripes per node when chunks allow it
-    for total, nodes in [(10**6, 3), (123_457, 7), (80_000, 4)]:
-        s = default_stripe_entries(total, 100, nodes)
-        assert total / s >= nodes * STRIPES_PER_NODE
+    # the benchmarks' small files: 20,000 entries -> 5,000 (4 stripes per file)
+    assert default_stripe_entries(20_000) == 5_000
+    assert default_stripe_entries(800_000) == MAX_STRIPE_ENTRIES  # large files: the cap
+    assert default_stripe_entries(10**9) == MAX_STRIPE_ENTRIES
+    assert default_stripe_entries(0) == MIN_STRIPE_ENTRIES  # never below the floor
+    assert default_stripe_entries(3_000) == MIN_STRIPE_ENTRIES
+    for n in (4_000, 10_000, 123_457, 399_999):
+        s = default_stripe_entries(n)
+        assert n / s >= STRIPES_PER_FILE  # at least STRIPES_PER_FILE stripes per file
         assert str(s).strip("0") in ("1", "2", "5")  # a 1-2-5 round number
-        assert total / (2.5 * s) < nodes * STRIPES_PER_NODE  # and the largest such
-    # never smaller than a chunk, never above the cap
-    assert default_stripe_entries(80_000, 20_000, 4) == 20_000
-    assert default_stripe_entries(80_000, 15_000, 4) == 20_000
-    assert default_stripe_entries(10**9, 1000, 2) == MAX_STRIPE_ENTRIES
-    assert default_stripe_entries(0, 0, 0) == 1
+        assert n / (2.5 * s) < STRIPES_PER_FILE  # and the largest such
 
 
 def items(n_files=2, entries=20_000, chunk=2_500):
@@ -54,14 +48,24 @@ def client():
         yield c
 
 
-def test_executor_picks_the_default_from_the_run(client):
+def test_executor_picks_the_default_per_file(client):
     work = items()
     with dask.config.set({"cacheaffinity.client.stripe-entries": None}):
-        stripe = _ChunkClient(client)._stripe_entries(work)
-    assert stripe == 5_000  # 40,000 / 16 = 2,500 -> 2,000, below the chunk: 5,000
-    ids = {chunk_identity(x, {x.filename: None for x in work}, stripe) for x in work}
-    assert all(f"/s{stripe}:" in i for i in ids)
-    assert len(ids) >= 4 * 2  # several placement units per worker on this small dataset
+        stripes = _ChunkClient(client)._stripe_entries(work)
+        # the file alone decides: another chunksize, a subset of files or another
+        # worker count give the same stripes (placement does not move)
+        assert _ChunkClient(client)._stripe_entries(items(chunk=1_250)) == stripes
+        assert _ChunkClient(client)._stripe_entries(items(chunk=3_750)) == stripes
+        assert _ChunkClient(client)._stripe_entries(items(n_files=1)) == {
+            "/data/f0.root": stripes["/data/f0.root"]
+        }
+        client.cluster.scale(2)
+        client.wait_for_workers(2)
+        assert _ChunkClient(client)._stripe_entries(work) == stripes
+    assert stripes == {"/data/f0.root": 5_000, "/data/f1.root": 5_000}
+    ids = {chunk_identity(x, {x.filename: None for x in work}, stripes) for x in work}
+    assert all("/s5000:" in i for i in ids)
+    assert len(ids) == 2 * 4  # four placement units per file
     with dask.config.set({"cacheaffinity.client.stripe-entries": 10_000}):
         assert _ChunkClient(client)._stripe_entries(work) == 10_000  # a set value wins
 

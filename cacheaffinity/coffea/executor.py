@@ -140,22 +140,21 @@ class _ChunkClient:
                 )
         return self._client.map(func, *iterables, **kwargs)
 
-    def _stripe_entries(self, items) -> int | None:
-        """``client.stripe-entries``, or the run's default when it is null."""
+    def _stripe_entries(self, items) -> int | dict[str, int] | None:
+        """``client.stripe-entries``, or when it is null ``{filename: S}``
+        with each file's default (:func:`default_stripe_entries` of the largest
+        chunk end of the run's chunks of that file)."""
         configured = config.get("client.stripe-entries")
         chunks = [x for x in items if hasattr(x, "entrystart")]
         if configured is not None or not chunks:
             return configured
-        sizes = [int(x.entrystop) - int(x.entrystart) for x in chunks]
-        try:
-            nodes = len(self._client.nthreads())
-        except Exception as e:  # placement still works, only less balanced
-            logger.debug("cacheaffinity: worker count unavailable: %r", e)
-            nodes = 1
-        stripe = default_stripe_entries(sum(sizes), max(sizes), nodes)
+        ends: dict[str, int] = {}
+        for x in chunks:
+            ends[x.filename] = max(ends.get(x.filename, 0), int(x.entrystop))
+        stripes = {f: default_stripe_entries(n) for f, n in ends.items()}
         logger.info(
-            "cacheaffinity: placement stripes of %d entries (%d entries in %d chunks, %d "
-            "workers; set cacheaffinity.client.stripe-entries to fix it)",
-            stripe, sum(sizes), len(sizes), nodes,
+            "cacheaffinity: placement stripes of %s entries for %d files (set "
+            "cacheaffinity.client.stripe-entries to fix one size)",
+            "/".join(str(s) for s in sorted(set(stripes.values()))), len(stripes),
         )  # fmt: skip
-        return stripe
+        return stripes

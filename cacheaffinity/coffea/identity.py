@@ -239,8 +239,10 @@ def stripe_of(start: int, stop: int, stripe_entries: int) -> int:
     return best
 
 
-#: Stripes the default stripe size aims for per cache node (placement balance).
-STRIPES_PER_NODE = 4
+#: Stripes the default stripe size aims for per file (placement balance).
+STRIPES_PER_FILE = 4
+#: Smallest default stripe (entries).
+MIN_STRIPE_ENTRIES = 1_000
 #: Largest default stripe (entries): above common chunksizes.
 MAX_STRIPE_ENTRIES = 200_000
 
@@ -267,36 +269,36 @@ def _round_ceil(n: int) -> int:
     return _round_steps(max(int(n), 1))[-1]
 
 
-def default_stripe_entries(total_entries: int, largest_chunk: int, nodes: int) -> int:
-    """Entries per placement stripe when ``client.stripe-entries`` is null.
+def default_stripe_entries(file_entries: int) -> int:
+    """Entries per placement stripe of a file when ``client.stripe-entries`` is null.
 
-    ``S = min(MAX_STRIPE_ENTRIES, max(floor125(total_entries / (nodes *
-    STRIPES_PER_NODE)), ceil125(largest_chunk)))``, rounded in the 1-2-5
-    series (1,000, 2,000, 5,000, 10,000, ...): enough stripes for
-    :data:`STRIPES_PER_NODE` per node (balance), never smaller than a chunk
-    (a chunk then spans at most two stripes), at most 200,000.  Round numbers
-    keep stripe boundaries on the boundaries of the round chunksizes people
-    use (a chunk crossing a stripe boundary caches part of the other stripe's
-    clusters on its own node, which a re-chunked run then misses), and ``S``
-    (hence placement) changes only when the dataset or the number of nodes
-    changes by about 2-2.5x, or the chunksize crosses a step above the
-    balance target.
+    ``S = min(MAX_STRIPE_ENTRIES, max(MIN_STRIPE_ENTRIES, floor125(file_entries /
+    STRIPES_PER_FILE)))``, rounded down in the 1-2-5 series (1,000, 2,000, 5,000,
+    10,000, ...): files of 800,000 entries or more get 200,000-entry stripes,
+    smaller files about :data:`STRIPES_PER_FILE` stripes each, so that a small
+    dataset still has several placement units per node.
+
+    ``S`` depends on the file alone: not on the chunksize, the number of
+    workers, or which other files a run reads, so every analysis and every
+    chunking of a file places its stripes alike, and a node joining or leaving
+    moves only the stripes consistent hashing moves.  Round numbers keep stripe
+    boundaries on the boundaries of the round chunksizes people use (a chunk
+    crossing a stripe boundary caches part of the other stripe's clusters on
+    its own node, which a re-chunked run then misses).  A chunk larger than a
+    stripe goes to the stripe holding most of its entries.
 
     Parameters
     ----------
-    total_entries : int
-        Entries of the run's chunks (all files).
-    largest_chunk : int
-        Entries of the run's largest chunk.
-    nodes : int
-        Cache nodes (worker processes) at submission, at least 1.
+    file_entries : int
+        Entries of the file's tree (the executor takes the largest chunk end
+        of the run's chunks of that file).
     """
-    balance = _round_floor(max(int(total_entries), 1) // (max(int(nodes), 1) * STRIPES_PER_NODE))
-    return int(min(MAX_STRIPE_ENTRIES, max(balance, _round_ceil(largest_chunk))))
+    per_file = _round_floor(max(int(file_entries), 1) // STRIPES_PER_FILE)
+    return int(min(MAX_STRIPE_ENTRIES, max(MIN_STRIPE_ENTRIES, per_file)))
 
 
 def chunk_identity(
-    item: Any, identities: dict | None = None, stripe_entries: int | None = None
+    item: Any, identities: dict | None = None, stripe_entries: int | dict | None = None
 ) -> str | None:
     """The placement identity of a coffea work item (or ``(item, heavy)`` pair).
 
@@ -309,10 +311,11 @@ def chunk_identity(
         ``{filename: FileIdentity or None}`` already taken for this run (the
         executor passes them); files not in it are looked up now.
     stripe_entries
-        Entries per placement stripe; ``None`` reads
+        Entries per placement stripe, or ``{filename: entries}`` (the executor
+        passes :func:`default_stripe_entries` of each file of its run when the
+        setting is null); ``None`` (or a file missing from the mapping) reads
         ``cacheaffinity.client.stripe-entries`` (null there:
-        :data:`MAX_STRIPE_ENTRIES`; the executor passes
-        :func:`default_stripe_entries` of its run instead).
+        :data:`MAX_STRIPE_ENTRIES`).
 
     Returns
     -------
@@ -338,6 +341,8 @@ def chunk_identity(
     stamp = f".{ident.token}" if ident is not None else ""
     if hasattr(item, "entrystart") and hasattr(item, "fileuuid"):
         file_id = _uuid_text(item.fileuuid) or filename
+        if isinstance(stripe_entries, dict):
+            stripe_entries = stripe_entries.get(filename)
         if stripe_entries is None:
             from cacheaffinity import config
 
