@@ -3,7 +3,7 @@
 ``dask scheduler --preload cacheaffinity --preload benchmarks._hook_timer`` makes the
 timer available; ``client.run_on_scheduler(hook_timer, on=True)`` wraps the
 cacheaffinity plugin's ``update_graph``, ``transition``, ``add_worker`` and
-``remove_worker`` with CPU-time accumulators (``time.thread_time``; the scheduler's
+``remove_worker`` (and the stealing policy's periodic ``balance``) with CPU-time accumulators (``time.thread_time``; the scheduler's
 event loop is one thread), ``hook_timer(on=False)`` removes the wrappers again.
 The timer's own cost per call (two clock reads) is measured once at start-up on a
 wrapped no-op and subtracted from the totals, but it is still spent by the scheduler
@@ -51,7 +51,8 @@ def dask_setup(scheduler):
 
 
 def hook_timer(dask_scheduler=None, on: bool = True) -> bool:
-    """Wrap (``on``) or unwrap the plugin's hooks; returns whether they are wrapped."""
+    """Wrap (``on``) or unwrap the plugin's hooks, and the locality stealing policy's
+    periodic ``balance`` (timed as ``"stealing"``); returns whether they are wrapped."""
     plugin = dask_scheduler.plugins["cacheaffinity"]
     for name in _HOOKS:
         wrapped = name in vars(plugin)  # the wrapper is an instance attribute
@@ -59,6 +60,11 @@ def hook_timer(dask_scheduler=None, on: bool = True) -> bool:
             setattr(plugin, name, _timed(name, getattr(plugin, name)))
         elif not on and wrapped:
             delattr(plugin, name)  # back to the class's method
+    # the policy's tornado PeriodicCallback calls its ``callback`` attribute
+    pc = dask_scheduler.periodic_callbacks.get("cacheaffinity-stealing")
+    if pc is not None:
+        original = getattr(pc.callback, "__wrapped__", pc.callback)
+        pc.callback = _timed("stealing", original) if on else original
     return on
 
 

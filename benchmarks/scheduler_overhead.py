@@ -16,8 +16,8 @@ own cache node).  Every round submits the same number N of trivial tasks to both
 - ``annotated`` (diagnostic): ``plain`` plus the chunk annotations ``map_chunks`` attaches,
   on the plain scheduler: what carrying chunk identities costs without the plugin;
 - ``hooks`` (diagnostic): ``chunk`` again (other chunk ids) with ``benchmarks._hook_timer``
-  switched on, which measures the CPU time spent inside the plugin's hooks exactly (a
-  lower bound of what the plugin adds).  The timer costs the scheduler ~1 us per hook
+  switched on, which measures the CPU time spent inside the plugin's hooks and its
+  stealing policy's rounds exactly (a lower bound of what the plugin adds).  The timer costs the scheduler ~1 us per hook
   call (two ``thread_time`` reads, ~4 calls per chunk task), so it is off in ``chunk``.
 
 Also per round, each scheduler's CPU while idle for 2 s (``idle_cpu_ms_per_s``: periodic
@@ -298,7 +298,7 @@ def main(argv=None):
           f"{statistics.median(idle['plain']):.1f} ms/s plain; chunk batch wall "
           f"{statistics.median(walls['chunk']):.2f} s")  # fmt: skip
     by_hook = {k: v / (args.tasks * (args.rounds + 1)) * 1e6 for k, v in hs.items()}
-    print(f"inside the plugin's hooks: {statistics.median(hooks):.1f} us per task ("
+    print(f"inside the plugin's hooks and stealing policy: {statistics.median(hooks):.1f} us per task ("
           + ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_hook.items())) + ")")  # fmt: skip
     out = Path(args.out)
     write_json(

@@ -97,8 +97,11 @@ def _user_took_over(ts: TaskState) -> bool:
 
 def _compute_seconds(startstops: Any) -> float | None:
     """Seconds a finished task computed (its ``compute`` start/stop pairs), or None."""
+    t = 0.0
     try:
-        t = sum(x["stop"] - x["start"] for x in startstops or () if x["action"] == "compute")
+        for x in startstops or ():  # a plain loop: called once per finished chunk task
+            if x["action"] == "compute":
+                t += x["stop"] - x["start"]
     except (KeyError, TypeError):
         return None
     return float(t) if t > 0 else None
@@ -566,24 +569,30 @@ class CacheAffinityPlugin(SchedulerPlugin):
             )
 
     # ============================================================ transitions
-    def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs) -> None:
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        # Called for every transition of every task (about 4 per task, chunk
+        # task or not): all but "-> forgotten" and "processing ->" return after
+        # two string comparisons, before any lookup.
+        if finish == "forgotten":
+            locator = self.locator
+            if key in locator.chunk_of:
+                locator.forget_task(key)
+            return
+        if start != "processing":
+            return
         locator = self.locator
         if key not in locator.chunk_of:
             return
-        if finish == "forgotten":
-            locator.forget_task(key)
-            return
-        if start == "processing" and finish == "memory":
-            node = self.membership.node_of(kwargs.get("worker"))
+        if finish == "memory":
+            node = self.membership.worker_node.get(kwargs.get("worker"))
             on_target = locator.finished(key, node, _compute_seconds(kwargs.get("startstops")))
             if on_target is not None:
                 which = "on-target" if on_target else "off-target"
                 self.counters[which] += 1
                 self.node_counters[node][which] += 1
             return
-        if start == "processing" and finish != "memory":
-            # A worker may have died: re-target before Dask picks a new worker.
-            self._sync_workers(stimulus_id or "cacheaffinity-transition")
+        # A worker may have died: re-target before Dask picks a new worker.
+        self._sync_workers(kwargs.get("stimulus_id") or "cacheaffinity-transition")
 
     def _count_steal(self, ts: TaskState, victim: WorkerState, thief: WorkerState) -> None:
         """The stealing policy moved chunk task ``ts`` from ``victim`` to ``thief``."""
