@@ -82,13 +82,6 @@ _PENDING = frozenset({"released", "waiting", "no-worker", "processing"})
 _NO_NODE = "cacheaffinity://no-cache-node-yet"
 
 
-def _user_restricted(ts: TaskState) -> bool:
-    """Whether a user restricted the task (workers, hosts, resources) or it is an actor."""
-    return bool(
-        ts.worker_restrictions or ts.host_restrictions or ts.resource_restrictions or ts.actor
-    )
-
-
 def _user_took_over(ts: TaskState) -> bool:
     """Whether restrictions other than the plugin's own (loose, worker-only) were
     set on a chunk task after it was placed."""
@@ -396,22 +389,36 @@ class CacheAffinityPlugin(SchedulerPlugin):
         chunks = annotations.get(ANNOTATION)
         if not chunks:
             return
+        # Runs once per submitted graph; the loops below run once per chunk task,
+        # so they read attributes into locals and call nothing per task but the
+        # locator's bookkeeping.
         stasks = scheduler.tasks
         locator = self.locator
+        chunk_of = locator.chunk_of
+        track = locator.track
         todo: list[tuple[TaskState, str]] = []
+        append = todo.append
         restricted = 0
         for key, chunk in chunks.items():
             if chunk is None:
                 continue
             ts = stasks.get(key)
-            if ts is None or ts.state not in _PENDING or ts.processing_on is not None:
+            if ts is None or ts.processing_on is not None or ts.state not in _PENDING:
                 continue
-            if key not in locator.chunk_of and _user_restricted(ts):
-                restricted += 1  # the user's restrictions win: Dask places it
+            if key not in chunk_of and (
+                ts.worker_restrictions
+                or ts.host_restrictions
+                or ts.resource_restrictions
+                or ts.actor
+            ):
+                # A user restricted it (workers, hosts, resources) or it is an
+                # actor: the user's restrictions win, Dask places it.
+                restricted += 1
                 continue
-            chunk = str(chunk)
-            locator.track(key, chunk)
-            todo.append((ts, chunk))
+            if type(chunk) is not str:
+                chunk = str(chunk)
+            track(key, chunk)
+            append((ts, chunk))
         if restricted:
             self.counters["user-restricted"] += restricted
             self._event(
@@ -440,17 +447,19 @@ class CacheAffinityPlugin(SchedulerPlugin):
             )
             return
         nodes = self.placement.assign([c for _, c in todo])
-        hashed = list(nodes)
+        debug = task_logger.isEnabledFor(logging.DEBUG)
+        hashed = list(nodes) if debug else nodes
         located = locator.relocate(todo, nodes)
         per_node: Counter[str] = Counter(nodes)
         # One restriction set per node, shared by its tasks of this batch (the
         # scheduler replaces restriction sets, it never changes them in place).
         restrictions = {node: set(node_workers[node]) for node in per_node}
+        set_target = locator.set_target
         for (ts, _), node in zip(todo, nodes):
-            locator.set_target(ts.key, node)
+            set_target(ts.key, node)
             ts.worker_restrictions = restrictions[node]
             ts.loose_restrictions = True
-        if task_logger.isEnabledFor(logging.DEBUG):
+        if debug:
             for (ts, chunk), node, h in zip(todo, nodes, hashed):
                 reason = "hash" if node == h else "locator"
                 task_logger.debug("%s: chunk %s -> node %s (%s)", ts.key, chunk, node, reason)
