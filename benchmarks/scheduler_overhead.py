@@ -14,7 +14,11 @@ own cache node).  Every round submits the same number N of trivial tasks to both
   would no longer be the same;
 - ``unrestricted``: one plain ``client.map`` (Dask places the tasks), for reference;
 - ``annotated`` (diagnostic): ``plain`` plus the chunk annotations ``map_chunks`` attaches,
-  on the plain scheduler: what carrying chunk identities costs without the plugin.
+  on the plain scheduler: what carrying chunk identities costs without the plugin;
+- ``hooks`` (diagnostic): ``chunk`` again (other chunk ids) with ``benchmarks._hook_timer``
+  switched on, which measures the CPU time spent inside the plugin's hooks and its
+  stealing policy's rounds exactly (a lower bound of what the plugin adds).  The timer costs the scheduler ~1 us per hook
+  call (two ``thread_time`` reads, ~4 calls per chunk task), so it is off in ``chunk``.
 
 Also per round, each scheduler's CPU while idle for 2 s (``idle_cpu_ms_per_s``: periodic
 callbacks, e.g. a stealing policy's timer) and each batch's wall time, so that the part of
@@ -22,11 +26,12 @@ the difference that is periodic rather than per task can be estimated.
 
 Headline (the definition the issue asks for): scheduler process CPU time (user + system
 of the scheduler subprocess, from /proc via psutil, read before and after each batch, so
-client and worker CPU do not count) per chunk task vs per plain restricted task;
+client and worker CPU do not count) per chunk task vs per plain restricted task, from
+submission to the results gathered, plus the release of the batch (from dropping the
+futures until the scheduler holds no task; the plugin's bookkeeping of forgotten tasks
+counts, and no batch's release leaks into the next batch on the same scheduler);
 ``overhead`` = chunk / plain - 1, formed per round; the median [min, max] over the rounds
 (``--rounds``, after one warm-up round; the order of the modes rotates every round).
-The plugin scheduler also runs ``benchmarks._hook_timer``, which measures the CPU time
-spent inside the plugin's hooks exactly (a lower bound of what the plugin adds).
 
     python benchmarks/scheduler_overhead.py [--tasks 10000] [--rounds 5] [--workers 4]
 
@@ -53,7 +58,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import cacheaffinity  # noqa: E402
 from benchmarks._common import pyplot, save_png, spread, write_json  # noqa: E402
-from benchmarks._hook_timer import hook_seconds  # noqa: E402
+from benchmarks._hook_timer import hook_seconds, hook_timer  # noqa: E402
 
 BIN = Path(sys.executable).parent
 
@@ -152,6 +157,19 @@ def run_chunk(client, chunks, placement=None):
     return futs
 
 
+def _task_count(dask_scheduler=None) -> int:
+    return len(dask_scheduler.tasks)
+
+
+def wait_forgotten(client, timeout: float = 120.0) -> None:
+    """Wait until the scheduler has released and forgotten every task."""
+    deadline = time.monotonic() + timeout
+    while client.run_on_scheduler(_task_count):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the scheduler still holds tasks after {timeout} s")
+        time.sleep(0.02)
+
+
 def ran_on_index(client, futs) -> list[int]:
     """Index (sorted worker order) of the worker each future's task ran on."""
     workers = sorted(client.scheduler_info(n_workers=-1)["workers"])
@@ -173,7 +191,7 @@ def main(argv=None):
         "plugin": start_cluster(tmp, "plugin", args.workers, preload=True),
     }
     runners = {"chunk": run_chunk, "plain": run_plain, "unrestricted": run_unrestricted,
-               "annotated": run_annotated}  # fmt: skip
+               "annotated": run_annotated, "hooks": run_chunk}  # fmt: skip
     walls: dict[str, list[float]] = {m: [] for m in runners}
     idle: dict[str, list[float]] = {"plugin": [], "plain": []}
     results: dict[str, list[float]] = {m: [] for m in runners}
@@ -187,30 +205,41 @@ def main(argv=None):
         order = list(runners)
         for r in range(args.rounds + 1):  # round 0 warms up
             chunks = [f"uuid-{r}-{i // 100}/Events/{i % 100}" for i in range(args.tasks)]
+            # the timed chunk batch gets chunk ids of its own (new to the locator, as chunk's)
+            hook_chunks = [f"uuid-h{r}-{i // 100}/Events/{i % 100}" for i in range(args.tasks)]
             placement = placement_by_index(ca_client, chunks)  # asked before the round
             k = r % len(order)
             per_round = {}
             for mode in order[k:] + order[:k]:
-                client, procs = clusters["plugin" if mode == "chunk" else "plain"]
+                client, procs = clusters["plugin" if mode in ("chunk", "hooks") else "plain"]
                 sched = psutil.Process(procs[0].pid)
-                h0 = sum(client.run_on_scheduler(hook_seconds).values()) if mode == "chunk" else 0
+                if mode == "hooks":
+                    client.run_on_scheduler(hook_timer, on=True)
+                    h0 = sum(client.run_on_scheduler(hook_seconds).values())
                 c0, w0 = cpu(sched), time.perf_counter()
-                futs = runners[mode](client, chunks, placement)
+                futs = runners[mode](client, hook_chunks if mode == "hooks" else chunks, placement)
                 c1, w1 = cpu(sched), time.perf_counter()
                 if mode == "chunk":
-                    hs = client.run_on_scheduler(hook_seconds)
-                    h1 = sum(hs.values())
                     ran = ran_on_index(client, futs)
                     share = sum(a == b for a, b in zip(ran, placement)) / len(chunks)
                 elif mode == "plain":
                     ran_plain = ran_on_index(client, futs)
+                # the release of the batch (to "forgotten") is part of its cost
+                c2 = cpu(sched)
                 del futs
-                per_round[mode] = (c1 - c0) / args.tasks * 1e6
+                wait_forgotten(client)
+                c3 = cpu(sched)
+                if mode == "hooks":
+                    client.run_on_scheduler(hook_timer, on=False)
+                    hs = client.run_on_scheduler(hook_seconds)
+                    h1 = sum(hs.values())
+                per_round[mode] = (c1 - c0 + c3 - c2) / args.tasks * 1e6
                 if r:
                     results[mode].append(per_round[mode])
                     walls[mode].append(w1 - w0)
-                    if mode == "chunk":
+                    if mode == "hooks":
                         hooks.append((h1 - h0) / args.tasks * 1e6)
+                    elif mode == "chunk":
                         same_worker.append(share)
                     print(f"round {r} {mode:12s}: {per_round[mode]:7.1f} us scheduler CPU per task",
                           flush=True)  # fmt: skip
@@ -249,6 +278,7 @@ def main(argv=None):
         "hook_us_per_task": spread(hooks),
         "chunk_tasks_on_placed_worker": spread(same_worker),
         "annotated_us_per_task": spread(results["annotated"]),
+        "hooks_timed_us_per_task": spread(results["hooks"]),
         "idle_cpu_ms_per_s": {k: spread(v) for k, v in idle.items()},
         "batch_wall_s": {k: spread(v) for k, v in walls.items()},
         "target": "<= +5%",
@@ -268,7 +298,7 @@ def main(argv=None):
           f"{statistics.median(idle['plain']):.1f} ms/s plain; chunk batch wall "
           f"{statistics.median(walls['chunk']):.2f} s")  # fmt: skip
     by_hook = {k: v / (args.tasks * (args.rounds + 1)) * 1e6 for k, v in hs.items()}
-    print(f"inside the plugin's hooks: {statistics.median(hooks):.1f} us per task ("
+    print(f"inside the plugin's hooks and stealing policy: {statistics.median(hooks):.1f} us per task ("
           + ", ".join(f"{k} {v:.1f}" for k, v in sorted(by_hook.items())) + ")")  # fmt: skip
     out = Path(args.out)
     write_json(

@@ -124,21 +124,25 @@ def chunk(chunk_id: str) -> contextlib.AbstractContextManager:
     return dask.annotate(**{ANNOTATION: chunk_id})
 
 
-class ChunkIds:
+class ChunkIds(dict):
     """Annotation value that maps task keys to chunk identities.
 
     The scheduler calls it with each task key of a submitted graph; keys it
-    does not know get ``None`` (not a chunk task).  Picklable.
+    does not know get ``None`` (not a chunk task).  A ``dict`` whose call is
+    ``dict.get``: the scheduler calls it once per task of the graph, and this
+    way no Python frame runs per call.  Picklable.
     """
 
-    def __init__(self, mapping: Mapping[Any, str]):
-        self.mapping = dict(mapping)
+    __slots__ = ()
+    __call__ = dict.get
 
-    def __call__(self, key: Any) -> str | None:
-        return self.mapping.get(key)
+    @property
+    def mapping(self) -> dict:
+        """The mapping itself (kept for callers of earlier versions)."""
+        return self
 
     def __repr__(self) -> str:
-        return f"ChunkIds(<{len(self.mapping)} keys>)"
+        return f"ChunkIds(<{len(self)} keys>)"
 
 
 def _check_entries(entries: Iterable[Any], n: int) -> list[tuple[int, int] | None]:

@@ -100,6 +100,44 @@ async def test_untagged_tasks_are_left_to_dask(c, s, a, b, w3, tmp_path):
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
+async def test_hooks_bookkeeping_over_a_task_lifetime(c, s, a, b, w3, tmp_path):
+    """What the fast paths of update_graph and transition must keep: every chunk task
+    is tracked and targeted, restricted loosely to its node; each carries its own chunk
+    id as annotation (not the batch's map); finishing records on-target runs and
+    holders; plain tasks in the same graph are never tracked; forgetting frees all."""
+    plugin = await setup_cache_nodes(c, s, tmp_path)
+    loc = plugin.locator
+    keys = [f"hooks-{i}" for i in range(len(CHUNKS))]
+    ids = cacheaffinity.ChunkIds(zip(keys, CHUNKS))
+    assert ids(keys[3]) == CHUNKS[3] and ids("no-such-key") is None
+    ev = Event("hooks-hold")
+    with cacheaffinity.chunks(dict(zip(keys, CHUNKS))):
+        futs = c.map(blocked, CHUNKS, event_name="hooks-hold", key=keys)
+        plain = c.submit(blocked, "plain", event_name="hooks-hold", key="hooks-plain")
+    await async_poll_for(lambda: all(k in s.tasks for k in keys + ["hooks-plain"]), timeout=10)
+    homes = plugin.where(CHUNKS)
+    for k, chunk in zip(keys, CHUNKS):
+        ts = s.tasks[k]
+        assert ts.annotations["cacheaffinity"] == chunk
+        assert loc.chunk_of[k] == chunk and loc.target[k] == homes[chunk]["node"]
+        assert k in loc.node_tasks[homes[chunk]["node"]]
+        assert ts.worker_restrictions == set(homes[chunk]["workers"]) and ts.loose_restrictions
+    assert "hooks-plain" not in loc.chunk_of and not s.tasks["hooks-plain"].worker_restrictions
+    before = plugin.counters["on-target"]
+    await ev.set()
+    ran = await c.gather(futs)
+    await plain
+    assert plugin.counters["on-target"] - before == len(keys)
+    for chunk, addr in zip(CHUNKS, ran):
+        assert addr in homes[chunk]["workers"]
+        assert loc.holder_of(chunk) == plugin.worker_node[addr]
+    del futs, plain
+    await async_poll_for(lambda: not any(k in s.tasks for k in keys), timeout=10)
+    assert not any(k in loc.chunk_of or k in loc.target for k in keys)
+    assert not any(k in tasks for tasks in loc.node_tasks.values() for k in keys)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
 async def test_submit_and_delayed_carry_chunk_identity(c, s, a, b, w3, tmp_path):
     plugin = await setup_cache_nodes(c, s, tmp_path)
     home = plugin.where(["one-chunk"])["one-chunk"]

@@ -83,13 +83,6 @@ _PENDING = frozenset({"released", "waiting", "no-worker", "processing"})
 _NO_NODE = "cacheaffinity://no-cache-node-yet"
 
 
-def _user_restricted(ts: TaskState) -> bool:
-    """Whether a user restricted the task (workers, hosts, resources) or it is an actor."""
-    return bool(
-        ts.worker_restrictions or ts.host_restrictions or ts.resource_restrictions or ts.actor
-    )
-
-
 def _user_took_over(ts: TaskState) -> bool:
     """Whether restrictions other than the plugin's own (loose, worker-only) were
     set on a chunk task after it was placed."""
@@ -98,8 +91,11 @@ def _user_took_over(ts: TaskState) -> bool:
 
 def _compute_seconds(startstops: Any) -> float | None:
     """Seconds a finished task computed (its ``compute`` start/stop pairs), or None."""
+    t = 0.0
     try:
-        t = sum(x["stop"] - x["start"] for x in startstops or () if x["action"] == "compute")
+        for x in startstops or ():  # a plain loop: called once per finished chunk task
+            if x["action"] == "compute":
+                t += x["stop"] - x["start"]
     except (KeyError, TypeError):
         return None
     return float(t) if t > 0 else None
@@ -395,22 +391,37 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if not chunks:
             return
         entries = annotations.get(ENTRIES_ANNOTATION) or {}
+        entry_of = entries.get
+        # Runs once per submitted graph; the loops below run once per chunk task,
+        # so they read attributes into locals and call nothing per task but the
+        # locator's bookkeeping.
         stasks = scheduler.tasks
         locator = self.locator
+        chunk_of = locator.chunk_of
+        track = locator.track
         todo: list[tuple[TaskState, str]] = []
+        append = todo.append
         restricted = 0
         for key, chunk in chunks.items():
             if chunk is None:
                 continue
             ts = stasks.get(key)
-            if ts is None or ts.state not in _PENDING or ts.processing_on is not None:
+            if ts is None or ts.processing_on is not None or ts.state not in _PENDING:
                 continue
-            if key not in locator.chunk_of and _user_restricted(ts):
-                restricted += 1  # the user's restrictions win: Dask places it
+            if key not in chunk_of and (
+                ts.worker_restrictions
+                or ts.host_restrictions
+                or ts.resource_restrictions
+                or ts.actor
+            ):
+                # A user restricted it (workers, hosts, resources) or it is an
+                # actor: the user's restrictions win, Dask places it.
+                restricted += 1
                 continue
-            chunk = str(chunk)
-            locator.track(key, chunk, entries.get(key))
-            todo.append((ts, chunk))
+            if type(chunk) is not str:
+                chunk = str(chunk)
+            track(key, chunk, entry_of(key))
+            append((ts, chunk))
         if restricted:
             self.counters["user-restricted"] += restricted
             self._event(
@@ -439,17 +450,19 @@ class CacheAffinityPlugin(SchedulerPlugin):
             )
             return
         nodes = self.placement.assign([c for _, c in todo])
-        hashed = list(nodes)
+        debug = task_logger.isEnabledFor(logging.DEBUG)
+        hashed = list(nodes) if debug else nodes
         located = locator.relocate(todo, nodes)
         per_node: Counter[str] = Counter(nodes)
         # One restriction set per node, shared by its tasks of this batch (the
         # scheduler replaces restriction sets, it never changes them in place).
         restrictions = {node: set(node_workers[node]) for node in per_node}
+        set_target = locator.set_target
         for (ts, _), node in zip(todo, nodes):
-            locator.set_target(ts.key, node)
+            set_target(ts.key, node)
             ts.worker_restrictions = restrictions[node]
             ts.loose_restrictions = True
-        if task_logger.isEnabledFor(logging.DEBUG):
+        if debug:
             for (ts, chunk), node, h in zip(todo, nodes, hashed):
                 reason = "hash" if node == h else "locator"
                 task_logger.debug("%s: chunk %s -> node %s (%s)", ts.key, chunk, node, reason)
@@ -568,24 +581,30 @@ class CacheAffinityPlugin(SchedulerPlugin):
             )
 
     # ============================================================ transitions
-    def transition(self, key, start, finish, *args, stimulus_id=None, **kwargs) -> None:
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        # Called for every transition of every task (about 4 per task, chunk
+        # task or not): all but "-> forgotten" and "processing ->" return after
+        # two string comparisons, before any lookup.
+        if finish == "forgotten":
+            locator = self.locator
+            if key in locator.chunk_of:
+                locator.forget_task(key)
+            return
+        if start != "processing":
+            return
         locator = self.locator
         if key not in locator.chunk_of:
             return
-        if finish == "forgotten":
-            locator.forget_task(key)
-            return
-        if start == "processing" and finish == "memory":
-            node = self.membership.node_of(kwargs.get("worker"))
+        if finish == "memory":
+            node = self.membership.worker_node.get(kwargs.get("worker"))
             on_target = locator.finished(key, node, _compute_seconds(kwargs.get("startstops")))
             if on_target is not None:
                 which = "on-target" if on_target else "off-target"
                 self.counters[which] += 1
                 self.node_counters[node][which] += 1
             return
-        if start == "processing" and finish != "memory":
-            # A worker may have died: re-target before Dask picks a new worker.
-            self._sync_workers(stimulus_id or "cacheaffinity-transition")
+        # A worker may have died: re-target before Dask picks a new worker.
+        self._sync_workers(kwargs.get("stimulus_id") or "cacheaffinity-transition")
 
     def _count_steal(self, ts: TaskState, victim: WorkerState, thief: WorkerState) -> None:
         """The stealing policy moved chunk task ``ts`` from ``victim`` to ``thief``."""
