@@ -45,7 +45,7 @@ from typing import Any
 
 from cacheaffinity import config
 
-__all__ = ["PRELOAD", "configure", "environment", "new_cluster"]
+__all__ = ["PRELOAD", "configure", "ensure_gateway_defaults", "environment", "new_cluster"]
 
 #: The click-free preload module (composes with dask-gateway's scheduler preload).
 PRELOAD = "cacheaffinity.preload"
@@ -152,6 +152,23 @@ def configure(
     cluster.environment = {**dict(current), **env}
 
 
+def ensure_gateway_defaults() -> None:
+    """Put dask-gateway's config defaults back if the Dask config lost them.
+
+    dask-gateway adds its defaults (``gateway.*``) once, when ``dask_gateway`` is
+    first imported; code that later replaces the Dask config wholesale (test
+    harnesses such as ``distributed.utils_test``, ``dask.config.config = {...}``)
+    drops them, and ``Gateway()`` then fails with ``KeyError: 'gateway'``.
+    Values the user set are kept (``update_defaults``).
+    """
+    import dask
+
+    if dask.config.get("gateway.public-address", "missing") == "missing":
+        import dask_gateway.config as gateway_config
+
+        dask.config.update_defaults(gateway_config.defaults)
+
+
 def new_cluster(workers: int = 2, *, gateway: Any = None, **cluster_options: Any):
     """A dask-gateway cluster with ``workers`` workers and cacheaffinity checked.
 
@@ -186,7 +203,9 @@ def new_cluster(workers: int = 2, *, gateway: Any = None, **cluster_options: Any
         ) from e
     from cacheaffinity.client import check
 
-    gateway = gateway if gateway is not None else Gateway()
+    if gateway is None:
+        ensure_gateway_defaults()
+        gateway = Gateway()
     options = gateway.cluster_options() if cluster_options else None
     if options is not None:
         options.update(cluster_options)

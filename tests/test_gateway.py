@@ -21,6 +21,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import dask
 import pytest
 
 import cacheaffinity
@@ -136,6 +137,10 @@ def _gateway_cluster_runs_cacheaffinity(gateway_server, nanoaod_dir):
     from examples.analysis import DimuonJetProcessor, summary
 
     address, proxy, caches, log = gateway_server
+    # Another test of the suite may have replaced the Dask config wholesale after
+    # dask_gateway registered its defaults (KeyError: 'gateway' in Gateway()).
+    cacheaffinity.gateway.ensure_gateway_defaults()
+    assert dask.config.get("gateway.public-address", "missing") != "missing"
     with Gateway(address=address, proxy_address=proxy, auth="basic") as gateway:
         cluster = cacheaffinity.gateway.new_cluster(workers=2, gateway=gateway)
         try:
@@ -287,3 +292,21 @@ def test_bad_settings_are_refused_with_a_fix(settings, match):
 
     with pytest.raises(ValueError, match=match):
         cacheaffinity.gateway.configure(Config(), **settings)
+
+
+def test_gateway_defaults_come_back_after_the_config_was_replaced():
+    import copy
+
+    saved = copy.deepcopy(dask.config.config)
+    try:
+        dask.config.config.pop("gateway", None)  # what a wholesale replacement leaves
+        with pytest.raises(KeyError):
+            dask.config.get("gateway.public-address")
+        dask.config.config["gateway"] = {"address": "http://127.0.0.1:1"}  # a user's value
+        cacheaffinity.gateway.ensure_gateway_defaults()
+        assert dask.config.get("gateway.address") == "http://127.0.0.1:1"  # kept
+        assert dask.config.get("gateway.public-address", "missing") != "missing"
+        assert dask.config.get("gateway.auth.type")  # the rest of the defaults are back
+    finally:
+        dask.config.config.clear()
+        dask.config.config.update(saved)
