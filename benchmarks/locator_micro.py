@@ -11,6 +11,8 @@ git into a module of its own) in one invocation:
   ``--tasks`` chunk tasks (coffea stripe ids with entry ranges, a tenth of them crossing a
   stripe boundary), with the victim's chunks ``cold`` (no holder known), ``warm`` (the
   victim's node holds them all) or ``thief`` (also one chunk the thief's node holds);
+- ``candidates``: the victim's stealable chunk tasks (``LocalityStealing._choose``'s
+  filter over the victim's ``processing``; before: the base commit's filter, copied here);
 - ``finished``: ``track`` + ``set_target`` + ``finished`` + ``forget_task`` of ``--tasks``
   tasks whose chunks were processed before (each holder record is rewritten);
 - ``placed+finished``: the same with :meth:`Locator.relocate` first (what the plugin does
@@ -41,6 +43,7 @@ from distributed.core import Status  # noqa: E402
 from distributed.scheduler import TaskGroup, TaskPrefix, TaskState, WorkerState  # noqa: E402
 
 from cacheaffinity.placement import TorusPlacement  # noqa: E402
+from cacheaffinity.scheduler import _distributed  # noqa: E402
 from cacheaffinity.scheduler import locator as current  # noqa: E402
 from cacheaffinity.scheduler.membership import Membership  # noqa: E402
 
@@ -123,6 +126,35 @@ def steal_case(mod, state: str, n: int, repeats: int):
     return sec, (choice.key if choice is not None else None)
 
 
+def base_candidates(scheduler, ext, victim, thief, chunk):
+    """The candidate filter of ``LocalityStealing._choose`` at the base commit."""
+    in_flight = ext.in_flight if ext is not None else {}
+    return [
+        ts
+        for ts in victim.processing
+        if ts.key in chunk
+        and ts not in in_flight
+        and not _distributed.is_executing(victim, ts)
+        and _distributed.may_run_on(scheduler, ts, thief)
+    ]
+
+
+def candidates_case(mod, n: int, repeats: int):
+    """The victim's stealable chunk tasks (``mod`` None: the base's filter)."""
+    ws = workers()
+    addrs = list(ws)
+    victim, thief = ws[addrs[0]], ws[addrs[1]]
+    chunk = {}
+    for ts, c, _ in tasks(n, 1):
+        ts.loose_restrictions = True
+        ts.worker_restrictions = {addrs[0]}
+        victim.processing.add(ts)
+        chunk[ts.key] = c
+    fn = base_candidates if mod is None else _distributed.stealable_from
+    sec, out = timed(lambda: fn(None, None, victim, thief, chunk), repeats)
+    return sec, [ts.key for ts in out]
+
+
 def finished_case(mod, n: int, repeats: int, place: bool):
     ws = workers()
     loc = make_locator(mod, ws)
@@ -162,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     n = args.tasks
     cases = {
         **{f"steal/{s}": (lambda mod, s=s: steal_case(mod, s, n, 3)) for s in ("cold", "warm", "thief")},
+        "candidates": lambda mod: candidates_case(None if mod is base else mod, n, 3),
         "finished": lambda mod: finished_case(mod, n, 1, place=False),
         "placed+finished": lambda mod: finished_case(mod, n, 1, place=True),
     }

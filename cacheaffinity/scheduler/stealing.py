@@ -364,16 +364,9 @@ class LocalityStealing:
     def _choose(self, victim: WorkerState, thief: WorkerState) -> TaskState | None:
         """The victim's queued chunk task the thief should take, or None."""
         ext = self.extension
-        chunk = self.locator.chunk_of
-        in_flight = ext.in_flight if ext is not None else {}
-        candidates = [
-            ts
-            for ts in victim.processing
-            if ts.key in chunk
-            and ts not in in_flight
-            and not _distributed.is_executing(victim, ts)
-            and _distributed.may_run_on(self.scheduler, ts, thief)
-        ]
+        candidates = _distributed.stealable_from(
+            self.scheduler, ext, victim, thief, self.locator.chunk_of
+        )
         if not candidates:
             return None
         queued = (
