@@ -1,9 +1,10 @@
 """Micro-benchmark of the locator's per-task bookkeeping and steal preference (runs in-process).
 
-A diagnostic beside ``scheduler_overhead.py``: real :class:`~cacheaffinity.scheduler.locator.Locator`
-objects (with a real :class:`~cacheaffinity.scheduler.membership.Membership` of Dask
-``WorkerState`` objects and a real :class:`~cacheaffinity.placement.TorusPlacement`) and
-real Dask ``TaskState`` objects, no cluster.  Times, as the minimum of ``--repeats`` runs,
+A diagnostic beside ``scheduler_overhead.py``: real
+:class:`~cacheaffinity.scheduler.locator.Locator` objects (with a real
+:class:`~cacheaffinity.scheduler.membership.Membership` of Dask ``WorkerState`` objects
+and a real :class:`~cacheaffinity.placement.TorusPlacement`) and real Dask
+``TaskState`` objects, no cluster.  Times, as the minimum of ``--repeats`` runs,
 for the locator of this checkout and for the one of a base commit (``--base``, loaded from
 git into a module of its own) in one invocation:
 
@@ -193,7 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     base = load_base(args.base)
     n = args.tasks
     cases = {
-        **{f"steal/{s}": (lambda mod, s=s: steal_case(mod, s, n, 3)) for s in ("cold", "warm", "thief")},
+        **{
+            f"steal/{s}": (lambda mod, s=s: steal_case(mod, s, n, 3))
+            for s in ("cold", "warm", "thief")
+        },
         "candidates": lambda mod: candidates_case(None if mod is base else mod, n, 3),
         "finished": lambda mod: finished_case(mod, n, 1, place=False),
         "placed+finished": lambda mod: finished_case(mod, n, 1, place=True),

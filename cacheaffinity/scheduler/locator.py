@@ -713,7 +713,8 @@ class Locator:
         best_rank = 5
         best_pr: Any = None
         same: list[TaskState] = []
-        of_task = self._holder_of_task
+        of_task, parts_of = self._holder_of_task, self._parts_of
+        cached, holder, entries = self._parts, self.holder, self.entries
         length = None
         for ts in candidates:
             key = ts.key
@@ -721,7 +722,16 @@ class Locator:
             if chunk is None:
                 rank = 4
             else:
-                h = of_task(key, chunk)
+                # _holder_of_task, its common case inline
+                parts = cached.get(key)
+                if parts is None:
+                    parts = parts_of(key, chunk)
+                if parts.__class__ is int:
+                    h = holder.get(parts)
+                    if h is not None and h.__class__ is not str:
+                        h = holder_for(h, *(entries.get(key) or ()))
+                else:
+                    h = of_task(key, chunk)
                 if thief_node is not None and h == thief_node:
                     rank = 0
                 elif victim_node is not None and h == victim_node:
