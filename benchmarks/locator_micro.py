@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import gc
+import random
 import subprocess
 import sys
 import time
@@ -122,7 +123,8 @@ def steal_case(mod, state: str, n: int, repeats: int):
     if state == "thief":
         ts, chunk, rng = queue[n // 3]
         loc.set_located(chunk, "n1")
-    cands = [ts for ts, _, _ in queue]
+    # in the order of a set of TaskStates (a worker's ``processing``): not by priority
+    cands = random.Random(0).sample([ts for ts, _, _ in queue], len(queue))
     sec, choice = timed(lambda: loc.steal_preference(cands, victim, thief), repeats)
     return sec, (choice.key if choice is not None else None)
 

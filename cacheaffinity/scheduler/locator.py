@@ -43,6 +43,7 @@ import heapq
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import islice
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -117,6 +118,9 @@ def holder_for(record: Any, start: int | None = None, stop: int | None = None) -
     _count_range(record, start, stop, count)
     return max(count, key=count.__getitem__)  # first maximum: the id's node on a tie
 
+
+#: A task's priority (Dask's: a tuple; the task the victim would run last is the largest).
+_priority = attrgetter("priority")
 
 #: A task spanning more stripes than this is remembered under its own id only.
 MAX_STRIPES_PER_TASK = 64
@@ -753,11 +757,15 @@ class Locator:
             if pr > best_pr:
                 best, best_pr = ts, pr
         if best_rank in (2, 3) and runner_up:
-            look = heapq.nlargest(64, same, key=_priority)
-            ranked = placement.rankings([chunk_of[ts.key] for ts in look], 2)
-            for ts, nodes in zip(look, ranked):
-                if nodes[1:] == [thief_node]:
-                    return ts
+            # the first of the look window is ``best`` (the first largest priority)
+            if placement.ranking(chunk_of[best.key], 2)[1:] == [thief_node]:
+                return best
+            look = heapq.nlargest(64, same, key=_priority)[1:]
+            if look:
+                ranked = placement.rankings([chunk_of[ts.key] for ts in look], 2)
+                for ts, nodes in zip(look, ranked):
+                    if nodes[1:] == [thief_node]:
+                        return ts
         return best
 
     def _steal_preference_generic(
@@ -791,6 +799,3 @@ class Locator:
             take_warm=take_warm,
         )
 
-
-def _priority(ts: TaskState) -> Any:
-    return ts.priority
