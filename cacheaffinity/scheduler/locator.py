@@ -507,7 +507,8 @@ class Locator:
         ``cacheaffinity-entries`` annotation), if it carries one (anything
         else is ignored: the task then counts as the whole id)."""
         self.chunk_of[key] = chunk
-        self._parts.pop(key, None)
+        if self._parts:  # empty while no holder was looked up (e.g. a first run)
+            self._parts.pop(key, None)
         rng = _entry_range(entries)
         if rng is not None:
             self.entries[key] = rng
@@ -571,7 +572,8 @@ class Locator:
         """Dask forgot task ``key``."""
         self.chunk_of.pop(key, None)
         self.entries.pop(key, None)
-        self._parts.pop(key, None)
+        if self._parts:
+            self._parts.pop(key, None)
         self.hashed.pop(key, None)
         self.stolen.discard(key)
         node = self.target.pop(key, None)
@@ -653,22 +655,29 @@ class Locator:
         task or unknown node).
         """
         chunk = self.chunk_of.get(key)
-        self.stolen.discard(key)
-        self.hashed.pop(key, None)
+        if self.stolen:
+            self.stolen.discard(key)
+        if self.hashed:
+            self.hashed.pop(key, None)
         if chunk is None or node is None:
             return None
         if seconds is not None:
             self.speed.observe(node, seconds)
         # the digests computed when the task was placed or considered for a
-        # steal; each record becomes the newest entry, changed or not (as
-        # _remember does), so the map drops the chunks processed longest ago
-        parts = self._parts.pop(key, None)
+        # steal, if it was; each record becomes the newest entry, changed or
+        # not (as _remember does), so the map drops the chunks processed
+        # longest ago first
+        parts = self._parts.pop(key, None) if self._parts else None
+        rng = self.entries.get(key)
         if parts is None:
-            parts = self._compute_parts(key, chunk)
+            split = None if rng is None else stripe_parts(chunk, *rng)
+            if split is None or len(split) == 1:
+                parts = chunk_digest(chunk)
+            else:
+                parts = tuple(x for p, a, b in split for x in (chunk_digest(p), a, b))
         holder, size = self.holder, self.size
         if parts.__class__ is int:
             record = holder.pop(parts, None)
-            rng = self.entries.get(key)
             if record is None or rng is None:
                 record = node
             elif record != node:  # a str equal to node: nothing changes
