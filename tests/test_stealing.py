@@ -249,3 +249,30 @@ async def test_held_chunks_follow_their_holder_up_to_the_slack_bound(c, s, a, b,
     # 4 follow their holder, the rest stay with the placement's node
     assert where.count(b.address) == 4 and where.count(a.address) == 2, where
     assert plugin.counters["located"] == 4
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_choices_within_a_round_equal_fresh_choices(c, s, a, b, tmp_path):
+    """Within a round the policy reuses the victim's stealable tasks (minus its own
+    steal requests): every choice equals the one made from scratch."""
+    plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=0)
+    ev = Event("hold-round")
+    mine, futs = await fill_node(c, plugin, a, 10, ev)
+    plugin.locator.set_located(mine[6], plugin.worker_node[b.address])  # one held by b
+    victim, thief = s.workers[a.address], s.workers[b.address]
+    ext._round.clear()
+    taken = []
+    for _ in range(4):
+        cached = ext._choose(victim, thief)
+        kept = dict(ext._round)
+        ext._round.clear()
+        fresh = ext._choose(victim, thief)
+        ext._round.clear()
+        ext._round.update(kept)
+        assert cached is fresh and cached is not None
+        assert ext.move(cached, thief, reason="steal")
+        taken.append(plugin.chunk_of[cached.key])
+    ext._round.clear()
+    assert taken[0] == mine[6] and len(set(taken)) == 4  # held first, never twice
+    await ev.set()
+    await c.gather(futs)

@@ -61,6 +61,7 @@ __all__ = [
     "release_stealing",
     "request_move",
     "schedule_unrunnable",
+    "stealable_from",
 ]
 
 
@@ -131,6 +132,36 @@ def in_flight_tasks(ext: WorkStealing | None, ws: WorkerState) -> int:
 def is_executing(ws: WorkerState, ts: TaskState) -> bool:
     """Whether ``ts`` has started on ``ws`` (a steal request would be refused)."""
     return ts in ws.executing or ts in ws.long_running
+
+
+def stealable_from(
+    scheduler: Scheduler,
+    ext: WorkStealing | None,
+    victim: WorkerState,
+    thief: WorkerState,
+    chunk_tasks: Container,
+) -> list[TaskState]:
+    """The tasks processing on ``victim`` that the stealing policy may hand to
+    ``thief``: chunk tasks (key in ``chunk_tasks``) without a steal request
+    under way, not started (:func:`is_executing`) and that :func:`may_run_on`
+    ``thief``; in ``victim.processing`` order.  One pass; a task with loose
+    restrictions and neither resources nor an actor is not looked at twice."""
+    in_flight = ext.in_flight if ext is not None else {}
+    executing, long_running = victim.executing, victim.long_running
+    out = []
+    for ts in victim.processing:
+        if (
+            ts.key in chunk_tasks
+            and ts not in in_flight
+            and ts not in executing
+            and ts not in long_running
+            and (
+                (ts.loose_restrictions and not ts.resource_restrictions and not ts.actor)
+                or may_run_on(scheduler, ts, thief)
+            )
+        ):
+            out.append(ts)
+    return out
 
 
 def idle_workers(scheduler: Scheduler) -> dict[str, WorkerState]:

@@ -39,9 +39,11 @@ Event-loop only (no locking).  Forgetting a chunk costs at most a cache miss.
 
 from __future__ import annotations
 
+import heapq
 from collections import defaultdict
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from itertools import islice
+from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -116,6 +118,9 @@ def holder_for(record: Any, start: int | None = None, stop: int | None = None) -
     _count_range(record, start, stop, count)
     return max(count, key=count.__getitem__)  # first maximum: the id's node on a tie
 
+
+#: A task's priority (Dask's: a tuple; the task the victim would run last is the largest).
+_priority = attrgetter("priority")
 
 #: A task spanning more stripes than this is remembered under its own id only.
 MAX_STRIPES_PER_TASK = 64
@@ -225,11 +230,14 @@ def choose_steal(
     whose runner-up node is the thief's (``runner_up_is_thief``; None: do not
     look), else the task the victim would run last (largest ``priority``).
     Returns None when nothing may be taken.
+
+    Each predicate is called at most once per candidate; the ``look`` tasks
+    come from :func:`heapq.nlargest` (the same tasks, in the same order, as
+    sorting all of them by ``priority``, largest first).
     """
-    candidates = list(candidates)
     best = None
     best_rank = None
-    rank_of: dict[int, int] = {}
+    same: list[Any] = []  # the candidates of best_rank[0], in candidate order
     for t in candidates:
         c = chunk(t)
         if c is None:
@@ -242,14 +250,18 @@ def choose_steal(
             rank = 3
         else:
             rank = 2
-        rank_of[id(t)] = rank
+        if best_rank is not None and rank > best_rank[0]:
+            continue
         pr = priority(t)
         r = (rank, tuple(-x for x in pr) if pr else ())
+        if best_rank is None or rank < best_rank[0]:
+            same = [t]
+        else:
+            same.append(t)
         if best_rank is None or r < best_rank:
             best, best_rank = t, r
     if best_rank is not None and best_rank[0] in (2, 3) and runner_up_is_thief is not None:
-        same = [t for t in candidates if rank_of.get(id(t)) == best_rank[0]]
-        for t in sorted(same, key=priority, reverse=True)[:look]:
+        for t in heapq.nlargest(look, same, key=priority):
             if runner_up_is_thief(chunk(t)):
                 return t
     return best
@@ -270,8 +282,13 @@ def _remember(d: dict, key: Hashable, value: Any, size: int) -> None:
         del d[key]
     d[key] = value
     if len(d) > size:
-        for old in list(islice(d, len(d) - size + size // 16)):
-            del d[old]
+        _drop_oldest(d, size)
+
+
+def _drop_oldest(d: dict, size: int) -> None:
+    """Drop the oldest ``len(d) - size + size // 16`` entries of ``d``."""
+    for old in list(islice(d, len(d) - size + size // 16)):
+        del d[old]
 
 
 def _entry_range(entries: Any) -> tuple[int, int] | None:
@@ -479,6 +496,9 @@ class Locator:
         self.stolen: set = set()
         #: chunk digest -> :data:`HolderRecord` (where it was processed last); newest last
         self.holder: dict[int, Any] = {}
+        #: task key -> its parts ``((digest, start, stop), ...)`` (:meth:`_parts_of`),
+        #: for tasks whose holder was looked up (freed with the task)
+        self._parts: dict[Hashable, tuple] = {}
 
     # ------------------------------------------------------------ tasks
     def track(self, key: Hashable, chunk: str, entries: Any = None) -> None:
@@ -487,27 +507,53 @@ class Locator:
         ``cacheaffinity-entries`` annotation), if it carries one (anything
         else is ignored: the task then counts as the whole id)."""
         self.chunk_of[key] = chunk
+        if self._parts:  # empty while no holder was looked up (e.g. a first run)
+            self._parts.pop(key, None)
         rng = _entry_range(entries)
         if rng is not None:
             self.entries[key] = rng
         else:
             self.entries.pop(key, None)
 
+    def _compute_parts(self, key: Hashable, chunk: str) -> int | tuple:
+        """Where task ``key`` of ``chunk`` is remembered: the digest of its id
+        (no entry range, or a range within one stripe), else the flat tuple
+        ``(digest, start, stop, ...)``, one triple per stripe its entry range
+        falls in, its own stripe first (:func:`stripe_parts`).  An int or a
+        flat tuple of ints: nothing for the garbage collector to track."""
+        rng = self.entries.get(key)
+        if rng is None:
+            return chunk_digest(chunk)
+        parts = stripe_parts(chunk, *rng)
+        if len(parts) == 1:
+            return chunk_digest(chunk)
+        return tuple(x for p, a, b in parts for x in (chunk_digest(p), a, b))
+
+    def _parts_of(self, key: Hashable, chunk: str) -> int | tuple:
+        """:meth:`_compute_parts`, computed once per task (cached until it
+        finishes or is forgotten)."""
+        parts = self._parts.get(key)
+        if parts is None:
+            parts = self._parts[key] = self._compute_parts(key, chunk)
+        return parts
+
     def _holder_of_task(self, key: Hashable, chunk: str) -> str | None:
         """The node that processed most of task ``key``'s entries (of every
         stripe they fall in, :func:`stripe_parts`), else its id's node."""
-        rng = self.entries.get(key)
+        parts = self._parts.get(key)
+        if parts is None:
+            parts = self._parts_of(key, chunk)
         holder = self.holder
-        if rng is None or rng[1] <= rng[0]:
-            return holder_for(holder.get(chunk_digest(chunk)), *(rng or ()))
-        parts = stripe_parts(chunk, *rng)
-        if len(parts) == 1:
-            return holder_for(holder.get(chunk_digest(chunk)), *rng)
+        if parts.__class__ is int:
+            record = holder.get(parts)
+            if record is None or record.__class__ is str:
+                return record
+            return holder_for(record, *(self.entries.get(key) or ()))
         count: dict[str, int] = {}
-        for part, a, b in parts:  # its own stripe first: its holder wins a tie
-            record = holder.get(chunk_digest(part))
+        for i in range(0, len(parts), 3):  # its own stripe first: its holder wins a tie
+            record = holder.get(parts[i])
             if record is not None:
-                _count_range(record, a, b, count)
+                _count_range(record, parts[i + 1], parts[i + 2], count)
         return max(count, key=count.__getitem__) if count else None
 
     def is_chunk_task(self, key: Hashable) -> bool:
@@ -526,6 +572,8 @@ class Locator:
         """Dask forgot task ``key``."""
         self.chunk_of.pop(key, None)
         self.entries.pop(key, None)
+        if self._parts:
+            self._parts.pop(key, None)
         self.hashed.pop(key, None)
         self.stolen.discard(key)
         node = self.target.pop(key, None)
@@ -607,22 +655,44 @@ class Locator:
         task or unknown node).
         """
         chunk = self.chunk_of.get(key)
-        self.stolen.discard(key)
-        self.hashed.pop(key, None)
+        if self.stolen:
+            self.stolen.discard(key)
+        if self.hashed:
+            self.hashed.pop(key, None)
         if chunk is None or node is None:
             return None
         if seconds is not None:
             self.speed.observe(node, seconds)
+        # the digests computed when the task was placed or considered for a
+        # steal, if it was; each record becomes the newest entry, changed or
+        # not (as _remember does), so the map drops the chunks processed
+        # longest ago first
+        parts = self._parts.pop(key, None) if self._parts else None
         rng = self.entries.get(key)
-        holder = self.holder
-        if rng is None:
-            _remember(holder, chunk_digest(chunk), node, self.size)
+        if parts is None:
+            split = None if rng is None else stripe_parts(chunk, *rng)
+            if split is None or len(split) == 1:
+                parts = chunk_digest(chunk)
+            else:
+                parts = tuple(x for p, a, b in split for x in (chunk_digest(p), a, b))
+        holder, size = self.holder, self.size
+        if parts.__class__ is int:
+            record = holder.pop(parts, None)
+            if record is None or rng is None:
+                record = node
+            elif record != node:  # a str equal to node: nothing changes
+                record = record_range(record, node, *rng)
+            holder[parts] = record
+            if len(holder) > size:
+                _drop_oldest(holder, size)
         else:
-            for part, a, b in stripe_parts(chunk, *rng):
-                digest = chunk_digest(part)
-                _remember(holder, digest, record_range(holder.get(digest), node, a, b), self.size)
-        target = self.target.get(key)
-        return node == target
+            for i in range(0, len(parts), 3):
+                digest = parts[i]
+                record = holder.pop(digest, None)
+                holder[digest] = record_range(record, node, parts[i + 1], parts[i + 2])
+                if len(holder) > size:
+                    _drop_oldest(holder, size)
+        return node == self.target.get(key)
 
     def note_steal(self, key: Hashable) -> None:
         """The stealing policy moved chunk task ``key``."""
@@ -647,6 +717,78 @@ class Locator:
         thief_node = node_of.get(thief.address)
         victim_node = node_of.get(victim.address)
         chunk_of, placement = self.chunk_of, self.placement
+        runner_up = thief_node is not None and len(self.membership.node_workers) > 1
+        # The rule of choose_steal, specialised: one holder look-up per task
+        # (digests cached per task), priorities compared as they are (Dask's
+        # are tuples of one length: the largest is the smallest negated), and
+        # the runner-up nodes of the ``look`` tasks in one batch.
+        best = None
+        best_rank = 5
+        best_pr: Any = None
+        same: list[TaskState] = []
+        of_task, parts_of = self._holder_of_task, self._parts_of
+        cached, holder, entries = self._parts, self.holder, self.entries
+        length = None
+        for ts in candidates:
+            key = ts.key
+            chunk = chunk_of.get(key)
+            if chunk is None:
+                rank = 4
+            else:
+                # _holder_of_task, its common case inline
+                parts = cached.get(key)
+                if parts is None:
+                    parts = parts_of(key, chunk)
+                if parts.__class__ is int:
+                    h = holder.get(parts)
+                    if h is not None and h.__class__ is not str:
+                        h = holder_for(h, *(entries.get(key) or ()))
+                else:
+                    h = of_task(key, chunk)
+                if thief_node is not None and h == thief_node:
+                    rank = 0
+                elif victim_node is not None and h == victim_node:
+                    if not take_warm:
+                        continue
+                    rank = 3
+                else:
+                    rank = 2
+            if rank > best_rank:
+                continue
+            pr = ts.priority
+            if not pr or (length is not None and len(pr) != length):
+                return self._steal_preference_generic(candidates, victim, thief, take_warm)
+            length = len(pr)
+            if rank < best_rank:
+                best, best_rank, best_pr, same = ts, rank, pr, [ts]
+                continue
+            same.append(ts)
+            if pr > best_pr:
+                best, best_pr = ts, pr
+        if best_rank in (2, 3) and runner_up:
+            # the first of the look window is ``best`` (the first largest priority)
+            if placement.ranking(chunk_of[best.key], 2)[1:] == [thief_node]:
+                return best
+            look = heapq.nlargest(64, same, key=_priority)[1:]
+            if look:
+                ranked = placement.rankings([chunk_of[ts.key] for ts in look], 2)
+                for ts, nodes in zip(look, ranked):
+                    if nodes[1:] == [thief_node]:
+                        return ts
+        return best
+
+    def _steal_preference_generic(
+        self,
+        candidates: list[TaskState],
+        victim: WorkerState,
+        thief: WorkerState,
+        take_warm: bool,
+    ) -> TaskState | None:
+        """:meth:`steal_preference` through :func:`choose_steal` (any priorities)."""
+        node_of = self.membership.worker_node
+        thief_node = node_of.get(thief.address)
+        victim_node = node_of.get(victim.address)
+        chunk_of, placement = self.chunk_of, self.placement
         held: dict[Hashable, str | None] = {}
 
         def holder(key: Hashable) -> str | None:  # per task: its entry range counts
@@ -656,7 +798,7 @@ class Locator:
 
         return choose_steal(
             candidates,
-            priority=lambda ts: ts.priority,
+            priority=_priority,
             chunk=lambda ts: ts.key if ts.key in chunk_of else None,
             thief_holds=lambda k: thief_node is not None and holder(k) == thief_node,
             runner_up_is_thief=None
@@ -665,3 +807,4 @@ class Locator:
             victim_holds=None if victim_node is None else lambda k: holder(k) == victim_node,
             take_warm=take_warm,
         )
+

@@ -242,6 +242,10 @@ class LocalityStealing:
         self.membership_moves: int = 0
         #: Moves not made because they would break a user's restriction.
         self.refused: int = 0
+        #: During a round of :meth:`balance`: ``(victim, thief)`` -> the victim's
+        #: tasks the thief may take (:meth:`_choose`); nothing changes them within
+        #: a round but the policy's own steal requests.
+        self._round: dict[tuple[str, str], list[TaskState]] = {}
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -340,7 +344,26 @@ class LocalityStealing:
                 self.on_steal(ts, victim, thief)
             return True
 
-        moved = plan_steals(
+        self._round.clear()
+        try:
+            moved = self._plan(thieves, victims, queued, move, ext)
+        finally:
+            self._round.clear()
+        if moved:
+            log = [(now, 0, ts.key, 0, v.address, 0, t.address, 0) for ts, v, t in moved]
+            ext.log(("request", log))
+            ext.count += 1
+
+    def _plan(
+        self,
+        thieves: list[WorkerState],
+        victims: list[WorkerState],
+        queued: Callable[[WorkerState], int],
+        move: Callable[[TaskState, WorkerState, WorkerState], bool],
+        ext: WorkStealing,
+    ) -> list[tuple[TaskState, WorkerState, WorkerState]]:
+        """:func:`plan_steals` with the scheduler's workers (one round)."""
+        return plan_steals(
             thieves,
             victims,
             nthreads=lambda ws: ws.nthreads,
@@ -356,24 +379,21 @@ class LocalityStealing:
             backlog=self.backlog,
             max_moves=self.max_moves,
         )
-        if moved:
-            log = [(now, 0, ts.key, 0, v.address, 0, t.address, 0) for ts, v, t in moved]
-            ext.log(("request", log))
-            ext.count += 1
 
     def _choose(self, victim: WorkerState, thief: WorkerState) -> TaskState | None:
         """The victim's queued chunk task the thief should take, or None."""
         ext = self.extension
-        chunk = self.locator.chunk_of
-        in_flight = ext.in_flight if ext is not None else {}
-        candidates = [
-            ts
-            for ts in victim.processing
-            if ts.key in chunk
-            and ts not in in_flight
-            and not _distributed.is_executing(victim, ts)
-            and _distributed.may_run_on(self.scheduler, ts, thief)
-        ]
+        pair = (victim.address, thief.address)
+        candidates = self._round.get(pair)
+        if candidates is None:
+            candidates = _distributed.stealable_from(
+                self.scheduler, ext, victim, thief, self.locator.chunk_of
+            )
+        elif ext is not None:
+            # the same pair again in this round: only our steal requests changed
+            in_flight = ext.in_flight
+            candidates = [ts for ts in candidates if ts not in in_flight]
+        self._round[pair] = candidates
         if not candidates:
             return None
         queued = (
