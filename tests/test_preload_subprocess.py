@@ -83,6 +83,10 @@ def start_worker(procs, address, name, directory):
     )  # fmt: skip
 
 
+def _scheduler_task_count(dask_scheduler):
+    return len(dask_scheduler.tasks)
+
+
 @pytest.mark.timeout(180)
 def test_preloaded_scheduler_and_workers_place_chunks_stably(procs, tmp_path):
     sched_file = tmp_path / "scheduler.json"
@@ -105,7 +109,15 @@ def test_preloaded_scheduler_and_workers_place_chunks_stably(procs, tmp_path):
         homes = cacheaffinity.where(client, CHUNKS)
         assert {h["node"] for h in homes.values()} == node_ids
 
-        run1 = client.gather(cacheaffinity.map_chunks(client, where_am_i, CHUNKS, chunk_ids=CHUNKS))
+        futures = cacheaffinity.map_chunks(client, where_am_i, CHUNKS, chunk_ids=CHUNKS)
+        run1 = client.gather(futures)
+        # Let the scheduler forget run 1 before the workers stop: a result still in a
+        # leaving worker's memory would be recomputed elsewhere, and the locator would
+        # (rightly) send that chunk to the node that computed it last.
+        del futures
+        _wait_for(
+            lambda: not client.run_on_scheduler(_scheduler_task_count), 30, "run 1 forgotten"
+        )
         for ch, addr in zip(CHUNKS, run1):
             assert addr in homes[ch]["workers"]
         node_of_addr = {
