@@ -1599,14 +1599,7 @@ class ColumnCache(MutableMapping):
         files: list[tuple[str, str, np.ndarray, int, bytes]] = []
         try:
             for key, arr, size in values:
-                data = memoryview(_as_bytes(arr))
-                digest = xxhash.xxh3_64_digest(data)
-                name = self._write_temporary(data)
-                try:
-                    self._publish(name)
-                except BaseException:
-                    _unlink(os.path.join(self._tmp, name + ".tmp"))
-                    raise
+                name, digest = self._write_file(arr)
                 files.append((key, name, arr, size, digest))
             doomed: list[str] = []
             evicted = freed = 0
@@ -1728,7 +1721,9 @@ class ColumnCache(MutableMapping):
             self._mkdir(os.path.dirname(final))
             os.rename(tmp, final)
 
-    def _store(self, key: str, arr: np.ndarray, size: int) -> None:
+    def _write_file(self, arr: np.ndarray) -> tuple[str, bytes]:
+        """Write ``arr``'s bytes to a new data file (temporary, then renamed into
+        place); return its name and xxh3 digest.  The index is not touched."""
         data = memoryview(_as_bytes(arr))
         digest = xxhash.xxh3_64_digest(data)
         name = self._write_temporary(data)
@@ -1737,6 +1732,10 @@ class ColumnCache(MutableMapping):
         except BaseException:
             _unlink(os.path.join(self._tmp, name + ".tmp"))
             raise
+        return name, digest
+
+    def _store(self, key: str, arr: np.ndarray, size: int) -> None:
+        name, digest = self._write_file(arr)
         doomed: list[str] = []
         try:
             with self._transaction() as con:
