@@ -328,7 +328,8 @@ def test_run_distributed_tests_reads_junit_outcomes_and_checks_its_input(tmp_pat
         "import pytest\n"
         "def test_ok(): pass\n"
         "def test_bad(): assert False\n"
-        "@pytest.mark.skip(reason='no')\ndef test_skip(): pass\n"
+        "@pytest.mark.skip(reason='sample of a skipped outcome for the JUnit reader')\n"
+        "def test_skip(): pass\n"
         "@pytest.mark.xfail\ndef test_xf(): assert False\n"
         "@pytest.mark.parametrize('x', [1, 2])\ndef test_p(x): assert x == 1\n"
     )

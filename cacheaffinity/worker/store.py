@@ -1617,21 +1617,7 @@ class ColumnCache(MutableMapping):
                     doomed.extend(gone)
                     evicted += len(gone)
                     freed += n
-                    con.execute(
-                        "INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum,"
-                        " stored, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (
-                            key,
-                            name,
-                            arr.dtype.str,
-                            json.dumps(list(arr.shape)),
-                            arr.nbytes,
-                            size,
-                            digest,
-                            now,
-                            self._uid,
-                        ),
-                    )
+                    self._insert_entry(con, key, name, arr, size, digest, now)
         except BaseException:
             for f in files:
                 _unlink(self._path(f[1]))
@@ -1721,6 +1707,16 @@ class ColumnCache(MutableMapping):
             self._mkdir(os.path.dirname(final))
             os.rename(tmp, final)
 
+    def _insert_entry(self, con, key: str, name: str, arr: np.ndarray, size: int,
+                      digest: bytes, stored: float) -> None:
+        """The index row of a data file written by :meth:`_write_file`."""
+        con.execute(
+            "INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum, stored,"
+            " writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (key, name, arr.dtype.str, json.dumps(list(arr.shape)), arr.nbytes, size, digest,
+             stored, self._uid),
+        )  # fmt: skip
+
     def _write_file(self, arr: np.ndarray) -> tuple[str, bytes]:
         """Write ``arr``'s bytes to a new data file (temporary, then renamed into
         place); return its name and xxh3 digest.  The index is not touched."""
@@ -1745,21 +1741,7 @@ class ColumnCache(MutableMapping):
                     doomed.append(old[1])
                 used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
                 files, freed = self._evict_rows(con, used + size - self.capacity)
-                con.execute(
-                    "INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum, stored,"
-                    " writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        key,
-                        name,
-                        arr.dtype.str,
-                        json.dumps(list(arr.shape)),
-                        arr.nbytes,
-                        size,
-                        digest,
-                        time.time(),
-                        self._uid,
-                    ),
-                )
+                self._insert_entry(con, key, name, arr, size, digest, time.time())
         except BaseException:
             _unlink(self._path(name))
             raise
