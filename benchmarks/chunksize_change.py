@@ -74,7 +74,7 @@ from examples.analysis import DimuonJetProcessor, summary  # noqa: E402
 
 BRANCHES = ["Muon_*", "Jet_*"]
 FACTORS = (1.0, 1.0, 0.5, 0.4, 1.5)
-COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")
+COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens", "peer_hits", "peer_bytes")
 
 
 #: Placement by chunk, as before layout 3: stripes of one entry make every chunk
@@ -121,6 +121,10 @@ def main(argv=None) -> int:
         "--no-stealing", action="store_true",
         help="disable cacheaffinity's stealing (default: on, the project default)",
     )  # fmt: skip
+    p.add_argument(
+        "--no-peers", action="store_true",
+        help="cacheaffinity.worker.peer-fetch: false (misses read from storage only)",
+    )  # fmt: skip
     p.add_argument("--data", default=None, help="directory of the generated data (default: temporary)")
     args = p.parse_args(argv)
     out_dir = getattr(args, "out", None) or DEFAULT_OUT
@@ -143,6 +147,7 @@ def main(argv=None) -> int:
             "cacheaffinity.worker.directory": os.path.join(tmp, "node-{name}"),
             "cacheaffinity.client.stripe-entries": S,
             "cacheaffinity.scheduler.stealing.enabled": not args.no_stealing,
+            "cacheaffinity.worker.peer-fetch": not args.no_peers,
         }
         rows = []
         with dask.config.set(cfg):
@@ -190,6 +195,11 @@ def main(argv=None) -> int:
                             "hit_rate": round(d["hits"] / lookups, 4) if lookups else None,
                             "hits": d["hits"],
                             "misses": d["misses"],
+                            "peer_hits": d["peer_hits"],
+                            "peer_bytes": d["peer_bytes"],
+                            "cache_rate": (
+                                round((d["hits"] + d["peer_hits"]) / lookups, 4) if lookups else None
+                            ),
                             "storage_opens": d["storage_opens"],
                             "storage_bytes": d["storage_bytes"],
                             "identical": identical,
@@ -219,12 +229,12 @@ def main(argv=None) -> int:
     config = {
         "events": args.events, "files": args.files, "entries": entries, "chunksize": args.chunksize,
         "stripe_entries": S, "stripe_boundaries": boundaries, "basket_events": args.basket_events,
-        "workers": args.workers, "stealing": not args.no_stealing, "codec": "lzma", "level": 9, "branches": BRANCHES,
+        "workers": args.workers, "stealing": not args.no_stealing, "peer_fetch": not args.no_peers, "codec": "lzma", "level": 9, "branches": BRANCHES,
         "analysis": "examples.analysis.DimuonJetProcessor",
     }  # fmt: skip
     print_table(rows, title=f"chunksize change, {args.workers} nodes, {boundaries} stripe boundaries")
     os.makedirs(out_dir, exist_ok=True)
-    name = "chunksize_change" + ("_nostealing" if args.no_stealing else "")
+    name = "chunksize_change" + ("_nostealing" if args.no_stealing else "") + ("_nopeers" if args.no_peers else "")
     write_json(os.path.join(out_dir, f"{name}.json"), config, rows, warm_comparison=comparison)
     plt = pyplot()
     fig, ax = plt.subplots(1, 2, figsize=(9, 3.2))

@@ -26,3 +26,8 @@ HOST_NODE_PREFIX = "host:"
 #: Worker statistics that describe a node's shared cache directory (the same
 #: for every worker of the node), as opposed to per-process counters.
 DIRECTORY_WIDE = frozenset({"bytes", "entries", "capacity"})
+#: Scheduler handler naming the nodes that processed a chunk task's entries
+#: (asked by a worker whose task missed columns; see cacheaffinity.worker.peers).
+HOLDERS_HANDLER = "cacheaffinity_holders"
+#: Worker handler that sends the cached columns of the requested keys.
+COLUMNS_HANDLER = "cacheaffinity_columns"

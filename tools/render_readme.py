@@ -446,15 +446,24 @@ def render_chunksize_change(results: str, name: str = "chunksize_change") -> str
     if doc is None:
         return f"(no benchmarks/results/{name}.json yet)\n"
     c = doc["config"]
+    peers = any("peer_hits" in r for r in doc["results"])
+    head = "| run | chunksize | chunks | wall [s] | column hit rate |"
+    if peers:  # since peer fetch: misses served by the node holding them
+        head += " from other nodes' caches | served by caches |"
     rows = [
-        "| run | chunksize | chunks | wall [s] | column hit rate | files opened | bytes from storage | = IterativeExecutor |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        head + " files opened | bytes from storage | = IterativeExecutor |",
+        "|" + " --- |" * (head.count("|") - 1 + 3),
     ]
     for r in doc["results"]:
         same = {True: "yes", False: "NO", None: "not checked"}[r.get("identical")]
+        lookups = (r.get("hits") or 0) + (r.get("misses") or 0)
+        extra = ""
+        if peers:
+            share = (r.get("peer_hits") or 0) / lookups if lookups else None
+            extra = f" {_pct(share)} | {_pct(r.get('cache_rate'))} |"
         rows.append(
-            f"| {r['run']} | {r['chunksize']} | {r['chunks']} | {_f(r['wall_s'])} | {_pct(r['hit_rate'])} "
-            f"| {r['storage_opens']} | {r['storage_bytes']} | {same} |"
+            f"| {r['run']} | {r['chunksize']} | {r['chunks']} | {_f(r['wall_s'])} | {_pct(r['hit_rate'])} |"
+            f"{extra} {r['storage_opens']} | {r['storage_bytes']} | {same} |"
         )
     stealing = "on" if c.get("stealing", True) else "off"
     cmp_ = doc.get("warm_comparison")
@@ -476,6 +485,7 @@ def render_chunksize_change(results: str, name: str = "chunksize_change") -> str
         f"--chunksize {c['chunksize']} --stripe-entries {c['stripe_entries']} "
         f"--basket-events {c['basket_events']} --workers {c['workers']}`"
         + ("" if c.get("stealing", True) else " `--no-stealing`")
+        + ("" if c.get("peer_fetch", True) else " `--no-peers`")
     )
     return "\n".join(rows) + "\n"
 
@@ -484,6 +494,9 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"
+    ),
+    "chunksize_change_nopeers": lambda results: render_chunksize_change(
+        results, "chunksize_change_nopeers"
     ),
     "consecutive_runs": render_consecutive_runs,
     "consecutive_runs_light": lambda results: render_consecutive_runs(results, "consecutive_runs_light"),

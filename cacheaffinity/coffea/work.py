@@ -187,6 +187,25 @@ def _plugin():
         return None
 
 
+def _with_peers(store, plugin):
+    """``store``, asking other nodes for what it misses (``worker.peer-fetch``;
+    :mod:`cacheaffinity.worker.peers`) when this runs as a chunk task in a worker."""
+    if not getattr(plugin, "peer_fetch", False):
+        return store
+    from distributed import get_worker
+
+    from cacheaffinity.worker.peers import PeerStore, task_annotations
+
+    try:
+        worker = get_worker()
+    except ValueError:  # not in a worker (e.g. coffea's own executors in tests)
+        return store
+    annotations = task_annotations(worker)
+    if not annotations:
+        return store
+    return PeerStore(store, worker, plugin, annotations)
+
+
 def _identity(item, fmt: str) -> FileIdentity:
     ident = file_identity(item.filename)
     if fmt == "parquet":
@@ -372,7 +391,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
                 tree=tree,
                 **(
                     {"clusters": {
-                        "store": raw_store(),
+                        "store": _with_peers(raw_store(), plugin),
                         "token": ident.token,
                         "treepath": doc["object_path"],
                         "clusters": doc["clusters"],

@@ -642,6 +642,33 @@ class Locator:
         with ``start``, ``stop``: the one that processed most of those entries."""
         return holder_for(self.holder.get(chunk_digest(chunk)), start, stop)
 
+    def holders_of_range(
+        self, chunk: str, start: int | None = None, stop: int | None = None
+    ) -> list[str]:
+        """Nodes that processed entries of ``[start, stop)`` of ``chunk`` (of every
+        stripe those fall in, :func:`stripe_parts`), most entries first, then
+        the placement's nodes of those stripes (they cache what they process;
+        the scheduler may have restarted since).  Without a range: the id's
+        holder and its placement's node."""
+        count: dict[str, int] = {}
+        if start is None or stop is None or stop <= start:
+            parts = [(chunk, 0, 0)]
+            h = holder_for(self.holder.get(chunk_digest(chunk)), start, stop)
+            if h is not None:
+                count[h] = 1
+        else:
+            parts = stripe_parts(chunk, start, stop)
+            for part, a, b in parts:
+                record = self.holder.get(chunk_digest(part))
+                if record is not None:
+                    _count_range(record, a, b, count)
+        out = [n for n in sorted(count, key=count.__getitem__, reverse=True) if count[n] > 0]
+        if self.membership.node_workers:
+            for n in self.placement.nearest([p for p, _, _ in parts]):
+                if n not in out:
+                    out.append(n)
+        return out
+
     def forget_holder(self, chunk: str) -> None:
         self.holder.pop(chunk_digest(chunk), None)
 

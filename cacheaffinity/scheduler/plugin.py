@@ -57,6 +57,7 @@ from cacheaffinity.protocol import (
     ANNOTATION,
     DIRECTORY_WIDE,
     ENTRIES_ANNOTATION,
+    HOLDERS_HANDLER,
     NODE_REPORT_TOPIC,
     PLUGIN_NAME,
     WORKER_METRIC,
@@ -229,6 +230,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         from cacheaffinity.scheduler.dashboard import install as install_dashboard
 
         install_dashboard(scheduler)  # dashboard page /cacheaffinity (idempotent)
+        scheduler.handlers[HOLDERS_HANDLER] = self.holders
         if self.manage_stealing:
             _distributed.adopt_stealing(scheduler, self.locator.chunk_of)
             if self.stealing is None:
@@ -263,6 +265,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if self._pending_pc is not None:
             self._pending_pc.stop()
             self._pending_pc = None
+        if self.scheduler is not None:
+            h = self.scheduler.handlers.get(HOLDERS_HANDLER)
+            if getattr(h, "__self__", None) is self:
+                del self.scheduler.handlers[HOLDERS_HANDLER]
         if self.stealing is not None:
             self.stealing.stop()
         if self.scheduler is not None and self.manage_stealing:
@@ -614,6 +620,32 @@ class CacheAffinityPlugin(SchedulerPlugin):
             self.node_counters[node]["steals"] += 1
 
     # ============================================================ queries
+    def holders(
+        self,
+        chunk: str | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        worker: str | None = None,
+    ) -> list[str]:
+        """Handler ``cacheaffinity_holders``: one worker address per other live
+        node that processed entries ``[start, stop)`` of ``chunk`` (most first),
+        then the placement's nodes of its stripes; ``worker``'s own node left
+        out.  A worker asks this once per chunk task that missed a column
+        (:mod:`cacheaffinity.worker.peers`)."""
+        if not isinstance(chunk, str):
+            return []
+        if not (isinstance(start, int) and isinstance(stop, int)):
+            start = stop = None
+        own = self.membership.worker_node.get(worker)
+        node_workers = self.membership.node_workers
+        out = []
+        for node in self.locator.holders_of_range(chunk, start, stop):
+            workers = node_workers.get(node)
+            if node != own and workers:
+                out.append(min(workers))
+        self.counters["holder-queries"] += 1
+        return out
+
     def where(self, chunks: Iterable[str]) -> dict[str, dict]:
         """Home node and live workers of each chunk under the current membership."""
         chunks = [str(c) for c in chunks]

@@ -43,7 +43,7 @@ from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from cacheaffinity import config
-from cacheaffinity.protocol import NODE_REPORT_TOPIC, PLUGIN_NAME, WORKER_METRIC
+from cacheaffinity.protocol import COLUMNS_HANDLER, NODE_REPORT_TOPIC, PLUGIN_NAME, WORKER_METRIC
 from cacheaffinity.worker.directory import (
     UntrustedDirectory,
     default_directory,
@@ -135,6 +135,15 @@ class CacheWorkerPlugin(WorkerPlugin):
         self._lock = threading.Lock()
         #: Storage reads by tasks on this worker (see cacheaffinity.coffea.work).
         self.storage = {"storage_opens": 0, "storage_bytes": 0}
+        #: Columns fetched from / served to other nodes' workers (worker/peers.py).
+        self.peer = {
+            "peer_hits": 0, "peer_bytes": 0, "peer_requests": 0, "peer_failed": 0,
+            "peer_served": 0, "peer_served_bytes": 0,
+        }  # fmt: skip
+        #: Fetch missing columns from the nodes that hold them (``worker.peer-fetch``).
+        self.peer_fetch: bool = True
+        #: Seconds one scheduler or peer request may take (``worker.peer-timeout``).
+        self.peer_timeout: float = 5.0
 
     def __getstate__(self):
         # Sent to workers before setup: only the arguments travel.
@@ -161,6 +170,8 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.capacity = config.get_bytes("worker.capacity", a["capacity"])
         self.memory = config.get_bytes("worker.memory", a["memory"])
         self.write_queue = config.get_bytes("worker.write-queue", a["write_queue"])
+        self.peer_fetch = bool(config.get("worker.peer-fetch"))
+        self.peer_timeout = config.get_seconds("worker.peer-timeout")
         weight = config.get("worker.weight", a["weight"])
         if weight is not None:
             weight = float(weight)
@@ -216,6 +227,12 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.forms = None
             self.node_id = None
         worker.metrics[WORKER_METRIC] = self.metric
+        from cacheaffinity.worker.peers import serve_columns
+
+        async def columns(keys=None):
+            return await serve_columns(self, keys)
+
+        worker.handlers[COLUMNS_HANDLER] = columns
         logger.info(
             "cacheaffinity worker cache: node %s, directory %s, capacity %d bytes",
             self.node_id,
@@ -236,6 +253,7 @@ class CacheWorkerPlugin(WorkerPlugin):
 
     def teardown(self, worker) -> None:
         worker.metrics.pop(WORKER_METRIC, None)
+        worker.handlers.pop(COLUMNS_HANDLER, None)
         if self.cache is not None:
             self.cache.close()
 
@@ -255,6 +273,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         out: dict[str, Any] = {"capacity": self.capacity}
         with self._lock:
             out.update(self.storage)
+            out.update(self.peer)
         if self.forms is not None:
             out["form_hits"] = self.forms.hits
             out["form_misses"] = self.forms.misses
@@ -288,6 +307,26 @@ class CacheWorkerPlugin(WorkerPlugin):
         with self._lock:
             self.storage["storage_opens"] += opens
             self.storage["storage_bytes"] += nbytes
+
+    def count_peer(
+        self,
+        hits: int = 0,
+        nbytes: int = 0,
+        requests: int = 0,
+        failed: int = 0,
+        served: int = 0,
+        served_bytes: int = 0,
+    ) -> None:
+        """Record columns fetched from (``hits``, ``nbytes``, ``requests``,
+        ``failed``) or served to (``served``, ``served_bytes``) other nodes."""
+        with self._lock:
+            p = self.peer
+            p["peer_hits"] += hits
+            p["peer_bytes"] += nbytes
+            p["peer_requests"] += requests
+            p["peer_failed"] += failed
+            p["peer_served"] += served
+            p["peer_served_bytes"] += served_bytes
 
     # ------------------------------------------------------------ for tasks
     def front(self) -> MemoryFront:

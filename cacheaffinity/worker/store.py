@@ -353,6 +353,10 @@ class _Closed(ValueError):
     """The cache was closed (possibly by another thread, during a call)."""
 
 
+#: Set in a thread while it reads entries for another node (not counted as lookups).
+_FOR_PEER = threading.local()
+
+
 class ColumnCache(MutableMapping):
     """Decompressed column buffers on local disk, shared by a node's workers.
 
@@ -1083,6 +1087,9 @@ class ColumnCache(MutableMapping):
 
     # ------------------------------------------------------------ bookkeeping
     def _count(self, **deltas: int) -> None:
+        if getattr(_FOR_PEER, "on", False):  # lookups for another node are not ours
+            for name in ("hits", "misses", "bytes_served"):
+                deltas.pop(name, None)
         with self._stats_lock:
             for name, delta in deltas.items():
                 self._counts[name] += delta
@@ -1265,6 +1272,16 @@ class ColumnCache(MutableMapping):
             if v is not _MISSING:
                 out[k] = v
         return out
+
+    def get_many_for_peer(self, keys: list[str]) -> dict[str, np.ndarray]:
+        """:meth:`get_many` on behalf of another node (:mod:`cacheaffinity.worker.peers`):
+        the same verified reads, not counted as this process's hits or misses
+        (errors and corrupt entries still are)."""
+        _FOR_PEER.on = True
+        try:
+            return self.get_many(keys)
+        finally:
+            _FOR_PEER.on = False
 
     def _served_pending(self, pending: Any, default: Any) -> Any:
         if pending is _DROPPED:

@@ -1,0 +1,255 @@
+"""Column entries from another node's cache instead of storage (runs in workers).
+
+A chunk task sometimes runs away from the node that cached its clusters: an
+idle worker stole it, the scheduler sent it elsewhere to keep loads bounded,
+or it straddles a stripe boundary and half of its clusters sit on the
+neighbour stripe's node.  Reading those clusters from storage means
+decompressing them again (LZMA: 10-30 MB/s per core); the node that holds
+them can send the decompressed bytes instead (the local network: hundreds of
+MB/s).  This module does that, on a miss only:
+
+1. :class:`PeerStore` wraps the chunk's store (the node's memory front over its
+   :class:`~cacheaffinity.worker.store.ColumnCache`).  Its ``get_many`` asks
+   the local store first; for the keys that missed it asks, once per task, the
+   scheduler which nodes processed this task's entries
+   (``cacheaffinity_holders``: the locator's holder records, see
+   :meth:`cacheaffinity.scheduler.plugin.CacheAffinitySchedulerPlugin.holders`),
+   then those nodes' workers for the missing keys
+   (``cacheaffinity_columns``, :func:`serve_columns`), and stores what they
+   sent in the local cache (the chunk's next run finds it here).  What no peer
+   has is a miss as before: the caller reads it from storage.
+2. :func:`serve_columns` is the worker handler: the arrays of the requested
+   keys that this node's cache holds (checksum-verified reads, as for local
+   hits), at most :data:`MAX_REPLY_BYTES` per reply.
+
+Keys name the bytes they hold (identity of the file's bytes, tree, branch,
+form digest, cluster range), so a value from another node is exactly the value
+this node would have stored; a peer that is gone, slow (``worker.peer-timeout``)
+or sends something malformed is a miss and a debug line, never an error.
+A first run asks nothing of peers: the scheduler knows no holder yet.
+``cacheaffinity.worker.peer-fetch: false`` turns it off.
+
+Distributed names used: ``Worker.get_current_task()`` and
+``Worker.state.tasks[key].annotations`` (the running task's annotations, kept
+in :func:`task_annotations`), ``Worker.handlers`` (handler registration),
+``Worker.rpc`` and ``Worker.scheduler`` (connection pools), ``distributed.utils.sync``.
+``tests/test_peers.py`` fails when one of them changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import MutableMapping
+from typing import Any
+
+import numpy as np
+
+from cacheaffinity.protocol import (
+    ANNOTATION,
+    COLUMNS_HANDLER,
+    ENTRIES_ANNOTATION,
+    HOLDERS_HANDLER,
+)
+
+logger = logging.getLogger("cacheaffinity.worker")
+
+__all__ = ["PeerStore", "serve_columns", "task_annotations"]
+#: Bytes of column data in one reply at most (the rest are misses for the asker).
+MAX_REPLY_BYTES = 256 * 2**20
+
+
+def task_annotations(worker) -> dict:
+    """Annotations of the task running in this thread of ``worker`` ({} if none)."""
+    try:
+        key = worker.get_current_task()
+        ts = worker.state.tasks.get(key)
+    except Exception:  # not inside a task
+        return {}
+    return dict(getattr(ts, "annotations", None) or {})
+
+
+async def serve_columns(plugin, keys: list[str]) -> dict[str, Any]:
+    """Handler ``cacheaffinity_columns`` of a worker whose cacheaffinity plugin is
+    ``plugin``: ``{key: (dtype, bytes)}`` of the requested keys this node's
+    cache holds (1-d arrays; verified reads, not counted as this process's lookups)."""
+    cache = plugin.cache
+    if cache is None or not isinstance(keys, (list, tuple)) or not keys:
+        return {}  # (a list arrives as a tuple over TCP)
+    keys = [k for k in keys if isinstance(k, str)]
+    loop = asyncio.get_running_loop()
+    try:
+        found = await loop.run_in_executor(None, cache.get_many_for_peer, list(keys))
+    except Exception as e:  # a cache problem: nothing to serve
+        logger.debug("cacheaffinity: peer request not served: %r", e)
+        return {}
+    out: dict[str, Any] = {}
+    total = 0
+    for k in keys:
+        v = found.get(k)
+        if not isinstance(v, np.ndarray) or v.ndim != 1:
+            continue
+        total += v.nbytes
+        if total > MAX_REPLY_BYTES:
+            break
+        out[k] = (v.dtype.str, v.tobytes())
+    plugin.count_peer(served=len(out), served_bytes=sum(len(b) for _, b in out.values()))
+    return out
+
+
+#: Scheduler addresses that answered the holders request with an error (no
+#: cacheaffinity scheduler plugin): not asked again by this process.
+_NO_HOLDERS: set[str] = set()
+#: Peers that did not answer: address -> time.monotonic() until which they are skipped.
+_DOWN: dict[str, float] = {}
+#: Seconds a peer that did not answer is skipped by this process's tasks.
+DOWN_SECONDS = 60.0
+
+
+class PeerStore(MutableMapping):
+    """The chunk's store, with missing keys fetched from the nodes that hold them.
+
+    Parameters
+    ----------
+    store
+        The local store (a ``MemoryFront`` or any mapping; ``get_many`` used if present).
+    worker
+        The worker running the task (its event loop and connection pools).
+    plugin
+        The worker's :class:`~cacheaffinity.worker.plugin.CacheWorkerPlugin`
+        (counters, own node, timeout).
+    annotations
+        The running task's annotations (chunk id and entry range).
+    """
+
+    def __init__(self, store: MutableMapping, worker, plugin, annotations: dict):
+        self.store = store
+        self._worker = worker
+        self._plugin = plugin
+        self._chunk = annotations.get(ANNOTATION)
+        self._entries = annotations.get(ENTRIES_ANNOTATION)
+        self._peers: list[str] | None = None if self._chunk is not None else []
+
+    # ------------------------------------------------------------ mapping
+    def __getitem__(self, key):
+        return self.store[key]
+
+    def get(self, key, default=None):
+        return self.store.get(key, default)
+
+    def __setitem__(self, key, value) -> None:
+        self.store[key] = value
+
+    def __delitem__(self, key) -> None:
+        del self.store[key]
+
+    def __iter__(self):
+        return iter(self.store)
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    # ------------------------------------------------------------ peers
+    def get_many(self, keys: list[str]) -> dict:
+        get_many = getattr(self.store, "get_many", None)
+        if get_many is not None:
+            found = get_many(keys)
+        else:
+            found = {k: self.store[k] for k in keys if k in self.store}
+        if len(found) == len(keys):
+            return found
+        missing = [k for k in keys if k not in found]
+        fetched = self._fetch(missing)
+        for k, v in fetched.items():
+            found[k] = v
+            try:
+                self.store[k] = v
+            except Exception as e:  # a cache problem: used, not stored
+                logger.debug("cacheaffinity: peer column not stored: %r", e)
+        return found
+
+    def _sync(self, coro_fn, *args, **kwargs):
+        from distributed.utils import sync
+
+        timeout = self._plugin.peer_timeout
+
+        async def bounded():
+            return await asyncio.wait_for(coro_fn(*args, **kwargs), timeout)
+
+        return sync(self._worker.loop, bounded)
+
+    def peers(self) -> list[str]:
+        """Addresses of workers on other nodes that processed this task's
+        entries (asked once per task)."""
+        if self._peers is None:
+            self._peers = []
+            entries = self._entries
+            ok = isinstance(entries, (list, tuple)) and len(entries) == 2
+            start, stop = entries if ok else (None, None)
+            scheduler = self._worker.scheduler.address
+            if scheduler in _NO_HOLDERS:
+                return self._peers
+            try:
+                got = self._sync(
+                    getattr(self._worker.scheduler, HOLDERS_HANDLER),
+                    chunk=self._chunk,
+                    start=start,
+                    stop=stop,
+                    worker=self._worker.address,
+                )
+            except (asyncio.TimeoutError, OSError) as e:  # slow, closing: a miss
+                logger.debug("cacheaffinity: holders of %s unknown: %r", self._chunk, e)
+                got = []
+            except Exception as e:  # no scheduler plugin: not asked again
+                _NO_HOLDERS.add(scheduler)
+                logger.info(
+                    "cacheaffinity: the scheduler at %s does not name column holders (%r; "
+                    "no cacheaffinity scheduler plugin?): missing columns are read from storage",
+                    scheduler, e,
+                )  # fmt: skip
+                got = []
+            if isinstance(got, (list, tuple)):  # a list arrives as a tuple over TCP
+                now = time.monotonic()
+                self._peers = [
+                    a for a in got
+                    if isinstance(a, str) and a != self._worker.address and _DOWN.get(a, 0) <= now
+                ]  # fmt: skip
+        return self._peers
+
+    def _fetch(self, keys: list[str]) -> dict:
+        out: dict[str, np.ndarray] = {}
+        if not keys:
+            return out
+        for addr in list(self.peers()):
+            want = [k for k in keys if k not in out]
+            if not want:
+                break
+            try:
+                reply = self._sync(getattr(self._worker.rpc(addr), COLUMNS_HANDLER), keys=want)
+            except Exception as e:  # gone, slow, no plugin: a miss, and not asked again soon
+                logger.info(
+                    "cacheaffinity: peer %s did not answer (%r); its columns are read from "
+                    "storage, and it is not asked for %.0f s", addr, e, DOWN_SECONDS,
+                )  # fmt: skip
+                _DOWN[addr] = time.monotonic() + DOWN_SECONDS
+                self._peers = [a for a in self._peers if a != addr]
+                self._plugin.count_peer(failed=1)
+                continue
+            if not isinstance(reply, dict) or not reply:
+                # it has none of these: nor, most likely, the rest of this task's
+                self._peers = [a for a in self._peers if a != addr]
+                self._plugin.count_peer(requests=1)
+                continue
+            nbytes = 0
+            for k in want:
+                v = reply.get(k)
+                try:
+                    dtype, data = v
+                    array = np.frombuffer(data, dtype=np.dtype(dtype)).copy()
+                except Exception:
+                    continue
+                out[k] = array
+                nbytes += array.nbytes
+            self._plugin.count_peer(hits=sum(1 for k in want if k in out), nbytes=nbytes, requests=1)
+        return out

@@ -1,0 +1,176 @@
+"""Missing columns fetched from the node that holds them (cacheaffinity.worker.peers).
+
+Real clusters (worker processes, so requests go over TCP as between nodes),
+generated LZMA data with small clusters and small placement stripes, coffea's
+``IterativeExecutor`` as the reference.
+"""
+
+from __future__ import annotations
+
+import dask
+import numpy as np
+import pytest
+import uproot
+from coffea import processor
+from coffea.processor.executor import WorkItem
+from distributed import Client, LocalCluster, get_worker
+
+import cacheaffinity
+from cacheaffinity.coffea.identity import chunk_identity
+from cacheaffinity.protocol import COLUMNS_HANDLER, HOLDERS_HANDLER
+from cacheaffinity.worker.peers import task_annotations
+from test_clusters import BASKET, BRANCHES, NO_DAMPING, ColumnSums, canonical, run
+from testbed.synthetic import make_dataset
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
+
+C = 600
+STRIPE = 1500  # many stripes: a 1.5*C chunk crosses a boundary between two nodes' stripes
+COUNTERS = ("hits", "misses", "storage_opens", "peer_hits", "peer_bytes", "peer_failed", "peer_served")
+
+
+def counted(client, fn):
+    before = cacheaffinity.cache_totals(client)
+    out = fn()
+    after = cacheaffinity.cache_totals(client)
+    return out, {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    return make_dataset(
+        tmp_path_factory.mktemp("lzma"), events=2 * 12 * STRIPE, files=2, codec="lzma",
+        level=9, branches=BRANCHES, basket_events=BASKET, seed=21,
+    )  # fmt: skip
+
+
+def settings(root, **extra):
+    return {
+        "distributed.scheduler.preload": ["cacheaffinity"],
+        "distributed.worker.preload": ["cacheaffinity"],
+        "cacheaffinity.worker.directory": str(root / "node-{name}"),
+        "cacheaffinity.scheduler.stealing.enabled": False,
+        "cacheaffinity.client.stripe-entries": STRIPE,
+        **NO_DAMPING,
+        **extra,
+    }
+
+
+def test_rechunked_run_reads_the_neighbour_stripe_from_its_node(files, tmp_path):
+    """Run 1 at C caches every stripe on its node; run 2 at 1.5*C has chunks
+    straddling stripe boundaries: the part on another node's stripe comes from
+    that node's cache (over TCP), not from storage.  The serving node does not
+    count those reads as its own hits; run 3 (again 1.5*C) finds them locally."""
+    expected = {cs: canonical(run(processor.IterativeExecutor(), files, cs)) for cs in (C, 3 * C // 2)}
+    with dask.config.set(settings(tmp_path)), LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=True, dashboard_address=":0",
+        host="127.0.0.1",
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        ours = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+        got, first = counted(client, lambda: run(ours, files, C))
+        assert canonical(got) == expected[C]
+        assert first["misses"] > 0 and first["peer_hits"] == 0  # nothing cached anywhere yet
+        got, second = counted(client, lambda: run(ours, files, 3 * C // 2))
+        assert canonical(got) == expected[3 * C // 2]
+        assert second["misses"] > 0, second  # straddling chunks exist (48 stripes, 3 nodes)
+        assert second["peer_hits"] == second["misses"], second  # every miss from a peer
+        assert second["peer_served"] == second["peer_hits"] and second["peer_bytes"] > 0
+        assert second["storage_opens"] == 0 and second["peer_failed"] == 0, second
+        got, third = counted(client, lambda: run(ours, files, 3 * C // 2))
+        assert canonical(got) == expected[3 * C // 2]
+        # stored where they were used; and the serving side's reads were not
+        # counted as lookups: the same lookups are now exactly the hits
+        assert third["misses"] == 0 and third["storage_opens"] == 0, third
+        assert third["hits"] == second["hits"] + second["misses"], (second, third)
+
+
+def test_peer_fetch_off_reads_storage(files, tmp_path):
+    with dask.config.set(settings(tmp_path, **{"cacheaffinity.worker.peer-fetch": False})), LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        ours = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+        run(ours, files, C)
+        got, d = counted(client, lambda: run(ours, files, 3 * C // 2))
+        assert canonical(got) == canonical(run(processor.IterativeExecutor(), files, 3 * C // 2))
+        assert d["misses"] > 0 and d["peer_hits"] == 0 and d["storage_opens"] > 0, d
+
+        def holder_queries(dask_scheduler=None):
+            return dask_scheduler.plugins["cacheaffinity"].counters["holder-queries"]
+
+        assert client.run_on_scheduler(holder_queries) == 0
+
+
+def test_a_peer_that_does_not_answer_is_a_miss(files, tmp_path):
+    """The scheduler names a holder that is gone: the task reads storage,
+    the result is right, the failure is counted, the address is not retried
+    by every column."""
+    with dask.config.set(
+        settings(tmp_path, **{"cacheaffinity.worker.peer-timeout": "2 s"})
+    ), LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        ours = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+        run(ours, files, C)
+
+        def dead_holder(dask_scheduler=None):
+            dask_scheduler.handlers[HOLDERS_HANDLER] = lambda **kw: ["tcp://127.0.0.1:9"]
+
+        client.run_on_scheduler(dead_holder)
+        got, d = counted(client, lambda: run(ours, files, 3 * C // 2))
+        assert canonical(got) == canonical(run(processor.IterativeExecutor(), files, 3 * C // 2))
+        assert d["peer_hits"] == 0 and d["storage_opens"] > 0, d
+        # then the address is skipped: at most the tasks that asked at once failed
+        assert 1 <= d["peer_failed"] <= 3, d  # one process, 3 worker threads
+
+
+def test_holders_handler_names_other_nodes_only(files, tmp_path):
+    with dask.config.set(settings(tmp_path)), LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        ours = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+        run(ours, files, C)
+        plugin = cluster.scheduler.plugins["cacheaffinity"]
+        assert cluster.scheduler.handlers[HOLDERS_HANDLER] == plugin.holders
+        assert plugin.holders(chunk=None) == [] and plugin.holders(chunk=12) == []
+        workers = sorted(cluster.scheduler.workers)
+        node_of = {w: plugin.membership.worker_node[w] for w in workers}
+        # every stripe of the run: the asking worker's node is never named,
+        # only live workers are, and some stripe's holder is named to the others
+        uuid = str(uproot.open(files[0])["Events"].file.uuid)
+        seen = set()
+        for k in range(12):
+            item = WorkItem("gen", str(files[0]), "Events", k * STRIPE, (k + 1) * STRIPE, uuid)
+            chunk = chunk_identity(item, stripe_entries=STRIPE)
+            for w in workers:
+                named = plugin.holders(chunk=chunk, start=k * STRIPE, stop=(k + 1) * STRIPE, worker=w)
+                assert all(node_of[a] != node_of[w] for a in named), (chunk, w, named)
+                assert set(named) <= set(workers)
+                seen.update(named)
+        assert seen, "some stripe's holder is named to the other nodes"
+
+
+def test_distributed_names_the_peers_module_uses(tmp_path):
+    """Fails when distributed changes what cacheaffinity.worker.peers relies on:
+    ``Worker.get_current_task``, ``Worker.state.tasks[key].annotations``,
+    ``Worker.handlers`` / ``Scheduler.handlers``, ``distributed.utils.sync``."""
+    from distributed.utils import sync  # noqa: F401
+
+    def inside():
+        w = get_worker()
+        return task_annotations(w), COLUMNS_HANDLER in w.handlers
+
+    with dask.config.set(settings(tmp_path)), LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        with dask.annotate(cacheaffinity="f/Events/s10:0", **{"cacheaffinity-entries": (0, 10)}):
+            fut = client.submit(inside, pure=False)
+        annotations, registered = fut.result()
+        assert annotations.get("cacheaffinity") == "f/Events/s10:0"
+        assert tuple(annotations.get("cacheaffinity-entries")) == (0, 10)
+        assert registered
+        assert HOLDERS_HANDLER in cluster.scheduler.handlers
+        w = next(iter(cluster.workers.values()))
+        assert task_annotations(w) == {}  # outside a task: nothing
+        # the worker handler answers a request as a peer sends it (a tuple over TCP)
+        assert client.sync(w.handlers[COLUMNS_HANDLER], keys=("no-such-key",)) == {}
+    assert np.dtype("<f4").str == "<f4"  # what a reply carries as dtype
