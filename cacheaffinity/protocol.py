@@ -31,3 +31,5 @@ DIRECTORY_WIDE = frozenset({"bytes", "entries", "capacity"})
 HOLDERS_HANDLER = "cacheaffinity_holders"
 #: Worker handler that sends the cached columns of the requested keys.
 COLUMNS_HANDLER = "cacheaffinity_columns"
+#: Worker handler that sends a stored NanoEvents form document (JSON) of a file.
+FORM_HANDLER = "cacheaffinity_form"

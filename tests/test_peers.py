@@ -174,3 +174,46 @@ def test_distributed_names_the_peers_module_uses(tmp_path):
         # the worker handler answers a request as a peer sends it (a tuple over TCP)
         assert client.sync(w.handlers[COLUMNS_HANDLER], keys=("no-such-key",)) == {}
     assert np.dtype("<f4").str == "<f4"  # what a reply carries as dtype
+
+
+def test_a_node_without_the_files_form_gets_it_from_a_peer(files, tmp_path):
+    """A chunk on a node that has no NanoEvents form of its file (a stolen chunk
+    of a file that node never ran; here: the node's forms removed) takes the
+    form from a peer instead of opening the file; a wrong identity gets nothing."""
+    import json
+    import os
+
+    from cacheaffinity.protocol import FORM_HANDLER
+
+    expected = canonical(run(processor.IterativeExecutor(), files, C))
+    with dask.config.set(settings(tmp_path)), LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        ours = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+        run(ours, files, C)
+        workers = list(cluster.workers.values())
+        plugins = [w.plugins["cacheaffinity"] for w in workers]
+        names = sorted(n for n in os.listdir(plugins[0].forms.directory) if n.endswith(".json"))
+        assert names
+        with open(os.path.join(plugins[0].forms.directory, names[0])) as f:
+            identity = json.loads(json.loads(f.read())["body"])["identity"]
+        serve = workers[0].handlers[FORM_HANDLER]
+        text = client.sync(serve, name=names[0], identity=json.dumps(identity))
+        assert json.loads(text) == plugins[0].forms.get(names[0])
+        assert client.sync(serve, name=names[0], identity=json.dumps({"size": -1})) is None
+        assert client.sync(serve, name="no-such.json", identity="{}") is None
+
+        # node 0 loses its forms; the scheduler names the other workers as holders
+        for n in os.listdir(plugins[0].forms.directory):
+            os.remove(os.path.join(plugins[0].forms.directory, n))
+        others = [w.address for w in workers[1:]]
+
+        def name_others(dask_scheduler=None, others=()):
+            dask_scheduler.handlers[HOLDERS_HANDLER] = lambda **kw: list(others)
+
+        client.run_on_scheduler(name_others, others=others)
+        got, d = counted(client, lambda: run(ours, files, C))
+        assert canonical(got) == expected
+        assert d["misses"] == 0 and d["storage_opens"] == 0, d
+        assert cacheaffinity.cache_totals(client)["peer_forms"] >= 1
+        assert sorted(os.listdir(plugins[0].forms.directory))  # stored locally again

@@ -334,6 +334,14 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
     doc = forms.get(form_name, identity=expect) if forms is not None else None
     if doc is not None and doc.get("kind") == "TTree" and not set(_DOC_FIELDS) <= set(doc):
         doc = None  # written before cluster offsets were stored: rebuilt and replaced
+    store = _with_peers(raw_store(), plugin)
+    if doc is None and hasattr(store, "form"):
+        # another node ran a chunk of this file: its form spares opening the file
+        doc = store.form(form_name, expect)
+        if doc is not None and (doc.get("kind") != "TTree" or not set(_DOC_FIELDS) <= set(doc)):
+            doc = None
+        if doc is not None and forms is not None:
+            forms.put(form_name, doc, identity=expect)
     opener = _Opener({file_uuid: item.filename}, timeout, uproot_options)
     tree = None
     try:
@@ -391,7 +399,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
                 tree=tree,
                 **(
                     {"clusters": {
-                        "store": _with_peers(raw_store(), plugin),
+                        "store": store,
                         "token": ident.token,
                         "treepath": doc["object_path"],
                         "clusters": doc["clusters"],

@@ -39,6 +39,7 @@ in :func:`task_annotations`), ``Worker.handlers`` (handler registration),
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from collections.abc import MutableMapping
@@ -50,6 +51,7 @@ from cacheaffinity.protocol import (
     ANNOTATION,
     COLUMNS_HANDLER,
     ENTRIES_ANNOTATION,
+    FORM_HANDLER,
     HOLDERS_HANDLER,
 )
 
@@ -105,6 +107,25 @@ _NO_HOLDERS: set[str] = set()
 _DOWN: dict[str, float] = {}
 #: Seconds a peer that did not answer is skipped by this process's tasks.
 DOWN_SECONDS = 60.0
+
+
+async def serve_form(plugin, name: str, identity: str) -> str | None:
+    """Handler ``cacheaffinity_form``: the JSON text of the form document stored
+    under ``name`` with the file identity ``identity`` (JSON text), or None."""
+    forms = plugin.forms
+    if forms is None or not isinstance(name, str) or not isinstance(identity, str):
+        return None
+    try:
+        expect = json.loads(identity)
+        loop = asyncio.get_running_loop()
+        doc = await loop.run_in_executor(None, lambda: forms.get(name, identity=expect))
+    except Exception as e:  # a cache problem: nothing to serve
+        logger.debug("cacheaffinity: form request not served: %r", e)
+        return None
+    if doc is None:
+        return None
+    plugin.count_peer(served_forms=1)
+    return json.dumps(doc, separators=(",", ":"))
 
 
 class PeerStore(MutableMapping):
@@ -217,6 +238,36 @@ class PeerStore(MutableMapping):
                 ]  # fmt: skip
         return self._peers
 
+    def form(self, name: str, identity: Any) -> dict | None:
+        """The form document ``name`` of the file with ``identity`` from the
+        first peer that has it (the peer checks the identity), or None."""
+        text = json.dumps(identity, sort_keys=True)
+        for addr in list(self.peers()):
+            try:
+                reply = self._sync(getattr(self._worker.rpc(addr), FORM_HANDLER), name=name, identity=text)
+            except Exception as e:  # gone, slow, no plugin
+                self._down(addr, e)
+                continue
+            if not isinstance(reply, str):
+                continue
+            try:
+                doc = json.loads(reply)
+            except ValueError:
+                continue
+            if isinstance(doc, dict):
+                self._plugin.count_peer(forms=1)
+                return doc
+        return None
+
+    def _down(self, addr: str, e: BaseException) -> None:
+        logger.info(
+            "cacheaffinity: peer %s did not answer (%r); its columns are read from "
+            "storage, and it is not asked for %.0f s", addr, e, DOWN_SECONDS,
+        )  # fmt: skip
+        _DOWN[addr] = time.monotonic() + DOWN_SECONDS
+        self._peers = [a for a in self._peers or () if a != addr]
+        self._plugin.count_peer(failed=1)
+
     def _fetch(self, keys: list[str]) -> dict:
         out: dict[str, np.ndarray] = {}
         if not keys:
@@ -228,13 +279,7 @@ class PeerStore(MutableMapping):
             try:
                 reply = self._sync(getattr(self._worker.rpc(addr), COLUMNS_HANDLER), keys=want)
             except Exception as e:  # gone, slow, no plugin: a miss, and not asked again soon
-                logger.info(
-                    "cacheaffinity: peer %s did not answer (%r); its columns are read from "
-                    "storage, and it is not asked for %.0f s", addr, e, DOWN_SECONDS,
-                )  # fmt: skip
-                _DOWN[addr] = time.monotonic() + DOWN_SECONDS
-                self._peers = [a for a in self._peers if a != addr]
-                self._plugin.count_peer(failed=1)
+                self._down(addr, e)
                 continue
             if not isinstance(reply, dict) or not reply:
                 # it has none of these: nor, most likely, the rest of this task's

@@ -43,7 +43,13 @@ from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from cacheaffinity import config
-from cacheaffinity.protocol import COLUMNS_HANDLER, NODE_REPORT_TOPIC, PLUGIN_NAME, WORKER_METRIC
+from cacheaffinity.protocol import (
+    COLUMNS_HANDLER,
+    FORM_HANDLER,
+    NODE_REPORT_TOPIC,
+    PLUGIN_NAME,
+    WORKER_METRIC,
+)
 from cacheaffinity.worker.directory import (
     UntrustedDirectory,
     default_directory,
@@ -138,7 +144,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         #: Columns fetched from / served to other nodes' workers (worker/peers.py).
         self.peer = {
             "peer_hits": 0, "peer_bytes": 0, "peer_requests": 0, "peer_failed": 0,
-            "peer_served": 0, "peer_served_bytes": 0,
+            "peer_served": 0, "peer_served_bytes": 0, "peer_forms": 0, "peer_served_forms": 0,
         }  # fmt: skip
         #: Fetch missing columns from the nodes that hold them (``worker.peer-fetch``).
         self.peer_fetch: bool = True
@@ -227,12 +233,16 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.forms = None
             self.node_id = None
         worker.metrics[WORKER_METRIC] = self.metric
-        from cacheaffinity.worker.peers import serve_columns
+        from cacheaffinity.worker.peers import serve_columns, serve_form
 
         async def columns(keys=None):
             return await serve_columns(self, keys)
 
+        async def form(name=None, identity=None):
+            return await serve_form(self, name, identity)
+
         worker.handlers[COLUMNS_HANDLER] = columns
+        worker.handlers[FORM_HANDLER] = form
         logger.info(
             "cacheaffinity worker cache: node %s, directory %s, capacity %d bytes",
             self.node_id,
@@ -254,6 +264,7 @@ class CacheWorkerPlugin(WorkerPlugin):
     def teardown(self, worker) -> None:
         worker.metrics.pop(WORKER_METRIC, None)
         worker.handlers.pop(COLUMNS_HANDLER, None)
+        worker.handlers.pop(FORM_HANDLER, None)
         if self.cache is not None:
             self.cache.close()
 
@@ -316,6 +327,8 @@ class CacheWorkerPlugin(WorkerPlugin):
         failed: int = 0,
         served: int = 0,
         served_bytes: int = 0,
+        forms: int = 0,
+        served_forms: int = 0,
     ) -> None:
         """Record columns fetched from (``hits``, ``nbytes``, ``requests``,
         ``failed``) or served to (``served``, ``served_bytes``) other nodes."""
@@ -327,6 +340,8 @@ class CacheWorkerPlugin(WorkerPlugin):
             p["peer_failed"] += failed
             p["peer_served"] += served
             p["peer_served_bytes"] += served_bytes
+            p["peer_forms"] += forms
+            p["peer_served_forms"] += served_forms
 
     # ------------------------------------------------------------ for tasks
     def front(self) -> MemoryFront:
