@@ -197,10 +197,11 @@ def _consecutive_legacy(r: dict) -> list[str]:
 def _consecutive_headline(r: dict) -> list[str]:
     h = r["headline"]
     ratios = h["ratios"]
-    out = [
-        "| mode | run 1 s | run 2 s | run 2 / cacheaffinity's | run 2 decompressed MB | run 2 origin MB | run 2 hit rate |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
-    ]
+    served = any("run2_cache_rate" in m for m in h["modes"].values())  # since peer fetch
+    head = "| mode | run 1 s | run 2 s | run 2 / cacheaffinity's | run 2 decompressed MB | run 2 origin MB | run 2 hit rate |"
+    if served:
+        head += " run 2 served by caches |"
+    out = [head, "|" + " --- |" * (head.count("|") - 1)]
     for mode, m in h["modes"].items():
         ratio = "1" if mode == "cacheaffinity" else _spread(ratios.get(f"{mode} run 2 / cacheaffinity run 2"))
         row = [
@@ -208,6 +209,8 @@ def _consecutive_headline(r: dict) -> list[str]:
             _spread(m["run2_decompressed_MB"]), _spread(m["run2_origin_MB"]),
             _spread(m["run2_hit_rate"], _pct),
         ]  # fmt: skip
+        if served:
+            row.append(_spread(m.get("run2_cache_rate"), _pct))
         if mode == "cacheaffinity":
             row = [f"**{x}**" for x in row]
         out.append(f"| {MODE_LABELS.get(mode, f'`{mode}`')} | " + " | ".join(row) + " |")
@@ -217,7 +220,7 @@ def _consecutive_headline(r: dict) -> list[str]:
     }
     for name, s in h["floors"].items():
         if s.get("median") is not None:
-            out.append(f"| {labels.get(name, name)} | - | {_spread(s)} | - | 0 | 0 | - |")
+            out.append(f"| {labels.get(name, name)} | - | {_spread(s)} | - | 0 | 0 | - |" + (" - |" if served else ""))
     out.append("")
     out.append("All figures: median [min, max] over the repeats (fresh clusters and caches each).")
     for name, s in ratios.items():
