@@ -87,6 +87,25 @@ def test_adaptive_churn_keeps_torus_hits_and_runs_to_completion():
     assert mruns[2]["hit_rate"] < runs[2]["hit_rate"], (mruns, runs)
 
 
+def test_peer_fetch_serves_what_a_live_holder_caches():
+    """Churn moves chunks to joining nodes while their holders are still alive:
+    with peer fetch those local misses are served by the holder (no storage
+    read); without it (``cacheaffinity-nopeers``) they are read from storage.
+    The local hit rate itself is the same counter in both."""
+    cfg = config(runs=3)
+    runs = {}
+    for pol in ("cacheaffinity", "cacheaffinity-nopeers"):
+        sim = simulate.Simulation(cfg, CLUSTER, 600, pol, churn=cfg["adaptive"])
+        runs[pol] = [sim.run() for _ in range(3)]
+    ca, nop = runs["cacheaffinity"], runs["cacheaffinity-nopeers"]
+    assert all(r["peer_hits"] == 0 for r in nop) and all(r["served_rate"] == r["hit_rate"] for r in nop)
+    assert ca[0]["peer_hits"] == 0  # nothing held anywhere in run 1
+    later = ca[1:]
+    assert sum(r["peer_hits"] for r in later) > 0, ca
+    assert all(r["served_rate"] >= r["hit_rate"] for r in ca)
+    assert sum(r["storage_GB"] for r in later) < sum(r["storage_GB"] for r in nop[1:]), (ca, nop)
+
+
 def test_fifo_cache_smaller_than_share_thrashes_keep_does_not():
     cfg = config(runs=2)
     rates = {}
