@@ -8,7 +8,6 @@ generated LZMA data with small clusters and small placement stripes, coffea's
 from __future__ import annotations
 
 import dask
-import numpy as np
 import pytest
 import uproot
 from coffea import processor
@@ -173,7 +172,6 @@ def test_distributed_names_the_peers_module_uses(tmp_path):
         assert task_annotations(w) == {}  # outside a task: nothing
         # the worker handler answers a request as a peer sends it (a tuple over TCP)
         assert client.sync(w.handlers[COLUMNS_HANDLER], keys=("no-such-key",)) == {}
-    assert np.dtype("<f4").str == "<f4"  # what a reply carries as dtype
 
 
 def test_a_node_without_the_files_form_gets_it_from_a_peer(files, tmp_path):
