@@ -42,8 +42,8 @@ B = "benchmarks"
 #: (name, full-size argv, quick argv); ``{out}`` and ``{data}`` are filled in
 STEPS: list[tuple[str, list[str], list[str]]] = [
     ("consecutive_runs",
-     [f"{B}/consecutive_runs.py", "--analysis", "realistic", "--events", "80000", "--files", "4",
-      "--chunksize", "1250", "--workers", "4", "--runs", "5", "--repeats", "3", "--out", "{out}"],
+     [f"{B}/consecutive_runs.py", "--analysis", "realistic", "--events", "160000", "--files", "8",
+      "--chunksize", "10000", "--workers", "4", "--runs", "5", "--repeats", "3", "--out", "{out}"],
      [f"{B}/consecutive_runs.py", "--analysis", "realistic", "--events", "1200", "--files", "1",
       "--chunksize", "600", "--workers", "2", "--runs", "2", "--repeats", "2", "--scenarios", "stable",
       "--modes", "direct", "xcache", "cacheaffinity", "--data", "{data}", "--out", "{out}"]),

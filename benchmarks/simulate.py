@@ -178,6 +178,8 @@ FULL = {
     # network bandwidth between two nodes for a peer fetch where a cluster gives no
     # link bandwidth (10 Gbit/s); otherwise the receiving node's link_MBps
     "peer_link_MBps": 1250.0,
+    # peer requests a holder serves at once (cacheaffinity.worker.peer-serve-limit)
+    "peer_serve_limit": 2,
     "seed": 1,
 }
 
@@ -313,12 +315,13 @@ class NodeCache:
 # ====================================================================== cluster model
 class Node:
     __slots__ = ("alive", "busy", "link_bw", "link_free", "name", "qcount", "queue", "running",
-                 "slow", "ssd_bw", "ssd_free", "started_at", "threads")
+                 "serves", "slow", "ssd_bw", "ssd_free", "started_at", "threads")
 
     def __init__(self, name, threads, slow=1.0, ssd_bw=None, link_bw=None):
         self.name, self.threads, self.slow = name, threads, slow
         self.ssd_bw, self.link_bw = ssd_bw, link_bw
         self.link_free = 0.0
+        self.serves: list[float] = []  # heap: end times of the peer fetches it serves
         self.alive = False
         self.busy = 0
         self.queue: list[int] = []  # heap of chunk indices (= priorities)
@@ -340,6 +343,7 @@ class Simulation:
         self.placement_kind, self.stealing, self.locator = POLICIES[policy]
         self.peers = policy in PEER_POLICIES and self.locator is True
         self.peer_bw = cfg.get("peer_link_MBps", 1250.0) * MB
+        self.peer_serve_limit = cfg.get("peer_serve_limit")
         self.rng = np.random.default_rng(seed)
         rates = cfg["rates"]
         # chunks: coffea-like ids, events per chunk varying +- spread
@@ -550,7 +554,8 @@ class Simulation:
             s = max(t, node.ssd_free)
             node.ssd_free = s + self.bd[c] / node.ssd_bw
             end = max(node.ssd_free, t + self.t_cache_thread[c]) + self.t_compute[c] * f
-        elif h is not None and h != node.name and self.nodes[h].alive and c in self.caches[h]:
+        elif (h is not None and h != node.name and self.nodes[h].alive and c in self.caches[h]
+              and self._may_serve(self.nodes[h])):  # fmt: skip
             # peer fetch: the holder reads it from its SSD, sends the decompressed
             # bytes over the receiver's link, the receiver stores and computes
             src = self.nodes[h]
@@ -563,6 +568,7 @@ class Simulation:
             node.ssd_free = w + self.bd[c] / node.ssd_bw
             end = node.ssd_free + self.t_compute[c] * f
             self.peer_served.add(c)
+            heapq.heappush(src.serves, node.link_free)
         else:
             if node.link_bw is None:
                 s = max(t, self.storage_free)
@@ -578,6 +584,18 @@ class Simulation:
             node.ssd_free = w + self.bd[c] / node.ssd_bw
             end = node.ssd_free + self.t_compute[c] * f
         self._push(end, "finish", node.name, c)
+
+    def _may_serve(self, src: Node) -> bool:
+        """Whether holder ``src`` takes one more peer request (``worker.peer-serve-limit``
+        requests in flight at most; a busy holder answers nothing and the asker reads
+        storage)."""
+        lim = self.peer_serve_limit
+        if lim is None:
+            return True
+        ends = src.serves
+        while ends and ends[0] <= self.t:
+            heapq.heappop(ends)
+        return len(ends) < lim
 
     def _finish(self, node: Node, c: int):
         if c not in node.running:  # the node left while this ran: lost
@@ -909,6 +927,8 @@ def main(argv=None):
                    help="cacheaffinity.scheduler.stealing.warm-backlog (default: the yaml's 2)")
     p.add_argument("--locator-slack", type=float, default=None,
                    help="cacheaffinity.scheduler.locator-slack (default: the yaml's 1.5)")  # fmt: skip
+    p.add_argument("--peer-serve-limit", type=int, default=None,
+                   help="cacheaffinity.worker.peer-serve-limit (default: the yaml's 2; 0: no limit)")
     p.add_argument("--replot", action="store_true", help="redraw the PNGs from simulate.json")
     p.add_argument("--name", default="simulate",
                    help="results file name: <out>/<name>.json and <name>_<scenario>.png")  # fmt: skip
@@ -927,6 +947,8 @@ def main(argv=None):
         cfg["stealing"]["warm_backlog"] = args.warm_backlog
     if args.locator_slack is not None:
         cfg["locator_slack"] = args.locator_slack
+    if args.peer_serve_limit is not None:
+        cfg["peer_serve_limit"] = args.peer_serve_limit or None
     cfg["policies"] = {k: {"placement": a, "stealing": b, "locator": c} for k, (a, b, c) in POLICIES.items()}
     names = args.scenario or list(cfg["scenarios"])
     results = {}

@@ -122,6 +122,49 @@ def test_a_peer_that_does_not_answer_is_a_miss(files, tmp_path):
         assert 1 <= d["peer_failed"] <= 3, d  # one process, 3 worker threads
 
 
+def test_a_holder_busy_serving_answers_nothing_and_the_asker_reads_storage(files, tmp_path):
+    """Every worker already serves ``worker.peer-serve-limit`` (1) requests: the
+    straddling chunks' requests are declined at once (``peer_busy``), their columns
+    are read from storage, the result is right; once the holders are free, a
+    request is served again."""
+    with dask.config.set(
+        settings(tmp_path, **{"cacheaffinity.worker.peer-serve-limit": 1})
+    ), LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        ours = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+        run(ours, files, C)
+
+        def set_serving(n, dask_worker=None):
+            plugin = dask_worker.plugins["cacheaffinity"]
+            assert plugin.peer_serve_limit == 1
+            plugin.serving = n
+            return plugin.peer["peer_busy"]
+
+        assert set(client.run(set_serving, 1).values()) == {0}
+        got, d = counted(client, lambda: run(ours, files, 3 * C // 2))
+        assert canonical(got) == canonical(run(processor.IterativeExecutor(), files, 3 * C // 2))
+        busy = sum(client.run(set_serving, 0).values())
+        assert d["misses"] > 0 and d["peer_hits"] == 0 and d["storage_opens"] > 0, d
+        assert busy > 0 and d["peer_failed"] == 0, (busy, d)
+
+    # the first test's cluster (default limit 2) served every request: nothing was
+    # declined there, and a served request does not leave its slot taken
+    with dask.config.set(settings(tmp_path / "free")), LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        ours = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+        run(ours, files, C)
+        got, d = counted(client, lambda: run(ours, files, 3 * C // 2))
+        assert d["peer_hits"] > 0 and d["peer_hits"] == d["misses"], d
+
+        def slots(dask_worker=None):
+            plugin = dask_worker.plugins["cacheaffinity"]
+            return plugin.serving, plugin.peer["peer_busy"], plugin.peer_serve_limit
+
+        assert set(client.run(slots).values()) == {(0, 0, 2)}
+
+
 def test_holders_handler_names_other_nodes_only(files, tmp_path):
     with dask.config.set(settings(tmp_path)), LocalCluster(
         n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"

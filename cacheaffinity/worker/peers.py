@@ -20,7 +20,9 @@ MB/s).  This module does that, on a miss only:
    has is a miss as before: the caller reads it from storage.
 2. :func:`serve_columns` is the worker handler: the arrays of the requested
    keys that this node's cache holds (checksum-verified reads, as for local
-   hits), at most :data:`MAX_REPLY_BYTES` per reply.
+   hits), at most :data:`MAX_REPLY_BYTES` per reply; a worker already serving
+   ``worker.peer-serve-limit`` requests answers nothing at once (counted as
+   ``peer_busy``), so a holder whose disk is busy is not slowed further.
 
 Keys name the bytes they hold (identity of the file's bytes, tree, branch,
 form digest, cluster range), so a value from another node is exactly the value
@@ -79,13 +81,21 @@ async def serve_columns(plugin, keys: list[str]) -> dict[str, Any]:
     cache = plugin.cache
     if cache is None or not isinstance(keys, (list, tuple)) or not keys:
         return {}  # (a list arrives as a tuple over TCP)
+    limit = plugin.peer_serve_limit
+    if limit and plugin.serving >= limit:
+        # busy serving others: the asker reads storage rather than queue on this disk
+        plugin.count_peer(busy=1)
+        return {}
     keys = [k for k in keys if isinstance(k, str)]
     loop = asyncio.get_running_loop()
+    plugin.serving += 1
     try:
         found = await loop.run_in_executor(None, cache.get_many_for_peer, list(keys))
     except Exception as e:  # a cache problem: nothing to serve
         logger.debug("cacheaffinity: peer request not served: %r", e)
         return {}
+    finally:
+        plugin.serving -= 1
     out: dict[str, Any] = {}
     total = 0
     for k in keys:

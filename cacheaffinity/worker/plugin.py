@@ -145,11 +145,16 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.peer = {
             "peer_hits": 0, "peer_bytes": 0, "peer_requests": 0, "peer_failed": 0,
             "peer_served": 0, "peer_served_bytes": 0, "peer_forms": 0, "peer_served_forms": 0,
+            "peer_busy": 0,
         }  # fmt: skip
         #: Fetch missing columns from the nodes that hold them (``worker.peer-fetch``).
         self.peer_fetch: bool = True
         #: Seconds one scheduler or peer request may take (``worker.peer-timeout``).
         self.peer_timeout: float = 5.0
+        #: Peer requests served at once at most (``worker.peer-serve-limit``; 0: no limit).
+        self.peer_serve_limit: int = 2
+        #: Peer requests being served now (changed on the worker's event loop only).
+        self.serving: int = 0
 
     def __getstate__(self):
         # Sent to workers before setup: only the arguments travel.
@@ -178,6 +183,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.write_queue = config.get_bytes("worker.write-queue", a["write_queue"])
         self.peer_fetch = bool(config.get("worker.peer-fetch"))
         self.peer_timeout = config.get_seconds("worker.peer-timeout")
+        self.peer_serve_limit = int(config.get("worker.peer-serve-limit"))
         weight = config.get("worker.weight", a["weight"])
         if weight is not None:
             weight = float(weight)
@@ -329,9 +335,12 @@ class CacheWorkerPlugin(WorkerPlugin):
         served_bytes: int = 0,
         forms: int = 0,
         served_forms: int = 0,
+        busy: int = 0,
     ) -> None:
         """Record columns fetched from (``hits``, ``nbytes``, ``requests``,
-        ``failed``) or served to (``served``, ``served_bytes``) other nodes."""
+        ``failed``) or served to (``served``, ``served_bytes``) other nodes, and
+        peer requests declined because ``worker.peer-serve-limit`` were being
+        served (``busy``)."""
         with self._lock:
             p = self.peer
             p["peer_hits"] += hits
@@ -342,6 +351,7 @@ class CacheWorkerPlugin(WorkerPlugin):
             p["peer_served_bytes"] += served_bytes
             p["peer_forms"] += forms
             p["peer_served_forms"] += served_forms
+            p["peer_busy"] += busy
 
     # ------------------------------------------------------------ for tasks
     def front(self) -> MemoryFront:
