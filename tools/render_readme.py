@@ -15,6 +15,9 @@ Tables (``RENDERERS``):
     the median [min, max]; the floors and ratios; the commit it was measured on.
 ``consecutive_runs_light``
     the same for the light analysis (``consecutive_runs_light.json``), if measured.
+``simulate_hetero``
+    heterogeneous clusters (``simulate.json``, scenarios ``hetero`` and ``slowdown``): hit
+    rate and makespan of runs 1-5 per policy.
 ``measured``
     one row per other benchmark (executor runs, cache read, placement, stealing, scheduler
     CPU, scale, simulation) with its figures, command and commit.
@@ -513,7 +516,54 @@ def render_chunksize_change(results: str, name: str = "chunksize_change") -> str
     return "\n".join(rows) + "\n"
 
 
+#: simulate.json sections of the heterogeneous-cluster table: (scenario, case, label)
+HETERO_ROWS = (
+    ("hetero", "vispa/20000", "VISPA as in the paper (7x8 + 3x64 cores, NFS links 1/4 Gbit/s), 20k chunks"),
+    ("hetero", "h1000/100000", "1000 nodes of 4-32 threads, per-core speed 0.5-2x, 100k chunks"),
+    ("slowdown", "vispa/20000/large-0000", "VISPA, a 64-core node 2x slower from run 3"),
+    ("slowdown", "vispa/20000/small-0000", "VISPA, an 8-core node 2x slower from run 3"),
+    ("slowdown", "h1000/100000/d-0040", "1000 nodes, a 32-thread node 2x slower from run 3"),
+    ("hetero", "vispa_nfs1g/20000",
+     "old VISPA model (one 125 MB/s NFS, 500 MB/s SSDs: 64-core nodes SSD-bound from run 2)"),
+)
+
+
+def render_simulate_hetero(results: str, name: str = "simulate") -> str:
+    """Heterogeneous clusters (issue 15) from ``simulate.json``: per scenario and policy the
+    hit rate and makespan of runs 1-5 (``cacheaffinity``; ``paper`` = torus + a model of Dask's
+    stock stealing; ``before`` = the previous locator, ``cacheaffinity-hashlocator``)."""
+    doc = _load(results, name)
+    if doc is None:
+        return f"(no benchmarks/results/{name}.json yet)\n"
+    r = doc["results"]
+
+    def pct(v):
+        return "100" if v >= 0.9995 else "0" if v < 0.0005 else f"{100 * v:.1f}"
+
+    def cell(pol):
+        runs = pol["runs"]
+        text = (" / ".join(pct(x["hit_rate"]) for x in runs) + "; "
+                + " / ".join(f"{x['makespan_s']:.0f}" for x in runs))  # fmt: skip
+        served = [x.get("served_rate") for x in runs]
+        if any(v is not None and v > x["hit_rate"] + 1e-9 for v, x in zip(served, runs)):
+            text += "; served by caches " + " / ".join("-" if v is None else pct(v) for v in served)
+        return text
+
+    rows = ["| scenario | cacheaffinity | `paper` | `before` |", "| --- | --- | --- | --- |"]
+    for scen, case, label in HETERO_ROWS:
+        sec = (r.get(scen) or {}).get(case)
+        if not sec:
+            continue
+        cols = [cell(sec[p]) if p in sec else "-" for p in ("cacheaffinity", "paper", "cacheaffinity-hashlocator")]
+        rows.append(f"| {label} | " + " | ".join(cols) + " |")
+    rows.append("")
+    rows.append(f"Hit rate % and makespan s of runs 1-5; `python benchmarks/simulate.py`, measured on "
+                f"{commit_label(doc)}, {_date(doc)}.")  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
 RENDERERS: dict[str, Callable[[str], str]] = {
+    "simulate_hetero": render_simulate_hetero,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"
