@@ -73,7 +73,8 @@ floor (a), cacheaffinity's run 1 / direct's run 1 (what the cache writes cost th
 Every cluster's workers are warmed up when it starts (:meth:`ModeCluster.warm_up`: the
 processor once on 200 events of the generator's template, not a dataset file, no column
 cache), so that run 1 of every mode measures the analysis, not each fresh worker process's
-first imports and first calls (about 6 s per run here).
+first imports and first calls (the warm-up itself takes 2-6 s per cluster here; the log line
+of each repeat gives it).
 
 Runs of the modes are interleaved: all clusters of a repeat are started before round 1, and
 run k of every mode is done before run k+1 of any, so drifts in the (shared) machine's load
