@@ -184,11 +184,6 @@ def _consecutive_legacy(r: dict) -> list[str]:
                  f"{ca[0]['wall_s'] / d1['wall_s']:.2f}; the clusters were not all started before "
                  "round 1 and the load varied, so this ratio is not a measurement of the cache-write cost)")  # fmt: skip
     out.append(note + ".")
-    pre = {m: d["run1_preprocess_s"] for m, d in h["modes"].items() if d.get("run1_preprocess_s")}
-    if pre:
-        out.append("- coffea's preprocessing (every file opened for its entry count; run 1 only, "
-                   "later runs use the Runner's metadata cache), run 1 s: "
-                   + ", ".join(f"{m} {_spread(s)}" for m, s in pre.items()))  # fmt: skip
     mem = (r["sequences"].get("membership") or {}).get("cacheaffinity")
     if mem and len(mem) >= 4:
         s = "- Membership: with a node removed before run 3 the hit rate was " + _pct(mem[2]["hit_rate"])
@@ -235,6 +230,11 @@ def _consecutive_headline(r: dict) -> list[str]:
         if " run 2 / cacheaffinity run 2" in name:
             continue
         out.append(f"- {name}: {_spread(s)}")
+    pre = {m: d["run1_preprocess_s"] for m, d in h["modes"].items() if d.get("run1_preprocess_s")}
+    if pre:
+        out.append("- coffea's preprocessing (every file opened for its entry count; run 1 only, "
+                   "later runs use the Runner's metadata cache), run 1 s: "
+                   + ", ".join(f"{m} {_spread(s)}" for m, s in pre.items()))  # fmt: skip
     mem = (r["sequences"].get("membership") or {}).get("cacheaffinity")
     if mem and len(mem) >= 4:
         s = "- Membership (first repeat): node removed before run 3: hit rate " + _pct(mem[2]["hit_rate"])
