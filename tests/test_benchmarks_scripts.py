@@ -27,7 +27,7 @@ def test_bench_steps_in_order_with_repeats():
     cmd = dict(run_all.commands(False, "OUT", "DATA"))
     head = cmd["consecutive_runs"]
     for flag, value in (("--analysis", "realistic"), ("--repeats", "3"), ("--workers", "4"),
-                        ("--events", "80000"), ("--out", "OUT")):  # fmt: skip
+                        ("--events", "160000"), ("--chunksize", "10000"), ("--out", "OUT")):  # fmt: skip
         assert head[head.index(flag) + 1] == value
     assert "--storage" not in head  # XRootD origin (the default), all five modes
     so = cmd["scheduler_overhead"]
