@@ -63,6 +63,8 @@ def commit_label(doc: dict) -> str:
     """Short hash of the commit a results file was measured on, marked when inferred or
     when the tree had local changes."""
     sha = doc.get("commit")
+    if isinstance(sha, dict):  # stealing_slow_node.py's own stamp: {"sha": ..., "dirty": ...}
+        sha = sha.get("sha")
     if not sha:
         return "unknown commit"
     label = f"`{sha[:7]}`"
@@ -342,9 +344,16 @@ def _stealing(results: str) -> list[str]:
     if doc is None:
         return []
     r, c = doc["results"], doc["config"]
-    st, ca = r["runs"]["stock"], r["runs"]["cacheaffinity"]
-    text = (f"run-2 hit rate {_pct(ca[1]['hit_rate'])} (Dask's stock stealing: {_pct(st[1]['hit_rate'])}), "
-            f"wall time of runs 2-{len(ca)} {r['wall_ratio_later_runs']:.3f}x stock's; single runs, "
+    if "per_run" in r:  # --repeats layout: medians over the repeats
+        st, ca = r["per_run"]["stock"], r["per_run"]["cacheaffinity"]
+        hit = "hit_rate_median"
+        reps = c.get("repeats", 1)
+        what = "single runs" if reps == 1 else f"median of {reps} repeats"
+    else:
+        st, ca = r["runs"]["stock"], r["runs"]["cacheaffinity"]
+        hit, what = "hit_rate", "single runs"
+    text = (f"run-2 hit rate {_pct(ca[1][hit])} (Dask's stock stealing: {_pct(st[1][hit])}), "
+            f"wall time of runs 2-{len(ca)} {r['wall_ratio_later_runs']:.3f}x stock's; {what}, "
             "light analysis")  # fmt: skip
     return [_row(f"one of {c['workers']} nodes {c['slowdown']:g}x slower, {c['runs']} consecutive runs", text,
                  "python benchmarks/stealing_slow_node.py", doc)]  # fmt: skip
