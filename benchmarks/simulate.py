@@ -37,7 +37,10 @@ Modelled, not real (documented assumptions):
   link (its ``link_MBps``, else ``peer_link_MBps``, 10 Gbit/s), then stored and computed:
   no storage read, no decompression.  It counts as a local miss (``hit_rate``, as the
   real counters do) and in ``served_rate`` ((hits + peer hits) / lookups).
-  ``cacheaffinity-nopeers`` is the same policy without it.
+  ``cacheaffinity-nopeers`` is the same policy without it.  A holder serves at most
+  ``peer_serve_limit`` (``worker.peer-serve-limit``, 2) fetches at once, each until its
+  transfer ends (per node: the model's node is one worker process); beyond that the asker
+  reads storage.
 - **caches**: per node, bounded in bytes, FIFO eviction like ``ColumnCache``
   (alternatives for comparison: ``keep`` = admit only while there is room, ``random``
   eviction). A node's cache survives when the node leaves (node-local disk).

@@ -106,6 +106,31 @@ def test_peer_fetch_serves_what_a_live_holder_caches():
     assert sum(r["storage_GB"] for r in later) < sum(r["storage_GB"] for r in nop[1:]), (ca, nop)
 
 
+def test_a_holder_serves_at_most_the_serve_limit_at_once():
+    """worker.peer-serve-limit in the model: with 2 fetches in flight a holder declines
+    (the asker reads storage); once one has ended it serves again; with no limit
+    (``peer_serve_limit`` None, as ``--peer-serve-limit 0``) it always serves, and the
+    same churn run then serves more misses by peer fetch."""
+    cfg = config(runs=3)
+    sim = simulate.Simulation(cfg, CLUSTER, 60, "cacheaffinity")
+    assert sim.peer_serve_limit == cfg["peer_serve_limit"] == 2
+    node = simulate.Node("n", 4)
+    sim.t = 10.0
+    node.serves = [11.0, 12.0]
+    assert not sim._may_serve(node)
+    sim.t = 11.5  # the first transfer has ended
+    assert sim._may_serve(node) and node.serves == [12.0]
+    unlimited = copy.deepcopy(cfg)
+    unlimited["peer_serve_limit"] = None
+    node.serves = [20.0, 21.0, 22.0]
+    assert simulate.Simulation(unlimited, CLUSTER, 60, "cacheaffinity")._may_serve(node)
+    peer = {}
+    for name, c in (("limited", cfg), ("unlimited", unlimited)):
+        s = simulate.Simulation(c, CLUSTER, 600, "cacheaffinity", churn=c["adaptive"])
+        peer[name] = sum(s.run()["peer_hits"] for _ in range(3))
+    assert 0 < peer["limited"] <= peer["unlimited"], peer
+
+
 def test_fifo_cache_smaller_than_share_thrashes_keep_does_not():
     cfg = config(runs=2)
     rates = {}
