@@ -18,22 +18,29 @@ from typing import Any
 _EVENTS: dict[str, Any] = {}
 
 
+def _events(f, filename: str, treename: str, start: int, stop: int, dataset: str, buffers: dict):
+    """NanoAOD events of entries ``start``-``stop`` of the open file ``f`` (virtual mode,
+    buffers in ``buffers``), with the metadata coffea's executors give a processor."""
+    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
+
+    return NanoEventsFactory.from_root(
+        file=f, treepath=treename, schemaclass=NanoAODSchema, mode="virtual",
+        metadata={"dataset": dataset, "filename": filename, "treename": treename,
+                  "entrystart": start, "entrystop": stop},
+        entry_start=start, entry_stop=stop, buffer_cache=buffers,
+    ).events()  # fmt: skip
+
+
 def load(key: str, filename: str, treename: str, start: int, stop: int, dataset: str,
          processor_instance) -> dict:
     """Load chunk ``key`` (entries ``start``-``stop`` of ``filename``) into this worker."""
     import uproot
-    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
     t0 = time.perf_counter()
     buffers: dict = {}
     f = uproot.open(filename)
     try:
-        events = NanoEventsFactory.from_root(
-            file=f, treepath=treename, schemaclass=NanoAODSchema, mode="virtual",
-            metadata={"dataset": dataset, "filename": filename, "treename": treename,
-                      "entrystart": start, "entrystop": stop},
-            entry_start=start, entry_stop=stop, buffer_cache=buffers,
-        ).events()  # fmt: skip
+        events = _events(f, filename, treename, start, stop, dataset, buffers)
         processor_instance.process(events)  # materialise every buffer the processor reads
     finally:
         f.close()
@@ -68,20 +75,13 @@ def warm_up(filename: str, processor_instance, events: int = 200) -> dict:
     throw-away dict: no column cache is touched, nothing of the dataset is read.
 
     A physicist's cluster has run Python before the analysis; without this, run 1 of every
-    mode also pays the process's first imports and first-call costs (several seconds per
-    worker here), which would inflate run 1 and every run-1 ratio.
+    mode also pays the process's first imports and first-call costs (the warm-up itself
+    took 2-6 s per cluster of 4 workers here), which would inflate run 1 and every run-1 ratio.
     """
     import uproot
-    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
 
     t0 = time.perf_counter()
     with uproot.open(filename) as f:
         n = min(events, f["Events"].num_entries)
-        ev = NanoEventsFactory.from_root(
-            file=f, treepath="Events", schemaclass=NanoAODSchema, mode="virtual",
-            metadata={"dataset": "warm-up", "filename": filename, "treename": "Events",
-                      "entrystart": 0, "entrystop": n},
-            entry_start=0, entry_stop=n, buffer_cache={},
-        ).events()  # fmt: skip
-        processor_instance.process(ev)
+        processor_instance.process(_events(f, filename, "Events", 0, n, "warm-up", {}))
     return {"seconds": time.perf_counter() - t0, "events": n}

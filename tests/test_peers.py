@@ -148,8 +148,8 @@ def test_a_holder_busy_serving_answers_nothing_and_the_asker_reads_storage(files
         assert d["misses"] > 0 and d["peer_hits"] == 0 and d["storage_opens"] > 0, d
         assert busy > 0 and d["peer_failed"] == 0, (busy, d)
 
-    # the first test's cluster (default limit 2) served every request: nothing was
-    # declined there, and a served request does not leave its slot taken
+    # with the default limit (2) and 3 single-threaded workers, at most 2 requests reach
+    # a holder at once: every miss is served, nothing declined, no slot left taken
     with dask.config.set(settings(tmp_path / "free")), LocalCluster(
         n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
     ) as cluster, Client(cluster) as client:  # fmt: skip
