@@ -181,3 +181,34 @@ async def test_untrusted_directory_is_one_warning_naming_owner_and_fix(c, s, a, 
     assert a.plugins["cacheaffinity"].cache is None
     assert not (shared / "node-id").exists()  # no identity taken from (or put in) it
     assert await c.submit(read_columns, 2) == [None, None]
+
+
+def test_cachestrategy_mapping_reads_many_keys_with_one_lookup_each(tmp_path):
+    """A chunk task's store (PeerStore over ``cachestrategy()``'s IdentifiedKeys) answers
+    ``get_many`` through the node cache's batched ``get_many``: every stored key read
+    from disk exactly once and counted as one hit (IdentifiedKeys had no ``get_many``,
+    so PeerStore fell back to ``k in m`` then ``m[k]``: two reads and two hits per key),
+    keys of unidentified files from the chunk's memory, a missing key one miss."""
+    from cacheaffinity.worker.peers import PeerStore
+    from cacheaffinity.worker.plugin import IdentifiedKeys
+    from cacheaffinity.worker.store import ColumnCache, MemoryFront
+
+    keys = [f"c3/tok/Events/col{i}/d/0-10/data" for i in range(5)]
+    with ColumnCache(str(tmp_path / "cache"), capacity="10 MiB") as store:
+        writer = IdentifiedKeys(MemoryFront(store, capacity="1 MiB"))
+        for i, k in enumerate(keys):
+            writer[k] = np.full(100, i, dtype=np.int32)
+        writer["None/Events/0-10/data"] = np.zeros(3)
+        store.flush()
+        before = store.stats()
+        reader = IdentifiedKeys(MemoryFront(store, capacity="1 MiB"))  # empty memory
+        reader.local = writer.local  # the same chunk
+        chunk_store = PeerStore(reader, None, None, {})  # no annotations: no peer is asked
+        got = chunk_store.get_many([*keys, "c3/tok/Events/absent/d/0-10/data", "None/Events/0-10/data"])
+        after = store.stats()
+    assert sorted(got) == sorted([*keys, "None/Events/0-10/data"])
+    assert [int(got[k][0]) for k in keys] == list(range(5))
+    assert after["hits"] - before["hits"] == 5, (before, after)
+    assert after["misses"] - before["misses"] == 1
+    assert reader.front.stats()["hits"] == 5
+    assert reader.front.stats()["memory_hits"] == 0

@@ -46,6 +46,41 @@ def test_queued_values_are_served_then_stored_identically(tmp_path):
         assert other.verify()["corrupt"] == 0
 
 
+def test_values_queued_one_by_one_are_committed_in_batches(tmp_path, monkeypatch):
+    """A task queues column after column with work in between: the writer, woken by
+    the first, gathers the next ones (WRITE_COALESCE) and commits them together, not
+    one index transaction per value; a flush does not wait out the gathering."""
+    from cacheaffinity.worker import store as store_module
+
+    transactions = []
+    store_many = ColumnCache._store_many
+
+    def counted(self, batch):
+        transactions.append(len(batch))
+        return store_many(self, batch)
+
+    monkeypatch.setattr(ColumnCache, "_store_many", counted)
+    data = values(60)
+    with ColumnCache(tmp_path / "c", capacity="1 GiB", write_queue="64 MiB") as cache:
+        t0 = time.monotonic()
+        for k, v in data.items():
+            cache[k] = v
+            time.sleep(0.002)  # the task's own work between two columns
+        queued = time.monotonic() - t0
+        t0 = time.monotonic()
+        assert cache.flush(timeout=60)
+        assert time.monotonic() - t0 < store_module.WRITE_COALESCE + 1.0
+        assert sum(transactions) == 60 and len(cache) == 60
+        assert store_module.WRITE_COALESCE >= 0.01
+        assert len(transactions) <= min(queued / store_module.WRITE_COALESCE + 2, 20), (queued, transactions)
+        assert all(np.array_equal(cache[k], v) for k, v in data.items())
+        cache["late"] = np.zeros(4)  # flushed at once, not after the gathering delay
+        t0 = time.monotonic()
+        assert cache.flush(timeout=60)
+        assert time.monotonic() - t0 < 0.04  # the gathering (50 ms) was cut short
+        assert "late" in cache
+
+
 def test_entries_appear_in_the_index_only_after_the_write(tmp_path):
     with ColumnCache(tmp_path / "c", capacity="1 GiB", write_queue="64 MiB") as cache:
         blocker = sqlite3.connect(os.path.join(cache.directory, INDEX_NAME), timeout=60)

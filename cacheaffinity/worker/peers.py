@@ -62,6 +62,7 @@ logger = logging.getLogger("cacheaffinity.worker")
 __all__ = ["PeerStore", "serve_columns", "task_annotations"]
 #: Bytes of column data in one reply at most (the rest are misses for the asker).
 MAX_REPLY_BYTES = 256 * 2**20
+_MISSING = object()
 
 
 def task_annotations(worker) -> dict:
@@ -187,7 +188,11 @@ class PeerStore(MutableMapping):
         if get_many is not None:
             found = get_many(keys)
         else:
-            found = {k: self.store[k] for k in keys if k in self.store}
+            found = {}
+            for k in keys:  # one lookup per key (``in`` then ``[]`` would read twice)
+                v = self.store.get(k, _MISSING)
+                if v is not _MISSING:
+                    found[k] = v
         if len(found) == len(keys):
             return found
         missing = [k for k in keys if k not in found]

@@ -67,6 +67,7 @@ __all__ = ["CacheWorkerPlugin", "cachestrategy", "default_directory", "worker_ca
 
 #: Environment variables naming a per-job scratch directory that is deleted when the job ends.
 JOB_SCRATCH_VARIABLES = ("_CONDOR_SCRATCH_DIR",)
+_MISSING = object()
 
 
 def job_scratch_of(directory: str) -> str | None:
@@ -429,6 +430,27 @@ class IdentifiedKeys(MutableMapping):
 
     def __getitem__(self, key):
         return (self.front if self._identified(key) else self.local)[key]
+
+    def get_many(self, keys: list[str]) -> dict:
+        """``{key: buffer}`` of those ``keys`` held: the identified ones with one
+        ``front.get_many`` call (one index query for all), each looked up once."""
+        out: dict = {}
+        ids = []
+        for key in keys:
+            if self._identified(key):
+                ids.append(key)
+            elif key in self.local:
+                out[key] = self.local[key]
+        if ids:
+            get_many = getattr(self.front, "get_many", None)
+            if get_many is not None:
+                out.update(get_many(ids))
+            else:
+                for key in ids:
+                    value = self.front.get(key, _MISSING)
+                    if value is not _MISSING:
+                        out[key] = value
+        return out
 
     def __setitem__(self, key, value) -> None:
         (self.front if self._identified(key) else self.local)[key] = value

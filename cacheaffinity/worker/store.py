@@ -94,8 +94,8 @@ Writes behind
     With ``write_queue > 0`` (workers: ``cacheaffinity.worker.write-queue``),
     ``__setitem__`` only queues the value and returns: a daemon thread per
     :class:`ColumnCache` writes queued values (checksum, temporary file,
-    rename) and commits up to ``WRITE_BATCH`` of them in **one** index
-    transaction, so a task never waits for the disk or SQLite's write lock.
+    rename) and commits up to ``WRITE_BATCH`` of them, gathered for up to
+    ``WRITE_COALESCE`` seconds after the first, in **one** index transaction, so a task never waits for the disk or SQLite's write lock.
     The crash ordering above is unchanged (an entry becomes visible only after
     its file is complete).  Queued values are served by ``get``/``get_many`` of
     this process; calls that look at or change the whole index (``len``,
@@ -225,6 +225,11 @@ _DROPPED = object()
 _QUERY_KEYS = 500
 #: Values the background writer stores in one index transaction at most.
 WRITE_BATCH = 256
+#: Seconds the background writer, woken by a first queued value, lets further
+#: values gather before it writes (unless WRITE_BATCH are queued, a flush waits
+#: or the cache closes): one transaction and one thread wake-up per batch
+#: instead of per value while a task decompresses column after column.
+WRITE_COALESCE = 0.05
 
 _DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
 _UNWRITABLE = {errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOENT, errno.ENOTDIR}
@@ -1509,6 +1514,8 @@ class ColumnCache(MutableMapping):
         self._wq_bytes = 0
         self._writing = 0
         self._stopping = False
+        #: Threads waiting in :meth:`flush` (the writer then does not gather).
+        self._flushing = 0
         self._writer: threading.Thread | None = None
         #: The writer thread's own SQLite connection and its lock.
         self._wcon: sqlite3.Connection | None = None
@@ -1562,6 +1569,12 @@ class ColumnCache(MutableMapping):
                 if not self._wq:
                     self._close_writer_connection()
                     return
+                gather = time.monotonic() + WRITE_COALESCE
+                while len(self._wq) < WRITE_BATCH and not (self._stopping or self._flushing):
+                    left = gather - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._wq_cond.wait(left)
                 batch = [self._wq.popleft() for _ in range(min(WRITE_BATCH, len(self._wq)))]
                 self._writing += 1
             try:
@@ -1679,14 +1692,19 @@ class ColumnCache(MutableMapping):
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._wq_cond:
-            while self._wq or self._writing:
-                if self._writer is None or not self._writer.is_alive():
-                    break  # no thread (e.g. after fork): nothing will drain it
-                left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    return False
-                self._wq_cond.wait(left)
-            return not self._wq and not self._writing
+            self._flushing += 1
+            self._wq_cond.notify_all()  # a writer gathering a batch writes it now
+            try:
+                while self._wq or self._writing:
+                    if self._writer is None or not self._writer.is_alive():
+                        break  # no thread (e.g. after fork): nothing will drain it
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._wq_cond.wait(left)
+                return not self._wq and not self._writing
+            finally:
+                self._flushing -= 1
 
     def _write_temporary(self, data: memoryview) -> str:
         name = uuid.uuid4().hex
