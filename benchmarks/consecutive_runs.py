@@ -78,7 +78,12 @@ of each repeat gives it).
 
 Runs of the modes are interleaved: all clusters of a repeat are started before round 1, and
 run k of every mode is done before run k+1 of any, so drifts in the (shared) machine's load
-hit all modes alike.
+hit all modes alike.  While one mode runs, the worker processes of the other clusters are
+frozen (``SIGSTOP``, ``SIGCONT`` before their own run; ``--no-freeze-idle`` keeps them
+running): five idle clusters of four workers took 0.4-0.7 of this machine's 2 cores
+(heartbeats, profilers, memory monitors), which slowed and scattered every run.  Their
+schedulers and nannies (in this process) keep running; ``distributed.scheduler.worker-ttl``
+is off on every cluster so that a frozen worker is not removed.
 Every mode keeps one coffea metadata cache for its runs (a notebook session rerunning a
 cell): run 1 includes coffea's preprocessing (opening every file), later runs do not.
 
@@ -117,6 +122,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -223,6 +229,8 @@ class Config:
     #: chunksize, so that a small benchmark dataset has as many placement units as chunks
     #: (the default 200,000 would give one unit per generated file)
     stripe_entries: int | None = None
+    #: freeze (SIGSTOP) the worker processes of the clusters not running (see above)
+    freeze_idle: bool = True
 
     def check(self) -> None:
         bad = [m for m in (*self.modes, *self.membership_modes) if m not in MODES]
@@ -434,7 +442,10 @@ class ModeCluster:
             "distributed.worker.preload": ["cacheaffinity"] if self.cached else [],
             "cacheaffinity.worker.directory": str(self.cache_root / "node-{name}"),
             "cacheaffinity.worker.capacity": "50 GiB",
+            # frozen workers (cfg.freeze_idle) send no heartbeats: never remove them for it
+            "distributed.scheduler.worker-ttl": None,
         }
+        self._frozen: list[int] = []
         self.stack = contextlib.ExitStack()
         self.metadata_cache: dict = {}
         self.memory_metadata_cache: dict = {}
@@ -477,7 +488,34 @@ class ModeCluster:
         self.warm_up_s = max(r["seconds"] for r in out.values())
         return self.warm_up_s
 
+    def freeze(self) -> None:
+        """Stop (SIGSTOP) this cluster's worker processes while other modes run."""
+        if self._frozen:
+            return
+        pids = sorted(set(self.client.run(os.getpid).values()))
+        for pid in pids:
+            os.kill(pid, signal.SIGSTOP)
+        self._frozen = pids
+
+    def thaw(self) -> None:
+        """Continue (SIGCONT) the worker processes :meth:`freeze` stopped."""
+        pids, self._frozen = self._frozen, []
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[ModeCluster]:
+        """This cluster thawed for the duration, frozen again after (``cfg.freeze_idle``)."""
+        self.thaw()
+        try:
+            yield self
+        finally:
+            if self.cfg.freeze_idle:
+                self.freeze()
+
     def close(self) -> None:
+        self.thaw()  # a stopped worker would never answer its nanny's close
         self.stack.close()
 
     def _membership_event(self) -> tuple[str | None, float | None]:
@@ -673,6 +711,9 @@ def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: l
         t0 = time.perf_counter()
         for c in clusters.values():  # every cluster up before round 1
             c.start()
+        if cfg.freeze_idle:
+            for c in clusters.values():
+                c.freeze()
         log(f"[repeat {rep + 1}] {len(clusters)} clusters started and warmed up in "
             f"{time.perf_counter() - t0:.1f} s (load {os.getloadavg()[0]:.1f}; warm-up "
             + ", ".join(f"{m} {c.warm_up_s:.1f} s" for (_, m), c in clusters.items()) + ")")  # fmt: skip
@@ -680,7 +721,8 @@ def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: l
         def measure_floors(run: int, when: str) -> None:
             for name, fn in (("coffea-in-memory", floor_cluster.floor_in_memory),
                              ("processor-only", floor_cluster.floor_compute)):  # fmt: skip
-                r = fn()
+                with floor_cluster.running():
+                    r = fn()
                 r["round"], r["when"] = run, when
                 floors[name].append(r)
                 log(f"[floor] {name:22s} {when} round {run}: {r['wall_s']:7.2f} s")
@@ -692,15 +734,17 @@ def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: l
             if before:
                 measure_floors(run, "before")
             for (scenario, mode), c in clusters.items():
-                row = c.run()
+                with c.running():
+                    row = c.run()
                 row["repeat"] = rep + 1
                 sequences[scenario].setdefault(mode, []).append(row)
                 log(_progress_line(scenario, row))
             if floor_cluster is None or before:
                 continue
             if run == 1:  # fill the in-memory dicts and load the events: not timed as floors
-                floors["fill"] = floor_cluster.floor_in_memory(fill=True)
-                floors["load"] = floor_cluster.load_compute_floor(files)
+                with floor_cluster.running():
+                    floors["fill"] = floor_cluster.floor_in_memory(fill=True)
+                    floors["load"] = floor_cluster.load_compute_floor(files)
                 log(f"[floors] in-memory fill {floors['fill']['wall_s']:.2f} s; processor-only "
                     f"load {floors['load']['seconds']:.2f} s")  # fmt: skip
             else:
@@ -1087,6 +1131,8 @@ def parse_args(argv=None) -> tuple[Config, str]:
     p.add_argument("--repeats", type=int, default=d.repeats,
                    help="independent repeats (fresh clusters and caches); use >= 3 for headline figures")
     p.add_argument("--no-floors", action="store_true", help="skip the two floors")
+    p.add_argument("--no-freeze-idle", action="store_true",
+                   help="keep the worker processes of the clusters not running unfrozen")
     p.add_argument("--stripe-entries", type=int, default=None,
                    help="entries per placement stripe (default: the chunksize)")
     p.add_argument("--out", default=str(DEFAULT_OUT))
@@ -1099,7 +1145,7 @@ def parse_args(argv=None) -> tuple[Config, str]:
         modes=tuple(a.modes), scenarios=tuple(a.scenarios),
         membership_modes=tuple(a.membership_modes), data=a.data, workdir=a.workdir,
         analysis=a.analysis, repeats=a.repeats, floors=not a.no_floors,
-        stripe_entries=a.stripe_entries,
+        stripe_entries=a.stripe_entries, freeze_idle=not a.no_freeze_idle,
     )  # fmt: skip
     return cfg, a.out
 

@@ -46,6 +46,29 @@ def test_bad_configuration_is_refused(tmp_path):
     assert "xcache" not in cfg.modes  # no XCache without XRootD
 
 
+
+@pytest.mark.timeout(240)
+def test_idle_cluster_workers_are_frozen_between_their_runs(tmp_path):
+    """``freeze_idle``: a mode's worker processes are stopped (SIGSTOP) while other modes
+    run and continued for their own run; a frozen cluster still closes."""
+    import psutil
+
+    cfg = cr.Config(workers=2, storage="local", data=str(tmp_path / "data"), modes=("direct",), **TINY)
+    c = cr.ModeCluster("direct", cfg, None, tmp_path).start()
+    try:
+        pids = sorted(set(c.client.run(os.getpid).values()))
+        assert len(pids) == 2
+        c.freeze()
+        assert {psutil.Process(p).status() for p in pids} == {psutil.STATUS_STOPPED}
+        with c.running():
+            assert {psutil.Process(p).status() for p in pids} != {psutil.STATUS_STOPPED}
+            assert sorted(set(c.client.run(os.getpid).values())) == pids  # they answer
+        assert {psutil.Process(p).status() for p in pids} == {psutil.STATUS_STOPPED}
+    finally:
+        c.close()  # thaws first: a stopped worker would never answer its nanny
+    assert not any(psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE for p in pids)
+
+
 @pytest.mark.timeout(420)
 def test_local_storage_stable_and_membership(tmp_path):
     w = 2
