@@ -146,6 +146,7 @@ import warnings  # noqa: E402
 warnings.filterwarnings("ignore", category=RuntimeWarning, module="coffea.nanoevents.schemas.nanoaod")
 
 import dask  # noqa: E402
+import psutil  # noqa: E402
 from coffea import processor  # noqa: E402
 from coffea.nanoevents import NanoAODSchema  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
@@ -496,6 +497,13 @@ class ModeCluster:
         for pid in pids:
             os.kill(pid, signal.SIGSTOP)
         self._frozen = pids
+        # a signal is delivered asynchronously: a worker busy on another core may still run
+        # for a moment after kill() returns; wait until every one is stopped
+        deadline = time.monotonic() + 5.0
+        for pid in pids:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                while psutil.Process(pid).status() != psutil.STATUS_STOPPED and time.monotonic() < deadline:
+                    time.sleep(0.002)
 
     def thaw(self) -> None:
         """Continue (SIGCONT) the worker processes :meth:`freeze` stopped."""
