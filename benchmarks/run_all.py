@@ -62,7 +62,7 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
      [f"{B}/executor_runs.py", "--events", "2000", "--files", "2", "--chunksize", "500", "--workers", "2",
       "--repeats", "1", "--data", "{data}/executor_runs", "--out", "{out}"]),
     ("stealing_slow_node",
-     [f"{B}/stealing_slow_node.py", "--out", "{out}"],
+     [f"{B}/stealing_slow_node.py", "--repeats", "3", "--out", "{out}"],
      [f"{B}/stealing_slow_node.py", "--events", "2000", "--chunksize", "250", "--runs", "2", "--workers", "2",
       "--cost", "0.05", "--workdir", "{data}/stealing", "--out", "{out}"]),
     ("cache_read", [f"{B}/cache_read.py", "--out", "{out}"], [f"{B}/cache_read.py", "--quick", "--out", "{out}"]),

@@ -351,12 +351,13 @@ def _stealing(results: str) -> list[str]:
         what = "single runs" if reps == 1 else f"median of {reps} repeats"
     else:
         st, ca = r["runs"]["stock"], r["runs"]["cacheaffinity"]
-        hit, what = "hit_rate", "single runs"
+        hit, what, reps = "hit_rate", "single runs", 1
     text = (f"run-2 hit rate {_pct(ca[1][hit])} (Dask's stock stealing: {_pct(st[1][hit])}), "
             f"wall time of runs 2-{len(ca)} {r['wall_ratio_later_runs']:.3f}x stock's; {what}, "
             "light analysis")  # fmt: skip
     return [_row(f"one of {c['workers']} nodes {c['slowdown']:g}x slower, {c['runs']} consecutive runs", text,
-                 "python benchmarks/stealing_slow_node.py", doc)]  # fmt: skip
+                 "python benchmarks/stealing_slow_node.py" + (f" --repeats {reps}" if reps > 1 else ""),
+                 doc)]  # fmt: skip
 
 
 def _scheduler_overhead(results: str) -> list[str]:
