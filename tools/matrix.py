@@ -50,7 +50,7 @@ CORE_TESTS = [
 ]
 
 #: The share of coffea's own executor tests run at every end (a pytest -k
-#: expression; tests/test_coffea_upstream.py runs all of them in ``make test``):
+#: expression; ``make test`` runs tests/test_coffea_upstream.py's DEFAULT_SELECT):
 #: one processor kind and one NanoEvents mode of test_nanoevents_analysis (still
 #: TTree/parquet x skipbadfiles x maxchunks x compression), and every other case.
 #: RNTuple cases are left to the newest end: uproot 5.7.0 (the oldest end) fails
