@@ -29,9 +29,10 @@ of them stays (``ProcessorABC``, eager, compression 0, maxchunks 1000) and
 the other axes of that combination are covered by the TTree and parquet cases.
 
 The cases run in ``CACHEAFFINITY_UPSTREAM_SHARDS`` concurrent pytest processes
-(default: the number of CPUs, at most 4), each with its own cluster: the session
-cluster uses threads, so one process keeps one core busy (about 300 cases,
-~27 min in one process on 2 cores).  A case that hangs fails after
+(default: the CPUs this process may use, at most 4), each with its own cluster:
+the session cluster uses threads, so one process keeps one core busy (the default
+272 cases: 10.0 min in two processes on 2 cores, 2026-11-25; all 302 in one
+process took ~36 min there).  A case that hangs fails after
 :data:`CASE_TIMEOUT` seconds (pytest-timeout) instead of eating the step's time.
 """
 
@@ -42,6 +43,7 @@ import re
 import subprocess
 import sys
 import tarfile
+import time
 import xml.etree.ElementTree as ET
 from collections import Counter
 from pathlib import Path
@@ -67,7 +69,7 @@ CASE_TIMEOUT = 300
 def shard_count() -> int:
     raw = os.environ.get("CACHEAFFINITY_UPSTREAM_SHARDS")
     if raw is None:
-        return max(1, min(4, os.cpu_count() or 1))
+        return max(1, min(4, len(os.sched_getaffinity(0))))
     try:
         n = int(raw)
     except ValueError:
@@ -194,9 +196,10 @@ def run_upstream(root: Path, junit: Path, args: list[str], shards: int = 1) -> s
         cmd = _pytest_cmd(group) + [f"--junitxml={part}", "-p", "timeout", f"--timeout={CASE_TIMEOUT}"]
         with open(log, "w") as out:
             procs.append(subprocess.Popen(cmd, cwd=root, env=_upstream_env(), stdout=out, stderr=subprocess.STDOUT))
+    deadline = time.monotonic() + 2900
     try:
         for proc in procs:
-            proc.wait(timeout=2900)
+            proc.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
         for proc in procs:
             if proc.poll() is None:
