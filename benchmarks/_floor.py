@@ -61,6 +61,20 @@ def process(key: str, processor_instance) -> dict:
     return {"out": out, "seconds": time.perf_counter() - t0}
 
 
+def io_read_bytes() -> int | None:
+    """Bytes this process has had fetched from block storage so far (``read_bytes`` of
+    ``/proc/self/io``: reads the page cache did not serve), or None where the kernel does
+    not report it."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("read_bytes:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
 def clear() -> int:
     """Drop every loaded chunk; returns how many there were."""
     n = len(_EVENTS)

@@ -569,6 +569,7 @@ class ModeCluster:
         cached, plugin = self.cached, self.plugin
         before = cacheaffinity.cache_totals(client) if cached else {}
         c0 = cacheaffinity.check(client)["counters"] if plugin else {}
+        disk0 = self.disk_read_bytes()
         o0 = storage.origin_bytes()
         since = time.time()
         runner_kw: dict[str, Any] = {"cachestrategy": cacheaffinity.cachestrategy} if cached else {}
@@ -585,6 +586,7 @@ class ModeCluster:
             uproot_options=uproot_options,
         )  # fmt: skip
         wall = time.perf_counter() - t0
+        disk1 = self.disk_read_bytes()
         o1 = storage.origin_bytes()
         after = cacheaffinity.cache_totals(client) if cached else {}
         d = {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS} if cached else {}
@@ -606,6 +608,9 @@ class ModeCluster:
             "peer_hits": d.get("peer_hits") if cached else None,
             "cache_rate": (d["hits"] + d.get("peer_hits", 0)) / lookups if cached and lookups else None,
             "files_opened": d.get("storage_opens") if plugin else None,
+            # what the workers read from block storage (not the page cache): cache entries
+            # on the node's disk, and local dataset files (storage local)
+            "disk_read_bytes": None if disk0 is None or disk1 is None else disk1 - disk0,
             "steals": None,
             "on_preferred": None,
             "summary": self.summary(out),
@@ -633,14 +638,23 @@ class ModeCluster:
         the node; ``fill``: the first such run, which fills the dicts (not a floor)."""
         storage = self.storage
         runner = self._runner(metadata_cache=self.memory_metadata_cache, cachestrategy=memory_buffers)
+        disk0 = self.disk_read_bytes()
         t0 = time.perf_counter()
         out, metrics = runner(
             storage.fileset(self.mode), processor_instance=self.processor(), treename="Events",
             uproot_options=storage.uproot_options(),
         )  # fmt: skip
         wall = time.perf_counter() - t0
+        disk1 = self.disk_read_bytes()
         return {"mode": "coffea-in-memory" + (" (fill)" if fill else ""), "wall_s": wall,
-                "storage_bytes": int(metrics.get("bytesread", 0)), "summary": self.summary(out)}  # fmt: skip
+                "storage_bytes": int(metrics.get("bytesread", 0)), "summary": self.summary(out),
+                "disk_read_bytes": None if disk0 is None or disk1 is None else disk1 - disk0}  # fmt: skip
+
+    def disk_read_bytes(self) -> int | None:
+        """Bytes this cluster's worker processes have read from block storage so far
+        (``/proc/<pid>/io`` ``read_bytes``, summed), None where the kernel does not say."""
+        got = list(self.client.run(_floor.io_read_bytes).values())
+        return None if not got or any(v is None for v in got) else sum(got)
 
     def load_compute_floor(self, files: list[str]) -> dict:
         """Load every chunk's events into a worker's memory (round robin over workers)
@@ -848,7 +862,7 @@ def headline(doc: dict) -> dict:
     """
     per_mode: dict[str, dict] = {}
     ratios: dict[str, list] = {}
-    floors_b, floors_a = [], []
+    floors_b, floors_a, floors_b_disk = [], [], []
     for rp in doc["repeats"]:
         stable = rp["sequences"].get("stable", {})
         fb = [r["wall_s"] for r in rp["floors"]["coffea-in-memory"]]
@@ -857,6 +871,10 @@ def headline(doc: dict) -> dict:
         fa_med = statistics.median(fa) if fa else None
         floors_b.append(fb_med)
         floors_a.append(fa_med)
+        fb_disk = [r["disk_read_bytes"] for r in rp["floors"]["coffea-in-memory"]
+                   if r.get("disk_read_bytes") is not None]  # fmt: skip
+        if fb_disk:
+            floors_b_disk.append(_mb(statistics.median(fb_disk)))
         for mode, rows in stable.items():
             pm = per_mode.setdefault(mode, {"run1_wall_s": [], "run2_wall_s": [], "run2_hit_rate": [],
                                             "run2_cache_rate": [],
@@ -872,6 +890,8 @@ def headline(doc: dict) -> dict:
                 pm["run2_cache_rate"].append(rows[1].get("cache_rate"))
                 pm["run2_decompressed_MB"].append(_mb(rows[1]["decompressed_bytes"]))
                 pm["run2_origin_MB"].append(_mb(rows[1]["origin_bytes"]))
+                if rows[1].get("disk_read_bytes") is not None:
+                    pm.setdefault("run2_disk_read_MB", []).append(_mb(rows[1]["disk_read_bytes"]))
         ca = stable.get("cacheaffinity")
         if not ca or len(ca) < 2:
             continue
@@ -899,6 +919,8 @@ def headline(doc: dict) -> dict:
         "repeats": len(doc["repeats"]),
         "modes": {m: {k: spread(v) for k, v in d.items()} for m, d in per_mode.items()},
         "floors": {"coffea-in-memory": spread(floors_b), "processor-only": spread(floors_a)},
+        # MB the floor's workers read from block storage (none expected: buffers in memory)
+        **({"floor_b_disk_read_MB": spread(floors_b_disk)} if floors_b_disk else {}),
         "ratios": {k: spread(v) for k, v in ratios.items()},
     }
 

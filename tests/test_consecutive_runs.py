@@ -216,6 +216,13 @@ def test_realistic_repeats_and_floors(tmp_path):
         assert r["n"] == 2 and r["min"] <= r["median"] <= r["max"], (name, r)
         assert name in doc["targets"]
     assert h["modes"]["direct"]["run2_decompressed_MB"]["median"] > 0
+    # block-storage reads of the workers, per run and per floor (Linux: /proc/<pid>/io)
+    for rp in doc["repeats"]:
+        for rows in rp["sequences"]["stable"].values():
+            assert all(isinstance(r["disk_read_bytes"], int) and r["disk_read_bytes"] >= 0 for r in rows)
+        assert all(x["disk_read_bytes"] >= 0 for x in rp["floors"]["coffea-in-memory"])
+    assert h["modes"]["cacheaffinity"]["run2_disk_read_MB"]["n"] == 2
+    assert h["floor_b_disk_read_MB"]["n"] == 2
     vol = doc["decompressed_per_uncached_run"]
     assert vol["branches_found"] == len(read)
     rows = cr.headline_rows(doc)
@@ -223,3 +230,28 @@ def test_realistic_repeats_and_floors(tmp_path):
     j, _ = cr.write_results(doc, cfg, tmp_path / "out")
     saved = json.loads(Path(j).read_text())
     assert len(saved["commit"]) == 40 and saved["dirty"] in (True, False)
+    from tools.render_readme import render_consecutive_runs
+
+    text = render_consecutive_runs(str(tmp_path / "out"))
+    assert "- Run 2 read from the workers' disks" in text and "floor (b) " in text
+
+
+def test_disk_read_bytes_counts_what_the_page_cache_did_not_hold(tmp_path):
+    """The per-run disk figure (``benchmarks._floor.io_read_bytes``): a file pushed out of
+    the page cache and read again shows up in full; read again at once, it does not."""
+    from benchmarks._floor import io_read_bytes
+
+    path = tmp_path / "blob"
+    data = os.urandom(8 << 20)
+    with open(path, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+    before = io_read_bytes()
+    assert path.read_bytes() == data
+    cold = io_read_bytes() - before
+    assert cold >= len(data) * 0.9, cold
+    before = io_read_bytes()
+    assert path.read_bytes() == data
+    assert io_read_bytes() - before < len(data) * 0.1

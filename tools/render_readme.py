@@ -244,6 +244,13 @@ def _consecutive_headline(r: dict) -> list[str]:
             s += f" (the node held {_pct(mem[2]['removed_node_share'])} of the chunks)"
         s += f"; new empty node added before run 4: {_pct(mem[3]['hit_rate'])}"
         out.append(s + ".")
+    disk = {m: d["run2_disk_read_MB"] for m, d in h["modes"].items() if d.get("run2_disk_read_MB")}
+    if disk:
+        s = ("- Run 2 read from the workers' disks (`/proc/<pid>/io` read_bytes: what the page cache "
+             "did not hold), MB: " + ", ".join(f"{m} {_spread(v)}" for m, v in disk.items()))
+        if h.get("floor_b_disk_read_MB"):
+            s += f"; floor (b) {_spread(h['floor_b_disk_read_MB'])}"
+        out.append(s + ".")
     vol = r.get("decompressed_per_uncached_run")
     if vol:
         out.append(
