@@ -103,7 +103,9 @@ the same counter for every cached mode: the node's own cache); ``peer_hits`` / `
 served by caches, not decompressed); ``steals`` (cacheaffinity: its stealing's moves;
 stock stealing: ``confirm`` events of Dask's ``stealing`` topic); ``on_preferred`` (tasks
 that ran on their cache node / all, from the cacheaffinity plugin's counters; None where
-there is no preferred node).
+there is no preferred node); ``disk_read_bytes`` (bytes the cluster's worker processes had
+read from block storage, ``read_bytes`` of ``/proc/<pid>/io`` summed: cache entries and local
+files the page cache did not hold; recorded for the ``coffea-in-memory`` floor too).
 
     python benchmarks/consecutive_runs.py --events 160000 --files 8 --chunksize 10000 --workers 4 --runs 5 --repeats 3
     python benchmarks/consecutive_runs.py --storage local --events 2000 --files 2 --workers 2 --runs 2 --scenarios stable
