@@ -407,6 +407,11 @@ def _wait_nodes(client, n: int, plugin: bool, timeout: float = 60.0) -> None:
         time.sleep(0.1)
 
 
+def _delta(before: int | None, after: int | None) -> int | None:
+    """``after - before`` of a counter, None if either reading is unavailable."""
+    return None if before is None or after is None else after - before
+
+
 def _chunks(files: list[str], chunksize: int) -> list[tuple[str, int, int]]:
     """(file, start, stop) of every chunk: the same split as coffea's Runner (n =
     round(entries / chunksize) equal chunks per file)."""
@@ -612,7 +617,7 @@ class ModeCluster:
             "files_opened": d.get("storage_opens") if plugin else None,
             # what the workers read from block storage (not the page cache): cache entries
             # on the node's disk, and local dataset files (storage local)
-            "disk_read_bytes": None if disk0 is None or disk1 is None else disk1 - disk0,
+            "disk_read_bytes": _delta(disk0, disk1),
             "steals": None,
             "on_preferred": None,
             "summary": self.summary(out),
@@ -650,7 +655,7 @@ class ModeCluster:
         disk1 = self.disk_read_bytes()
         return {"mode": "coffea-in-memory" + (" (fill)" if fill else ""), "wall_s": wall,
                 "storage_bytes": int(metrics.get("bytesread", 0)), "summary": self.summary(out),
-                "disk_read_bytes": None if disk0 is None or disk1 is None else disk1 - disk0}  # fmt: skip
+                "disk_read_bytes": _delta(disk0, disk1)}  # fmt: skip
 
     def disk_read_bytes(self) -> int | None:
         """Bytes this cluster's worker processes have read from block storage so far
