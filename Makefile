@@ -31,7 +31,7 @@ test:
 	@rm -f .test-times; rc=0; \
 	tools/timed .test-times venv $(MAKE) --no-print-directory venv || exit $$?; \
 	tools/timed .test-times system-deps $(MAKE) --no-print-directory system-deps; \
-	tools/timed .test-times pytest $(PY) -m pytest -q || rc=$$?; \
+	tools/timed .test-times pytest $(PY) -m pytest -q --durations=30 || rc=$$?; \
 	tools/timed .test-times coffea-upstream $(PY) -m pytest -q -m upstream || rc=$$?; \
 	tools/timed .test-times matrix-oldest $(PYTHON) tools/matrix.py oldest || rc=$$?; \
 	tools/timed .test-times --report; exit $$rc
