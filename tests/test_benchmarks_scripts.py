@@ -78,3 +78,28 @@ def test_scheduler_overhead_tiny(tmp_path):
     # the plugin placed every chunk task where cacheaffinity.where said
     assert h["chunk_tasks_on_placed_worker"]["median"] == 1.0
     assert (tmp_path / "scheduler_overhead.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_warm_run_profile_counts_read_path_samples_inside_chunk_tasks(tmp_path):
+    """benchmarks/warm_run_profile.py: inclusive samples of the read path, counted only under
+    a chunk task, from py-spy's raw format (frame;frame;... count)."""
+    from benchmarks import warm_run_profile as wrp
+
+    task = "ChunkTask.__call__ (cacheaffinity/coffea/work.py:250)"
+    gm = "ColumnCache.get_many (cacheaffinity/worker/store.py:1262)"
+    q = "ColumnCache._query (cacheaffinity/worker/store.py:845)"
+    rd = "ColumnCache._read (cacheaffinity/worker/store.py:1187)"
+    (tmp_path / "a.txt").write_text(
+        f"_bootstrap (threading.py:1);{task};process (realistic.py:9) 50\n"
+        f"_bootstrap (threading.py:1);{task};{gm};{q} 7\n"
+        f"_bootstrap (threading.py:1);{task};{gm};ColumnCache._get_row (store.py:1311);{rd} 5\n"
+        f"_bootstrap (threading.py:1);heartbeat (worker.py:3) 30\n"
+    )
+    # a get_many outside any chunk task (a peer request being served) is not the task's
+    (tmp_path / "b.txt").write_text(f"serve (peers.py:1);{gm};{rd} 9\n{task} 8\n")
+    s = wrp.stack_samples([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")])
+    assert s["all"] == 50 + 7 + 5 + 30 + 9 + 8
+    assert s["tasks"] == 50 + 7 + 5 + 8
+    assert (s["get_many"], s["index_query"], s["file_reads"]) == (12, 7, 5)
+    assert s["get_many_share"] == pytest.approx(12 / 70)
+    assert wrp.find_py_spy(str(tmp_path / "no-such-py-spy")) is None

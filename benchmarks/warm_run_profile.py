@@ -1,0 +1,266 @@
+"""Where a warm cacheaffinity run spends the time that floor (b) does not.
+
+The headline (``consecutive_runs.py``) measures cacheaffinity's warm run against floor (b),
+``coffea-in-memory``: the same executor and coffea/NanoEvents pipeline with every column
+buffer in a dict of the worker process.  This script explains that ratio on one cluster,
+with the page cache warm and nothing else running: W worker processes (1 thread each, W
+cache nodes), files read from the local directory, the realistic analysis by default.
+
+1. run 1 (cold caches), then one floor (b) run that fills the workers' dicts (not timed);
+2. ``--rounds`` rounds of one warm run and one floor (b) run, the order alternating from round
+   to round; each run is profiled on every worker process with py-spy (``--rate`` samples/s,
+   ``--nonblocking``) when py-spy is found (``--py-spy``, default: next to this Python, then
+   ``PATH``; ``pip install py-spy``; it needs ptrace, i.e. root or ``ptrace_scope`` 0).
+
+Per round: both walls, their ratio, bytes the workers read from block storage
+(``/proc/<pid>/io``), the warm run's hit rate, and from the profiles the samples of the chunk
+tasks (``ChunkTask.__call__``) and of the disk cache's read path inside them:
+``ColumnCache.get_many`` (all of it), its index query (``ColumnCache._query``) and its file
+reads (``ColumnCache._read``: open, fstat, readinto, close, xxh3).  py-spy samples wall time of
+running threads, so on a machine with fewer cores than workers a sample share is a share of
+the tasks' wall time, the CPU contention included.  The headline ratio is "what the disk cache
+costs over a dict"; ``get_many``'s share is how much of that is the read path itself.
+
+    python benchmarks/warm_run_profile.py [--events 160000] [--files 8] [--chunksize 10000]
+        [--workers 4] [--rounds 3] [--analysis realistic]
+
+Prints a table, writes benchmarks/results/warm_run_profile.json and .png (``--out``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import glob
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import consecutive_runs as cr  # noqa: E402
+from benchmarks._common import print_table, pyplot, save_png, spread, write_json  # noqa: E402
+
+#: (name in the JSON, function name py-spy reports) of the read path, inclusive samples
+READ_PATH = (
+    ("get_many", "ColumnCache.get_many"),
+    ("index_query", "ColumnCache._query"),
+    ("file_reads", "ColumnCache._read"),
+)
+TASK = "ChunkTask.__call__"
+
+
+def find_py_spy(given: str | None) -> str | None:
+    if given:
+        return given if os.access(given, os.X_OK) else None
+    here = Path(sys.executable).parent / "py-spy"
+    return str(here) if os.access(here, os.X_OK) else shutil.which("py-spy")
+
+
+class Profiler:
+    """py-spy ``record`` on every worker process of a cluster for the span of a ``with``."""
+
+    def __init__(self, exe: str | None, rate: int, outdir: str):
+        self.exe, self.rate, self.outdir = exe, rate, outdir
+
+    def __call__(self, client, tag: str):
+        return _Recording(self, client, tag)
+
+
+class _Recording:
+    def __init__(self, prof: Profiler, client, tag: str):
+        self.prof, self.client, self.tag = prof, client, tag
+        self.procs: list[subprocess.Popen] = []
+        self.files: list[str] = []
+
+    def __enter__(self):
+        if self.prof.exe is None:
+            return self
+        for pid in self.client.run(os.getpid).values():
+            out = os.path.join(self.prof.outdir, f"{self.tag}-{pid}.txt")
+            self.files.append(out)
+            self.procs.append(subprocess.Popen(
+                [self.prof.exe, "record", "-p", str(pid), "-r", str(self.prof.rate), "--format",
+                 "raw", "--nonblocking", "-o", out],
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+            ))  # fmt: skip
+        time.sleep(1.0)  # py-spy attaches before the run starts
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.send_signal(signal.SIGINT)
+        for p in self.procs:
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def shares(self) -> dict | None:
+        """Samples of the chunk tasks and of the read path within them (None: no profile)."""
+        if not self.files or not all(os.path.exists(f) for f in self.files):
+            return None
+        return stack_samples(self.files)
+
+
+def _function(frame: str) -> str:
+    # py-spy raw frames: "function (file.py:line)"
+    return frame.split(" (", 1)[0]
+
+
+def stack_samples(files: list[str]) -> dict:
+    """Inclusive samples of :data:`TASK` and of each :data:`READ_PATH` function under it in
+    py-spy ``--format raw`` files (one ``frame;frame;... count`` line per stack)."""
+    counts: collections.Counter = collections.Counter()
+    total = 0
+    for path in files:
+        with open(path) as f:
+            for line in f:
+                stack, _, n = line.rstrip("\n").rpartition(" ")
+                if not stack or not n.isdigit():
+                    continue
+                total += int(n)
+                funcs = [_function(fr) for fr in stack.split(";")]
+                if TASK not in funcs:
+                    continue
+                counts["tasks"] += int(n)
+                below = set(funcs[funcs.index(TASK):])
+                for name, fn in READ_PATH:
+                    if fn in below:
+                        counts[name] += int(n)
+    out = {"all": total, "tasks": counts["tasks"]}
+    for name, _ in READ_PATH:
+        out[name] = counts[name]
+        out[f"{name}_share"] = counts[name] / counts["tasks"] if counts["tasks"] else None
+    return out
+
+
+def run(args) -> dict:
+    cfg = cr.Config(
+        events=args.events, files=args.files, chunksize=args.chunksize, workers=args.workers,
+        runs=2, storage="local", rate=None, modes=("cacheaffinity",), scenarios=("stable",),
+        analysis=args.analysis, data=args.data, progress=False,
+    )  # fmt: skip
+    cfg.check()
+    files = cr.prepare_data(cfg)
+    exe = find_py_spy(args.py_spy)
+    if exe is None:
+        print("py-spy not found: walls and ratios only (pip install py-spy)", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="warm-run-profile-", dir=args.workdir))
+    prof = Profiler(exe, args.rate, str(work))
+    rounds = []
+    try:
+        with cr.Storage(cfg, files, work) as storage:
+            mc = cr.ModeCluster("cacheaffinity", cfg, storage, work).start()
+            try:
+                r1 = mc.run()
+                print(f"run 1 {r1['wall_s']:.2f} s (cold)", flush=True)
+                mc.floor_in_memory(fill=True)
+                for k in range(args.rounds):
+                    got = {}
+                    order = ("warm", "floor") if k % 2 == 0 else ("floor", "warm")
+                    for kind in order:
+                        with prof(mc.client, f"{kind}{k}") as rec:
+                            row = mc.run() if kind == "warm" else mc.floor_in_memory()
+                        got[kind] = (row, rec.shares())
+                    (w, wp), (f, fp) = got["warm"], got["floor"]
+                    r = {
+                        "round": k + 1, "order": list(order),
+                        "warm_s": w["wall_s"], "floor_b_s": f["wall_s"],
+                        "ratio": w["wall_s"] / f["wall_s"],
+                        "warm_hit_rate": w["hit_rate"],
+                        "warm_disk_read_bytes": w.get("disk_read_bytes"),
+                        "floor_b_disk_read_bytes": f.get("disk_read_bytes"),
+                        "warm_profile": wp, "floor_b_profile": fp,
+                    }  # fmt: skip
+                    rounds.append(r)
+                    share = (wp or {}).get("get_many_share")
+                    print(f"round {k + 1}: warm {r['warm_s']:.2f} s, floor (b) {r['floor_b_s']:.2f} s, "
+                          f"ratio {r['ratio']:.3f}, hits {r['warm_hit_rate']:.1%}"
+                          + (f", get_many {share:.1%} of task samples" if share is not None else ""),
+                          flush=True)  # fmt: skip
+            finally:
+                mc.close()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    summary = {"ratio": spread([r["ratio"] for r in rounds])}
+    for name, _ in READ_PATH:
+        summary[f"{name}_share"] = spread(
+            [(r["warm_profile"] or {}).get(f"{name}_share") for r in rounds]
+        )
+    # task samples of the warm run over the floor's: how much longer the tasks took
+    summary["task_samples_ratio"] = spread([
+        r["warm_profile"]["tasks"] / r["floor_b_profile"]["tasks"]
+        for r in rounds
+        if r["warm_profile"] and r["floor_b_profile"] and r["floor_b_profile"]["tasks"]
+    ])  # fmt: skip
+    return {"run1_s": r1["wall_s"], "rounds": rounds, "summary": summary, "py_spy": exe,
+            "dataset_files": len(files)}  # fmt: skip
+
+
+def plot(doc: dict, path: str) -> None:
+    plt = pyplot()
+    rounds = doc["results"]["rounds"]
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    x = [r["round"] for r in rounds]
+    ax.bar([i - 0.2 for i in x], [r["ratio"] for r in rounds], width=0.4,
+           label="warm run / floor (b) wall")  # fmt: skip
+    shares = [(r["warm_profile"] or {}).get("get_many_share") for r in rounds]
+    if all(s is not None for s in shares):
+        ax.bar([i + 0.2 for i in x], [1 + s for s in shares], width=0.4,
+               label="1 + get_many share of task samples")  # fmt: skip
+    ax.axhline(1.15, color="k", lw=0.8, ls="--", label="issue 16 target 1.15")
+    ax.set_xlabel("round")
+    ax.set_ylim(0.9, None)
+    ax.set_xticks(x)
+    ax.legend(fontsize=8)
+    ax.set_title(f"warm run vs floor (b), commit {doc['commit'][:7]}", fontsize=9)
+    save_png(fig, path)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=int, default=160_000)
+    p.add_argument("--files", type=int, default=8)
+    p.add_argument("--chunksize", type=int, default=10_000)
+    p.add_argument("--workers", type=int, default=4)
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--analysis", default="realistic", choices=sorted(cr.ANALYSES))
+    p.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    p.add_argument("--py-spy", default=None, help="py-spy executable (default: search)")
+    p.add_argument("--data", default=str(cr.DEFAULT_DATA), help="generated datasets (reused)")
+    p.add_argument("--workdir", default=None, help="where the caches go (default: temp dir)")
+    p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
+    args = p.parse_args(argv)
+    if args.rounds < 1:
+        p.error("--rounds must be >= 1")
+    t0 = time.perf_counter()
+    results = run(args)
+    config = {k: v for k, v in vars(args).items() if k != "out"}
+    os.makedirs(args.out, exist_ok=True)
+    path = os.path.join(args.out, "warm_run_profile.json")
+    write_json(path, config=config, results=results, elapsed_s=time.perf_counter() - t0,
+               load_average=os.getloadavg())  # fmt: skip
+    import json
+
+    with open(path) as f:
+        doc = json.load(f)
+    plot(doc, path[:-5] + ".png")
+    s = results["summary"]
+    rows = [{"figure": name, "median": v["median"], "min": v["min"], "max": v["max"]}
+            for name, v in s.items()]  # fmt: skip
+    print_table(rows, ["figure", "median", "min", "max"])
+    print(f"wrote {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
