@@ -19,8 +19,8 @@ Tables (``RENDERERS``):
     heterogeneous clusters (``simulate.json``, scenarios ``hetero`` and ``slowdown``): hit
     rate and makespan of runs 1-5 per policy.
 ``measured``
-    one row per other benchmark (executor runs, cache read, placement, stealing, scheduler
-    CPU, scale, simulation) with its figures, command and commit.
+    one row per other benchmark (executor runs, cache read, warm-run profile, placement,
+    stealing, scheduler CPU, scale, simulation) with its figures, command and commit.
 
 Every figure comes from a JSON file; a JSON whose commit was stamped afterwards
 (``commit_inferred``, see tools/stamp_results.py) is marked so.
@@ -475,10 +475,31 @@ def _simulate(results: str) -> list[str]:
     return out
 
 
+def _warm_run_profile(results: str) -> list[str]:
+    doc = _load(results, "warm_run_profile")
+    if doc is None:
+        return []
+    r, c = doc["results"], doc["config"]
+    s = r["summary"]
+    pct = lambda v: f"{v * 100:.1f}%"  # noqa: E731
+    text = (f"warm run / floor (b) {_spread(s['ratio'], lambda v: f'{v:.2f}')} "
+            f"({len(r['rounds'])} rounds, page cache warm)")
+    if s["get_many_share"]["median"] is not None:
+        text += (f"; the cache's read path (`ColumnCache.get_many`) {_spread(s['get_many_share'], pct)} "
+                 f"of the warm run's chunk-task samples (index query "
+                 f"{_spread(s['index_query_share'], pct)}, file reads "
+                 f"{_spread(s['file_reads_share'], pct)}); warm / floor (b) task samples "
+                 f"{_spread(s['task_samples_ratio'], lambda v: f'{v:.2f}')}")
+    cmd = (f"python benchmarks/warm_run_profile.py --events {c['events']} --files {c['files']} "
+           f"--chunksize {c['chunksize']} --workers {c['workers']} --rounds {c['rounds']}")
+    return [_row(f"warm run vs floor (b), {c['analysis']} analysis, {c['events'] // 1000}k events, "
+                 f"{c['workers']} workers, local files, py-spy", text, cmd, doc)]  # fmt: skip
+
+
 def render_measured(results: str) -> str:
     rows = ["| what | result | command | measured on |", "| --- | --- | --- | --- |"]
-    for fn in (_executor_runs, _cache_read, _placement, _stealing, _scheduler_overhead,
-               _scheduler_scale, _simulate):  # fmt: skip
+    for fn in (_executor_runs, _cache_read, _warm_run_profile, _placement, _stealing,
+               _scheduler_overhead, _scheduler_scale, _simulate):  # fmt: skip
         rows += fn(results)
     return "\n".join(rows) + "\n"
 
