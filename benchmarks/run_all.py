@@ -9,8 +9,8 @@ freshest; the pure-CPU ones last):
 2. ``consecutive_runs_light``: the light analysis, same data, direct / xcache /
    cacheaffinity, 5 runs, 3 repeats;
 3. ``scheduler_overhead``: 10^4 chunk tasks vs plain restricted tasks, 5 rounds;
-4. ``executor_runs``, ``stealing_slow_node``, ``cache_read``, ``placement``,
-   ``scheduler_scale``, ``simulate``;
+4. ``executor_runs``, ``warm_run_profile``, ``stealing_slow_node``, ``cache_read``,
+   ``placement``, ``scheduler_scale``, ``simulate``;
 5. ``render_readme``: the README tables from the new JSON files.
 
 Each step's wall time is printed when it ends and all of them at the end (also written to
@@ -61,6 +61,11 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
      [f"{B}/executor_runs.py", "--events", "150000", "--files", "6", "--repeats", "3", "--out", "{out}"],
      [f"{B}/executor_runs.py", "--events", "2000", "--files", "2", "--chunksize", "500", "--workers", "2",
       "--repeats", "1", "--data", "{data}/executor_runs", "--out", "{out}"]),
+    ("warm_run_profile",
+     [f"{B}/warm_run_profile.py", "--events", "160000", "--files", "8", "--chunksize", "10000",
+      "--workers", "4", "--rounds", "3", "--out", "{out}"],
+     [f"{B}/warm_run_profile.py", "--events", "1200", "--files", "1", "--chunksize", "600",
+      "--workers", "2", "--rounds", "1", "--data", "{data}", "--out", "{out}"]),
     ("stealing_slow_node",
      [f"{B}/stealing_slow_node.py", "--repeats", "3", "--out", "{out}"],
      [f"{B}/stealing_slow_node.py", "--events", "2000", "--chunksize", "250", "--runs", "2", "--workers", "2",
