@@ -35,6 +35,20 @@ def test_round_trip_needs_the_same_identity(tmp_path):
     assert FormStore.key("token-a", "Events") != FormStore.key("token-b", "Events")
 
 
+
+def test_every_get_returns_its_own_document(tmp_path):
+    """The chunk task hands ``get``'s base form to coffea, which changes it in place, without
+    copying it (cacheaffinity/coffea/work.py): a change must not reach the next ``get``."""
+    store = FormStore(str(tmp_path))
+    name = FormStore.key("token-a", "Events")
+    assert store.put(name, DOC)
+    first = store.get(name)
+    first["base_form"]["contents"] = ["changed in place"]
+    first["num_entries"] = -1
+    second = store.get(name)
+    assert second == DOC and second is not first
+    assert second["base_form"] is not first["base_form"]
+
 @pytest.mark.parametrize(
     "damage",
     [
