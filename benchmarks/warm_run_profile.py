@@ -21,8 +21,14 @@ running threads, so on a machine with fewer cores than workers a sample share is
 the tasks' wall time, the CPU contention included.  The headline ratio is "what the disk cache
 costs over a dict"; ``get_many``'s share is how much of that is the read path itself.
 
+Python's garbage collector is timed in every worker (``gc.callbacks``): seconds of full
+(generation 2) and of younger collections per worker process and run.  ``--gc-freeze``
+calls ``gc.collect(); gc.freeze()`` on every worker after the fill run (the objects alive
+then, mostly the imported libraries, are left out of later collections: the one-line tuning
+a user can apply with ``client.run``), to measure what the full collections cost.
+
     python benchmarks/warm_run_profile.py [--events 160000] [--files 8] [--chunksize 10000]
-        [--workers 4] [--rounds 3] [--analysis realistic]
+        [--workers 4] [--rounds 3] [--analysis realistic] [--gc-freeze]
 
 Prints a table, writes benchmarks/results/warm_run_profile.json and .png (``--out``).
 """
@@ -31,7 +37,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import glob
 import os
 import shutil
 import signal
@@ -55,6 +60,51 @@ READ_PATH = (
     ("file_reads", "ColumnCache._read"),
 )
 TASK = "ChunkTask.__call__"
+
+
+def gc_timer_install() -> None:
+    """(In a worker) time every collection by generation; :func:`gc_timer_read` reads and
+    resets the totals."""
+    import gc as _gc
+
+    import time as _time
+
+    state = {"s": [0.0, 0.0, 0.0], "n": [0, 0, 0], "t0": 0.0}
+
+    def callback(phase, info):
+        if phase == "start":
+            state["t0"] = _time.perf_counter()
+        else:
+            g = info["generation"]
+            state["s"][g] += _time.perf_counter() - state["t0"]
+            state["n"][g] += 1
+
+    _gc.callbacks.append(callback)
+    _gc.warm_run_profile_state = state  # the worker's, found again by gc_timer_read
+
+
+def gc_timer_read() -> dict:
+    import gc as _gc
+
+    state = _gc.warm_run_profile_state
+    out = {"full_s": state["s"][2], "young_s": state["s"][0] + state["s"][1],
+           "full_n": state["n"][2], "young_n": state["n"][0] + state["n"][1]}  # fmt: skip
+    state["s"], state["n"] = [0.0, 0.0, 0.0], [0, 0, 0]
+    return out
+
+
+def gc_freeze() -> int:
+    import gc as _gc
+
+    _gc.collect()
+    _gc.freeze()
+    return _gc.get_freeze_count()
+
+
+def _gc_summary(per_worker: dict) -> dict:
+    """Median over the workers of their collections' seconds and counts in one run."""
+    rows = list(per_worker.values())
+    return {k: statistics.median(r[k] for r in rows) for k in ("full_s", "young_s", "full_n", "young_n")}
 
 
 def find_py_spy(given: str | None) -> str | None:
@@ -164,12 +214,20 @@ def run(args) -> dict:
                 r1 = mc.run()
                 print(f"run 1 {r1['wall_s']:.2f} s (cold)", flush=True)
                 mc.floor_in_memory(fill=True)
+                frozen = None
+                if args.gc_freeze:
+                    frozen = statistics.median(mc.client.run(gc_freeze).values())
+                    print(f"gc.freeze(): {frozen:.0f} objects per worker left out of collections",
+                          flush=True)  # fmt: skip
+                mc.client.run(gc_timer_install)
                 for k in range(args.rounds):
                     got = {}
                     order = ("warm", "floor") if k % 2 == 0 else ("floor", "warm")
                     for kind in order:
+                        mc.client.run(gc_timer_read)  # reset
                         with prof(mc.client, f"{kind}{k}") as rec:
                             row = mc.run() if kind == "warm" else mc.floor_in_memory()
+                        row["gc"] = _gc_summary(mc.client.run(gc_timer_read))
                         got[kind] = (row, rec.shares())
                     (w, wp), (f, fp) = got["warm"], got["floor"]
                     r = {
@@ -180,11 +238,13 @@ def run(args) -> dict:
                         "warm_disk_read_bytes": w.get("disk_read_bytes"),
                         "floor_b_disk_read_bytes": f.get("disk_read_bytes"),
                         "warm_profile": wp, "floor_b_profile": fp,
+                        "warm_gc": w["gc"], "floor_b_gc": f["gc"],
                     }  # fmt: skip
                     rounds.append(r)
                     share = (wp or {}).get("get_many_share")
                     print(f"round {k + 1}: warm {r['warm_s']:.2f} s, floor (b) {r['floor_b_s']:.2f} s, "
-                          f"ratio {r['ratio']:.3f}, hits {r['warm_hit_rate']:.1%}"
+                          f"ratio {r['ratio']:.3f}, hits {r['warm_hit_rate']:.1%}, full GC per worker "
+                          f"{w['gc']['full_s']:.2f} / {f['gc']['full_s']:.2f} s"
                           + (f", get_many {share:.1%} of task samples" if share is not None else ""),
                           flush=True)  # fmt: skip
             finally:
@@ -202,8 +262,15 @@ def run(args) -> dict:
         for r in rounds
         if r["warm_profile"] and r["floor_b_profile"] and r["floor_b_profile"]["tasks"]
     ])  # fmt: skip
+    for kind in ("warm", "floor_b"):
+        summary[f"{kind}_full_gc_s"] = spread([r[f"{kind}_gc"]["full_s"] for r in rounds])
+        summary[f"{kind}_full_gc_share"] = spread(
+            [r[f"{kind}_gc"]["full_s"] / r[f"{kind}_s"] for r in rounds]
+        )
+    summary["warm_s"] = spread([r["warm_s"] for r in rounds])
+    summary["floor_b_s"] = spread([r["floor_b_s"] for r in rounds])
     return {"run1_s": r1["wall_s"], "rounds": rounds, "summary": summary, "py_spy": exe,
-            "dataset_files": len(files)}  # fmt: skip
+            "dataset_files": len(files), "gc_frozen_objects": frozen}  # fmt: skip
 
 
 def plot(doc: dict, path: str) -> None:
@@ -236,6 +303,9 @@ def main(argv=None) -> int:
     p.add_argument("--analysis", default="realistic", choices=sorted(cr.ANALYSES))
     p.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     p.add_argument("--py-spy", default=None, help="py-spy executable (default: search)")
+    p.add_argument("--gc-freeze", action="store_true",
+                   help="gc.collect(); gc.freeze() on every worker after the fill run")
+    p.add_argument("--name", default="warm_run_profile", help="results file name (without .json)")
     p.add_argument("--data", default=str(cr.DEFAULT_DATA), help="generated datasets (reused)")
     p.add_argument("--workdir", default=None, help="where the caches go (default: temp dir)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
@@ -244,9 +314,9 @@ def main(argv=None) -> int:
         p.error("--rounds must be >= 1")
     t0 = time.perf_counter()
     results = run(args)
-    config = {k: v for k, v in vars(args).items() if k != "out"}
+    config = {k: v for k, v in vars(args).items() if k not in ("out", "name")}
     os.makedirs(args.out, exist_ok=True)
-    path = os.path.join(args.out, "warm_run_profile.json")
+    path = os.path.join(args.out, f"{args.name}.json")
     write_json(path, config=config, results=results, elapsed_s=time.perf_counter() - t0,
                load_average=os.getloadavg())  # fmt: skip
     import json

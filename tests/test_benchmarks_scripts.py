@@ -103,3 +103,25 @@ def test_warm_run_profile_counts_read_path_samples_inside_chunk_tasks(tmp_path):
     assert (s["get_many"], s["index_query"], s["file_reads"]) == (12, 7, 5)
     assert s["get_many_share"] == pytest.approx(12 / 70)
     assert wrp.find_py_spy(str(tmp_path / "no-such-py-spy")) is None
+
+
+def test_warm_run_profile_gc_timer_counts_full_collections():
+    """The worker-side collector timer of warm_run_profile.py (here in this process)."""
+    import gc
+
+    from benchmarks import warm_run_profile as wrp
+
+    before = list(gc.callbacks)
+    try:
+        wrp.gc_timer_install()
+        wrp.gc_timer_read()  # reset
+        gc.collect()
+        gc.collect(0)
+        got = wrp.gc_timer_read()
+        assert got["full_n"] == 1 and got["young_n"] >= 1
+        assert got["full_s"] > 0
+        assert wrp.gc_timer_read()["full_n"] == 0  # read resets
+        summary = wrp._gc_summary({"a": got, "b": dict(got, full_s=3.0), "c": dict(got, full_s=1.0)})
+        assert summary["full_s"] == 1.0 and summary["full_n"] == 1
+    finally:
+        gc.callbacks[:] = before

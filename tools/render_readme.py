@@ -476,24 +476,37 @@ def _simulate(results: str) -> list[str]:
 
 
 def _warm_run_profile(results: str) -> list[str]:
-    doc = _load(results, "warm_run_profile")
-    if doc is None:
-        return []
-    r, c = doc["results"], doc["config"]
-    s = r["summary"]
-    pct = lambda v: f"{v * 100:.1f}%"  # noqa: E731
-    text = (f"warm run / floor (b) {_spread(s['ratio'], lambda v: f'{v:.2f}')} "
-            f"({len(r['rounds'])} rounds, page cache warm)")
-    if s["get_many_share"]["median"] is not None:
-        text += (f"; the cache's read path (`ColumnCache.get_many`) {_spread(s['get_many_share'], pct)} "
-                 f"of the warm run's chunk-task samples (index query "
-                 f"{_spread(s['index_query_share'], pct)}, file reads "
-                 f"{_spread(s['file_reads_share'], pct)}); warm / floor (b) task samples "
-                 f"{_spread(s['task_samples_ratio'], lambda v: f'{v:.2f}')}")
-    cmd = (f"python benchmarks/warm_run_profile.py --events {c['events']} --files {c['files']} "
-           f"--chunksize {c['chunksize']} --workers {c['workers']} --rounds {c['rounds']}")
-    return [_row(f"warm run vs floor (b), {c['analysis']} analysis, {c['events'] // 1000}k events, "
-                 f"{c['workers']} workers, local files, py-spy", text, cmd, doc)]  # fmt: skip
+    rows = []
+    for name in ("warm_run_profile", "warm_run_profile_gcfreeze"):
+        doc = _load(results, name)
+        if doc is None:
+            continue
+        r, c = doc["results"], doc["config"]
+        s = r["summary"]
+        pct = lambda v: f"{v * 100:.1f}%"  # noqa: E731
+        sec = lambda v: f"{v:.2f} s"  # noqa: E731
+        text = (f"warm run / floor (b) {_spread(s['ratio'], lambda v: f'{v:.2f}')} "
+                f"({len(r['rounds'])} rounds, page cache warm)")
+        if s.get("warm_s"):
+            text += f"; warm run {_spread(s['warm_s'], sec)}, floor (b) {_spread(s['floor_b_s'], sec)}"
+        if s["get_many_share"]["median"] is not None:
+            text += (f"; the cache's read path (`ColumnCache.get_many`) {_spread(s['get_many_share'], pct)} "
+                     f"of the warm run's chunk-task samples (index query "
+                     f"{_spread(s['index_query_share'], pct)}, file reads "
+                     f"{_spread(s['file_reads_share'], pct)}); warm / floor (b) task samples "
+                     f"{_spread(s['task_samples_ratio'], lambda v: f'{v:.2f}')}")
+        if s.get("warm_full_gc_s"):
+            text += (f"; Python's full garbage collections per worker and run: warm "
+                     f"{_spread(s['warm_full_gc_s'], sec)}, floor (b) {_spread(s['floor_b_full_gc_s'], sec)}")
+        cmd = (f"python benchmarks/warm_run_profile.py --events {c['events']} --files {c['files']} "
+               f"--chunksize {c['chunksize']} --workers {c['workers']} --rounds {c['rounds']}")
+        what = (f"warm run vs floor (b), {c['analysis']} analysis, {c['events'] // 1000}k events, "
+                f"{c['workers']} workers, local files, py-spy")
+        if c.get("gc_freeze"):
+            cmd += f" --gc-freeze --name {name}"
+            what += ", `gc.freeze()` on the workers after the fill run"
+        rows.append(_row(what, text, cmd, doc))
+    return rows
 
 
 def render_measured(results: str) -> str:
