@@ -29,7 +29,7 @@ DIRECTORY_WIDE = frozenset({"bytes", "entries", "capacity"})
 #: Scheduler handler naming the nodes that processed a chunk task's entries
 #: (asked by a worker whose task missed columns; see cacheaffinity.worker.peers).
 HOLDERS_HANDLER = "cacheaffinity_holders"
-#: Worker handler that sends the cached columns of the requested keys.
-COLUMNS_HANDLER = "cacheaffinity_columns"
+#: Worker handler that sends the chunk packs of a tree overlapping an entry range.
+PACKS_HANDLER = "cacheaffinity_packs"
 #: Worker handler that sends a stored NanoEvents form document (JSON) of a file.
 FORM_HANDLER = "cacheaffinity_form"

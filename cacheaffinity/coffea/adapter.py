@@ -23,7 +23,7 @@ Private names (leading underscore)
       extra ``buffer_cache`` parameter).
     - ``coffea.nanoevents.mapping.base.BaseSourceMapping._column_source(uuid,
       path_in_source)``: overridden by
-      :class:`cacheaffinity.coffea.clusters.ClusterSourceMapping` (so that a
+      :class:`cacheaffinity.coffea.packs.PackSourceMapping` (so that a
       fully cached chunk opens no file) and called for the tree on a miss.
 
 Undocumented shapes of public names
@@ -37,7 +37,7 @@ Undocumented shapes of public names
       allow_missing)``, ``extract_column(columnhandle, start, stop,
       allow_missing, use_ak_forth)`` and its ``decompression_executor`` /
       ``interpretation_executor`` attributes: overridden/used by
-      ``ClusterSourceMapping``; every ``!load`` of a form key goes through them.
+      ``PackSourceMapping``; every ``!load`` of a form key goes through them.
       Like coffea's ``extract_column`` it sets uproot's private
       ``interpretation._forth`` before ``TBranch.array``.
     - ``UprootSourceMapping(fileopener, start, stop, cache=, access_log=,
@@ -276,14 +276,14 @@ def events_from_form(
     file_handle: Any,
     buffer_cache: Any = None,
     tree: Any = None,
-    clusters: dict | None = None,
+    packs: dict | None = None,
 ):
     """Virtual NanoEvents of a chunk from a stored base form (what
     ``NanoEventsFactory.from_root(mode="virtual")`` builds, without reading the
-    file's metadata).  With ``clusters`` (keyword arguments of
-    :class:`~cacheaffinity.coffea.clusters.ClusterSourceMapping`) columns come
-    from per-cluster cache entries and ``buffer_cache`` is not used.  Returns
-    the factory."""
+    file's metadata).  With ``packs`` (keyword arguments of
+    :class:`~cacheaffinity.coffea.packs.PackSourceMapping`) columns come from the
+    node's chunk packs and ``buffer_cache`` is not used.  Returns the factory
+    and its mapping."""
     common = dict(
         cache={},
         access_log=access_log,
@@ -291,10 +291,10 @@ def events_from_form(
         use_ak_forth=True,
         virtual=True,
     )
-    if clusters is not None:
-        from cacheaffinity.coffea.clusters import ClusterSourceMapping
+    if packs is not None:
+        from cacheaffinity.coffea.packs import PackSourceMapping
 
-        mapping = ClusterSourceMapping(opener, start, stop, **clusters, **common)
+        mapping = PackSourceMapping(opener, start, stop, **packs, **common)
     else:
         mapping = UprootSourceMapping(opener, start, stop, buffer_cache=buffer_cache, **common)
     if tree is not None:
@@ -302,7 +302,7 @@ def events_from_form(
     kwargs = {}
     if "buffer_cache" in inspect.signature(NanoEventsFactory._from_mapping).parameters:
         kwargs["buffer_cache"] = buffer_cache  # coffea 2026.7 (unused there)
-    return NanoEventsFactory._from_mapping(
+    factory = NanoEventsFactory._from_mapping(
         mapping=mapping,
         partition_key=(file_uuid, object_path, f"{start}-{stop}"),
         base_form=base_form,
@@ -311,6 +311,7 @@ def events_from_form(
         mode="virtual",
         **kwargs,
     )
+    return factory, mapping
 
 
 def accessed_columns(buffer_keys) -> set[str]:

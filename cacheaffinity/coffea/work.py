@@ -35,7 +35,7 @@ from typing import Any
 import uproot
 
 from cacheaffinity.coffea import adapter
-from cacheaffinity.coffea.clusters import branch_kinds, cluster_ranges
+from cacheaffinity.coffea.packs import branch_kinds
 from cacheaffinity.coffea.identity import (
     FileIdentity,
     IdentityUnavailable,
@@ -279,13 +279,13 @@ class ChunkTask:
 
 
 _FAST_PATH_PROBLEMS: list[str] | None = None
-#: Column entries per TTree cluster (True, the layout of this version).  False
-#: caches buffers per chunk entry range as before layout 3; only for
-#: ``benchmarks/chunksize_change.py``, which compares the two in one invocation
-#: (set in the workers with ``client.run``); not a setting.
-CLUSTER_ENTRIES = True
+#: Columns from chunk packs (True, the layout of this version).  False caches
+#: coffea's buffers per chunk entry range (plain entries under coffea's buffer
+#: keys); only for ``benchmarks/chunksize_change.py``, which compares the two in
+#: one invocation (set in the workers with ``client.run``); not a setting.
+CHUNK_PACKS = True
 #: Fields of a stored TTree form document (documents without them are rebuilt).
-_DOC_FIELDS = ("base_form", "object_path", "num_entries", "clusters", "branch_kinds")
+_DOC_FIELDS = ("base_form", "object_path", "num_entries", "branch_kinds")
 
 
 def _fast_path_applies(call: adapter.RunnerCall, item) -> bool:
@@ -311,8 +311,8 @@ def _fast_path_applies(call: adapter.RunnerCall, item) -> bool:
 
 
 def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_work):
-    """One TTree chunk from the node's stored form, its columns assembled from
-    per-cluster cache entries (:mod:`cacheaffinity.coffea.clusters`); coffea's
+    """One TTree chunk from the node's stored form, its columns from the node's
+    chunk packs (:mod:`cacheaffinity.coffea.packs`); coffea's
     function where that cannot be done for this file (RNTuple, UUID differs
     from the work item)."""
     import cloudpickle
@@ -343,6 +343,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
             forms.put(form_name, doc, identity=expect)
     opener = _Opener({file_uuid: item.filename}, timeout, uproot_options)
     tree = None
+    mapping = None
     try:
         if doc is None:
             try:
@@ -364,7 +365,6 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
                     "base_form": base_form,
                     "object_path": tree.object_path,
                     "num_entries": int(tree.num_entries),
-                    "clusters": cluster_ranges(tree),
                     "branch_kinds": branch_kinds(base_form),
                 }
             else:
@@ -392,24 +392,26 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
         # built above), so coffea may change its base form in place: no copy
         # (a deepcopy of a ~1,500-branch form was ~2% of a warm chunk task)
         materialized: list = []
+        base_form = doc["base_form"]
         try:
-            factory = adapter.events_from_form(
+            if CHUNK_PACKS:
+                source = {"packs": {
+                    "store": store,
+                    "token": ident.token,
+                    "treepath": doc["object_path"],
+                    "kinds": doc["branch_kinds"],
+                    "forms": dict(zip(base_form.get("fields") or (), base_form.get("contents") or ()))
+                    if start >= stop else None,
+                }}
+            else:
+                source = {"buffer_cache": IdentityKeyedCache(raw_store(), ident.token, [])}
+            factory, mapping = adapter.events_from_form(
                 opener, file_uuid, doc["object_path"], start, stop,
-                doc["base_form"], w["schema"], metadata,
+                base_form, w["schema"], metadata,
                 access_log=materialized,
                 file_handle=LazyFile(opener, file_uuid),
                 tree=tree,
-                **(
-                    {"clusters": {
-                        "store": store,
-                        "token": ident.token,
-                        "treepath": doc["object_path"],
-                        "clusters": doc["clusters"],
-                        "kinds": doc["branch_kinds"],
-                    }}
-                    if CLUSTER_ENTRIES
-                    else {"buffer_cache": IdentityKeyedCache(raw_store(), ident.token, [])}
-                ),
+                **source,
             )  # fmt: skip
             events = factory.events()
         except Exception as e:
@@ -429,6 +431,8 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
             )
         toc = time.time()
     finally:
+        if mapping is not None and hasattr(mapping, "finish"):
+            mapping.finish()  # counts the chunk's lookups, stores what it read as one pack
         nbytes, opens = opener.close()
         plugin.count_storage(opens=opens, nbytes=nbytes)
 

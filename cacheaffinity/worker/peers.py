@@ -1,35 +1,35 @@
-"""Column entries from another node's cache instead of storage (runs in workers).
+"""Chunk packs from another node's cache instead of storage (runs in workers).
 
-A chunk task sometimes runs away from the node that cached its clusters: an
-idle worker stole it, the scheduler sent it elsewhere to keep loads bounded,
-or it straddles a stripe boundary and half of its clusters sit on the
-neighbour stripe's node.  Reading those clusters from storage means
-decompressing them again (LZMA: 10-30 MB/s per core); the node that holds
-them can send the decompressed bytes instead (the local network: hundreds of
-MB/s).  This module does that, on a miss only:
+A chunk task sometimes runs away from the node that cached its columns: an idle
+worker stole it, the scheduler sent it elsewhere to keep loads bounded, or it
+straddles a stripe boundary and part of its range sits on the neighbour
+stripe's node.  Reading those columns from storage means decompressing them
+again (LZMA: 10-30 MB/s per core); the node that holds them can send the
+decompressed bytes instead (the local network: hundreds of MB/s).  This module
+does that, on a miss only and **once per chunk**:
 
 1. :class:`PeerStore` wraps the chunk's store (the node's memory front over its
-   :class:`~cacheaffinity.worker.store.ColumnCache`).  Its ``get_many`` asks
-   the local store first; for the keys that missed it asks, once per task, the
-   scheduler which nodes processed this task's entries
+   :class:`~cacheaffinity.worker.store.ColumnCache`).  When a chunk misses a
+   column its local packs do not cover (:meth:`PeerStore.fetch_packs`), it asks
+   the scheduler once which nodes processed this task's entries
    (``cacheaffinity_holders``: the locator's holder records, see
    :meth:`cacheaffinity.scheduler.plugin.CacheAffinitySchedulerPlugin.holders`),
-   then those nodes' workers for the missing keys
-   (``cacheaffinity_columns``, :func:`serve_columns`), and stores what they
-   sent in the local cache (the chunk's next run finds it here).  What no peer
-   has is a miss as before: the caller reads it from storage.
-2. :func:`serve_columns` is the worker handler: the arrays of the requested
-   keys that this node's cache holds (checksum-verified reads, as for local
-   hits), at most :data:`MAX_REPLY_BYTES` per reply; a worker already serving
-   ``worker.peer-serve-limit`` requests answers nothing at once (counted as
-   ``peer_busy``), so a holder whose disk is busy is not slowed further.
+   then those nodes' workers for all their packs of the chunk's tree that
+   overlap its range (``cacheaffinity_packs``, :func:`serve_packs`), in one
+   request per peer, and stores what they sent as local packs (the chunk's next
+   run finds them here).  What no peer has is read from storage as before.
+2. :func:`serve_packs` is the worker handler: the packs this node's cache holds
+   (digest-verified reads, as for local hits), at most :data:`MAX_REPLY_BYTES`
+   per reply; a worker already serving ``worker.peer-serve-limit`` requests
+   answers nothing at once (counted as ``peer_busy``), so a holder whose disk
+   is busy is not slowed further.
 
-Keys name the bytes they hold (identity of the file's bytes, tree, branch,
-form digest, cluster range), so a value from another node is exactly the value
-this node would have stored; a peer that is gone, slow (``worker.peer-timeout``)
-or sends something malformed is a miss and a debug line, never an error.
-A first run asks nothing of peers: the scheduler knows no holder yet.
-``cacheaffinity.worker.peer-fetch: false`` turns it off.
+Pack groups name the bytes they hold (identity of the file's bytes and tree),
+members the branch and its interpretation, so a pack from another node is
+exactly what this node would have stored; a peer that is gone, slow
+(``worker.peer-timeout``) or sends something malformed is a miss and a debug
+line, never an error.  A first run asks nothing of peers: the scheduler knows no
+holder yet.  ``cacheaffinity.worker.peer-fetch: false`` turns it off.
 
 Distributed names used: ``Worker.get_current_task()`` and
 ``Worker.state.tasks[key].annotations`` (the running task's annotations, kept
@@ -51,15 +51,16 @@ import numpy as np
 
 from cacheaffinity.protocol import (
     ANNOTATION,
-    COLUMNS_HANDLER,
     ENTRIES_ANNOTATION,
     FORM_HANDLER,
     HOLDERS_HANDLER,
+    PACKS_HANDLER,
 )
+from cacheaffinity.worker.store import Pack, protocol
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-__all__ = ["PeerStore", "serve_columns", "task_annotations"]
+__all__ = ["PeerStore", "serve_packs", "task_annotations"]
 #: Bytes of column data in one reply at most (the rest are misses for the asker).
 MAX_REPLY_BYTES = 256 * 2**20
 _MISSING = object()
@@ -75,39 +76,37 @@ def task_annotations(worker) -> dict:
     return dict(getattr(ts, "annotations", None) or {})
 
 
-async def serve_columns(plugin, keys: list[str]) -> dict[str, Any]:
-    """Handler ``cacheaffinity_columns`` of a worker whose cacheaffinity plugin is
-    ``plugin``: ``{key: (dtype, bytes)}`` of the requested keys this node's
-    cache holds (1-d arrays; verified reads, not counted as this process's lookups)."""
+async def serve_packs(plugin, group: str, start: int, stop: int) -> list:
+    """Handler ``cacheaffinity_packs`` of a worker whose cacheaffinity plugin is
+    ``plugin``: ``[[start, stop, [[member, dtype, shape, bytes], ...]], ...]``,
+    the packs of ``group`` overlapping ``[start, stop)`` that this node holds
+    (verified reads; lookups for another node are not this node's hits)."""
     cache = plugin.cache
-    if cache is None or not isinstance(keys, (list, tuple)) or not keys:
-        return {}  # (a list arrives as a tuple over TCP)
+    if cache is None or not isinstance(group, str) or not all(isinstance(x, int) for x in (start, stop)):
+        return []
     limit = plugin.peer_serve_limit
     if limit and plugin.serving >= limit:
         # busy serving others: the asker reads storage rather than queue on this disk
         plugin.count_peer(busy=1)
-        return {}
-    keys = [k for k in keys if isinstance(k, str)]
+        return []
     loop = asyncio.get_running_loop()
     plugin.serving += 1
     try:
-        found = await loop.run_in_executor(None, cache.get_many_for_peer, list(keys))
+        packs = await loop.run_in_executor(None, cache.get_packs, group, start, stop)
     except Exception as e:  # a cache problem: nothing to serve
         logger.debug("cacheaffinity: peer request not served: %r", e)
-        return {}
+        return []
     finally:
         plugin.serving -= 1
-    out: dict[str, Any] = {}
+    out: list = []
     total = 0
-    for k in keys:
-        v = found.get(k)
-        if not isinstance(v, np.ndarray) or v.ndim != 1:
-            continue
-        total += v.nbytes
-        if total > MAX_REPLY_BYTES:
+    for p in packs:
+        size = sum(v.nbytes for v in p.members.values())
+        if total + size > MAX_REPLY_BYTES:
             break
-        out[k] = (v.dtype.str, v.tobytes())
-    plugin.count_peer(served=len(out), served_bytes=sum(len(b) for _, b in out.values()))
+        total += size
+        out.append([p.start, p.stop, [[k, v.dtype.str, list(v.shape), v.tobytes()] for k, v in p.members.items()]])
+    plugin.count_peer(served=len(out), served_bytes=total)
     return out
 
 
@@ -182,28 +181,18 @@ class PeerStore(MutableMapping):
     def __len__(self) -> int:
         return len(self.store)
 
-    # ------------------------------------------------------------ peers
+    # ------------------------------------------------------------ packs
     def get_many(self, keys: list[str]) -> dict:
-        get_many = getattr(self.store, "get_many", None)
-        if get_many is not None:
-            found = get_many(keys)
-        else:
-            found = {}
-            for k in keys:  # one lookup per key (``in`` then ``[]`` would read twice)
-                v = self.store.get(k, _MISSING)
-                if v is not _MISSING:
-                    found[k] = v
-        if len(found) == len(keys):
-            return found
-        missing = [k for k in keys if k not in found]
-        fetched = self._fetch(missing)
-        for k, v in fetched.items():
-            found[k] = v
-            try:
-                self.store[k] = v
-            except Exception as e:  # a cache problem: used, not stored
-                logger.debug("cacheaffinity: peer column not stored: %r", e)
-        return found
+        return protocol.get_many(self.store, keys)
+
+    def get_packs(self, grp: str, start: int, stop: int) -> list:
+        return protocol.get_packs(self.store, grp, start, stop)
+
+    def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> None:
+        protocol.put_pack(self.store, grp, start, stop, arrays)
+
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
+        protocol.count_served(self.store, hits=hits, misses=misses, nbytes=nbytes)
 
     def _sync(self, coro_fn, *args, **kwargs):
         from distributed.utils import sync
@@ -283,33 +272,55 @@ class PeerStore(MutableMapping):
         self._peers = [a for a in self._peers or () if a != addr]
         self._plugin.count_peer(failed=1)
 
-    def _fetch(self, keys: list[str]) -> dict:
-        out: dict[str, np.ndarray] = {}
-        if not keys:
-            return out
+    def fetch_packs(self, grp: str, start: int, stop: int) -> list:
+        """The packs of ``grp`` overlapping ``[start, stop)`` that the holders of
+        this task's entries have (one request per peer, until one answers with
+        packs), stored locally too."""
+        out: list[Pack] = []
         for addr in list(self.peers()):
-            want = [k for k in keys if k not in out]
-            if not want:
-                break
             try:
-                reply = self._sync(getattr(self._worker.rpc(addr), COLUMNS_HANDLER), keys=want)
+                reply = self._sync(
+                    getattr(self._worker.rpc(addr), PACKS_HANDLER), group=grp, start=int(start), stop=int(stop)
+                )
             except Exception as e:  # gone, slow, no plugin: a miss, and not asked again soon
                 self._down(addr, e)
                 continue
-            if not isinstance(reply, dict) or not reply:
-                # it has none of these: nor, most likely, the rest of this task's
-                self._peers = [a for a in self._peers if a != addr]
-                self._plugin.count_peer(requests=1)
+            got = _packs_of(reply)
+            self._plugin.count_peer(
+                hits=sum(len(p.members) for p in got),
+                nbytes=sum(v.nbytes for p in got for v in p.members.values()),
+                requests=1,
+            )
+            if not got:  # it has none of these: nor, most likely, the rest of this task's
+                self._peers = [a for a in self._peers or () if a != addr]
                 continue
-            nbytes = 0
-            for k in want:
-                v = reply.get(k)
+            for p in got:
                 try:
-                    dtype, data = v
-                    array = np.frombuffer(data, dtype=np.dtype(dtype)).copy()
-                except Exception:
-                    continue
-                out[k] = array
-                nbytes += array.nbytes
-            self._plugin.count_peer(hits=sum(1 for k in want if k in out), nbytes=nbytes, requests=1)
+                    protocol.put_pack(self.store, grp, p.start, p.stop, p.members)
+                except Exception as e:  # a cache problem: used, not stored
+                    logger.debug("cacheaffinity: peer pack not stored: %r", e)
+            out.extend(got)
+            break
         return out
+
+
+def _packs_of(reply: Any) -> list[Pack]:
+    """The well-formed packs of a peer's reply (anything malformed is dropped)."""
+    out = []
+    if not isinstance(reply, (list, tuple)):
+        return out
+    for entry in reply:
+        try:
+            start, stop, members = entry
+            arrays = {}
+            for name, dtype, shape, data in members:
+                dt = np.dtype(dtype)
+                if dt.hasobject or dt.fields is not None or not isinstance(name, str):
+                    raise ValueError("not a plain array")
+                arrays[name] = np.frombuffer(data, dtype=dt).reshape(tuple(shape))
+            if not isinstance(start, int) or not isinstance(stop, int) or start >= stop:
+                raise ValueError("bad range")
+            out.append(Pack(start, stop, arrays))
+        except Exception as e:
+            logger.debug("cacheaffinity: malformed peer pack dropped: %r", e)
+    return out

@@ -44,7 +44,7 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from cacheaffinity import config
 from cacheaffinity.protocol import (
-    COLUMNS_HANDLER,
+    PACKS_HANDLER,
     FORM_HANDLER,
     NODE_REPORT_TOPIC,
     PLUGIN_NAME,
@@ -240,15 +240,15 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.forms = None
             self.node_id = None
         worker.metrics[WORKER_METRIC] = self.metric
-        from cacheaffinity.worker.peers import serve_columns, serve_form
+        from cacheaffinity.worker.peers import serve_form, serve_packs
 
-        async def columns(keys=None):
-            return await serve_columns(self, keys)
+        async def packs(group=None, start=None, stop=None):
+            return await serve_packs(self, group, start, stop)
 
         async def form(name=None, identity=None):
             return await serve_form(self, name, identity)
 
-        worker.handlers[COLUMNS_HANDLER] = columns
+        worker.handlers[PACKS_HANDLER] = packs
         worker.handlers[FORM_HANDLER] = form
         logger.info(
             "cacheaffinity worker cache: node %s, directory %s, capacity %d bytes",
@@ -270,7 +270,7 @@ class CacheWorkerPlugin(WorkerPlugin):
 
     def teardown(self, worker) -> None:
         worker.metrics.pop(WORKER_METRIC, None)
-        worker.handlers.pop(COLUMNS_HANDLER, None)
+        worker.handlers.pop(PACKS_HANDLER, None)
         worker.handlers.pop(FORM_HANDLER, None)
         if self.cache is not None:
             self.cache.close()

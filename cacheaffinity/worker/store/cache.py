@@ -1,0 +1,1048 @@
+"""The node's column store: :class:`ColumnCache` (runs in workers and in the CLI).
+
+A bounded, FIFO-evicting store of decompressed column arrays in a directory on
+the node's local disk, shared by all worker processes of the node.  Two ways in:
+
+- a ``MutableMapping[str, numpy.ndarray]`` (``cache[key] = array``, ``get``,
+  ``get_many``): one *plain entry* per key.  coffea's buffer keys use it
+  (RNTuple, parquet, other schemas, ``Runner(cachestrategy=...)``);
+- chunk packs (:meth:`ColumnCache.put_pack`, :meth:`ColumnCache.get_packs`): the
+  columns one chunk task read from storage for its entry range of one tree,
+  stored as **one** data file with **one** index row, and found again by a
+  chunk of any range with **one** index query and one read per pack
+  (:mod:`cacheaffinity.coffea.packs`).  What a read costs is priced per chunk,
+  not per column.
+
+The pieces: :mod:`.layout` (the on-disk format), :mod:`.files` (data files),
+:mod:`.index` (SQLite, settings, healing), :mod:`.writer` (writes behind),
+:mod:`.front` (the per-chunk memory front of plain entries).
+
+Why not :class:`diskcache.Cache`
+    diskcache has the right ordering ideas (write the value, commit the index,
+    delete files only after commit; FIFO, reads never write) and this store
+    follows them, but its ``get`` unpickles any row whose mode says pickle
+    (code execution in a directory other processes can write), it writes
+    values straight to their final name (a killed writer leaves a torn file),
+    culls at most ``cull_limit`` rows per set without saying which, and its
+    last release is from 2023.
+
+Notes
+-----
+Trust
+    A directory is used only if its user alone can write it (see
+    :mod:`cacheaffinity.worker.directory`; a shared-group mode relaxes this for
+    one Unix group).  Otherwise the cache is disabled with one warning naming
+    the path, its owner and the fix.  Data files are opened with ``O_NOFOLLOW``
+    and must belong to the user that the row names as its writer.
+
+Thread and process safety
+    Any number of threads and processes of one node may use one directory at
+    once.  Lookups take one short index query; file I/O happens outside every
+    lock.  A data file is never modified once visible and names are never
+    reused, so a reader sees a complete pack or nothing: a file deleted by
+    another process's eviction after the lookup is a miss.  Every process
+    evicts down to the directory's ``capacity`` when it inserts.  The directory
+    must be on a local file system (SQLite WAL does not work over NFS).
+
+Disk use
+    The accounted volume (data files in whole blocks) never exceeds
+    ``capacity``.  A batch's files are written before the transaction that
+    evicts room for them commits, so the disk briefly holds up to one write
+    batch more (at most ``write-queue`` bytes; with the default 256 MiB queue
+    and a small capacity, plan the file system for ``capacity + write-queue``).
+
+Failures are misses, never errors
+    Every read checks the size and xxh3-64 digest of the whole data file.  A
+    missing, truncated, foreign or corrupt file is a miss; a corrupt row is
+    removed (only that row) and logged.  A full disk (``ENOSPC``) makes a write
+    evict the oldest entries and retry once; if that fails too, the value is
+    not cached and writes pause for ``FULL_BACKOFF`` seconds.  When the index
+    itself cannot be written (a full disk blocks SQLite's WAL), eviction
+    deletes the oldest data files first (their rows then read as misses and are
+    removed later).  A directory that cannot be written caches nothing.  Each
+    of these conditions gives **one** warning per :class:`ColumnCache` (later
+    ones are debug lines), not one per key.  ``__setitem__`` raises only for
+    values that can never be stored (a non-``str`` key, an object or
+    structured dtype: ``TypeError``).
+
+Settings every process agrees on
+    The index's ``settings`` table holds the capacity and the layout version.
+    A process whose own ``capacity`` differs uses the directory's (one log
+    line); ``ColumnCache(..., set_capacity=True)`` rewrites it.
+
+No pickle
+    Keys and tables of contents are SQLite text, values are raw array bytes,
+    dtypes are NumPy type strings checked on read.  Nothing in the directory is
+    ever unpickled or evaluated.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, MutableMapping
+from typing import Any, NamedTuple
+
+import numpy as np
+from dask.utils import format_bytes, parse_bytes
+
+from cacheaffinity import config
+from cacheaffinity.worker.directory import group_id, trusted_directory
+from cacheaffinity.worker.store.errors import (
+    Closed,
+    Corrupt,
+    Lost,
+    NewerLayout,
+    OlderLayout,
+    UntrustedDirectory,
+)
+from cacheaffinity.worker.store.files import DataFiles, members_of
+from cacheaffinity.worker.store.index import Index, corruption, problem
+from cacheaffinity.worker.store.layout import PLAIN, blocks, pack_key
+from cacheaffinity.worker.store.writer import DROPPED, WriteBehind
+
+__all__ = ["ColumnCache", "Pack"]
+
+logger = logging.getLogger("cacheaffinity.worker")
+
+#: At most this many entries are evicted by one insert.
+MAX_EVICTIONS_PER_INSERT = 1024
+#: Seconds that writes pause after a write failed twice on a full disk.
+FULL_BACKOFF = 30.0
+#: Writers look for orphaned data files at most this often (seconds) ...
+ORPHAN_INTERVAL = 60.0
+#: ... and look at no more than this many data files per pass.
+ORPHAN_BATCH = 2048
+#: A data file nobody references is deleted only when older than this (seconds).
+ORPHAN_AFTER = 120.0
+#: Keys per index query of :meth:`ColumnCache.get_many` (SQLite's variable limit).
+_QUERY_KEYS = 500
+_MISSING = object()
+_COUNTERS = (
+    "hits", "misses", "bytes_served", "bytes_written", "writes", "evictions",
+    "bytes_evicted", "errors", "corrupt", "skipped", "temporaries_removed",
+    "orphans_removed", "index_rebuilt", "dropped", "packs_read", "packs_written",
+)  # fmt: skip
+
+#: Every open ColumnCache and MemoryFront, to replace their locks after fork.
+LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+
+
+def _reset_locks_after_fork() -> None:
+    for obj in list(LIVE.values()):
+        obj._reset_locks()
+
+
+os.register_at_fork(after_in_child=_reset_locks_after_fork)
+
+
+def queue_bytes(value: int | str) -> int:
+    """``write_queue`` as bytes (``int`` or a dask byte string such as ``"256 MiB"``)."""
+    try:
+        n = parse_bytes(value) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"cacheaffinity.worker.write-queue={value!r} is not a byte size; use bytes or "
+            "a string like '256 MiB' (0 writes inline)"
+        ) from e
+    if n < 0:
+        raise ValueError(f"cacheaffinity.worker.write-queue={value!r} must be >= 0 (0 writes inline)")
+    return n
+
+
+class Pack(NamedTuple):
+    """A chunk pack read back: entry range and ``{member: array}`` (views of one buffer)."""
+
+    start: int
+    stop: int
+    members: dict
+
+
+class _Item:
+    """One data file to write: a plain entry or a chunk pack."""
+
+    __slots__ = ("key", "grp", "start", "stop", "arrays", "nbytes", "size")
+
+    def __init__(self, key, grp, start, stop, arrays):
+        self.key, self.grp, self.start, self.stop, self.arrays = key, grp, start, stop, arrays
+        from cacheaffinity.worker.store.files import toc_of
+
+        self.nbytes = toc_of(arrays)[1]
+        self.size = blocks(self.nbytes)
+
+
+def _plain_array(key: str, value: object) -> np.ndarray:
+    arr = np.asarray(value)
+    dtype = arr.dtype
+    if dtype.hasobject:
+        raise TypeError(
+            f"cannot cache {key!r}: dtype {dtype} holds Python objects; only arrays of "
+            "numbers, bools, bytes or strings are stored (objects would need pickle)"
+        )
+    if dtype.fields is not None or dtype.subdtype is not None:
+        raise TypeError(
+            f"cannot cache {key!r}: structured dtype {dtype} is not supported; store "
+            "each field as its own array"
+        )
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr).reshape(arr.shape)
+    return arr
+
+
+class ColumnCache(MutableMapping):
+    """Decompressed column buffers on local disk, shared by a node's workers.
+
+    Config section: ``cacheaffinity.worker`` (``capacity``, ``shared-group``,
+    ``write-queue``).
+
+    Parameters
+    ----------
+    directory : str or os.PathLike
+        Cache directory on node-local disk, created if needed.  All worker
+        processes of a node pass the same directory.
+    capacity : int or str, optional
+        Upper bound of the bytes stored (data files in whole 4 KiB blocks; the
+        index is not counted).  ``None`` reads ``cacheaffinity.worker.capacity``.
+    stale_after : float, optional
+        Temporaries older than this many seconds are deleted on open.
+    shared_group : str or int, optional
+        A Unix group whose members share this directory; ``None`` reads
+        ``cacheaffinity.worker.shared-group`` (default: a private cache).
+    orphan_after : float, optional
+        Grace in seconds before a data file that no row references is deleted
+        (default ``min(stale_after, ORPHAN_AFTER)``).
+    heal : bool, optional
+        Rebuild a damaged index and drop an older layout (the default).  ``False``
+        changes nothing and disables the cache with the reason in
+        :attr:`disabled` (the read-only ``cacheaffinity cache info``).
+    set_capacity : bool, optional
+        Write this process's ``capacity`` into the directory's settings
+        (default: adopt the capacity recorded there, if any).
+    write_queue : int or str, optional
+        Bytes of values waiting for the background writer thread (see
+        :mod:`.writer`); ``0`` (the default here; workers pass
+        ``cacheaffinity.worker.write-queue``) writes inline.
+
+    Notes
+    -----
+    See the module docstring.  After :meth:`close`, reads miss and writes do
+    nothing (running tasks keep working while a worker shuts down); the other
+    methods raise ``ValueError``.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        capacity: int | str | None = None,
+        *,
+        stale_after: float = 300.0,
+        shared_group: str | int | None = None,
+        orphan_after: float | None = None,
+        heal: bool = True,
+        set_capacity: bool = False,
+        write_queue: int | str = 0,
+    ):
+        #: Absolute path of the cache directory.
+        self.directory: str = os.path.abspath(os.fspath(directory))
+        #: Size bound in bytes (the directory's recorded capacity when it has one).
+        self.capacity: int = config.get_bytes("worker.capacity", capacity)
+        #: ``"directory"`` if :attr:`capacity` was read from the index, else ``"argument"``.
+        self.capacity_source: str = "argument"
+        stale_after = float(stale_after)
+        if not stale_after >= 0:
+            raise ValueError(f"stale_after={stale_after!r} must be a number of seconds >= 0")
+        self.stale_after: float = stale_after
+        self.orphan_after: float = (
+            min(stale_after, ORPHAN_AFTER) if orphan_after is None else float(orphan_after)
+        )
+        group = config.get("worker.shared-group", shared_group)
+        #: Group id of a shared-group cache, None for a private one.
+        self.shared_gid: int | None = None if group is None else group_id(group)
+        self._uid = os.geteuid()
+        self._heals = bool(heal)
+        self._stats_lock = threading.Lock()
+        self._counts = dict.fromkeys(_COUNTERS, 0)
+        self._warned: set[str] = set()
+        self._closed = False
+        self._pid = os.getpid()
+        self._pause_until = 0.0
+        self._next_orphan_pass = 0.0
+        #: Why this cache is unusable (None: usable).
+        self._disabled: str | None = None
+        #: The directory failed the trust checks (the message), or None.
+        self.untrusted: str | None = None
+        self.files = DataFiles(self.directory, self._uid, self.shared_gid)
+        self.index = Index(
+            self.directory, self.files, heals=self._heals,
+            on_rebuilt=lambda: self._count(index_rebuilt=1),
+            on_unhealable=self._unhealable,
+        )  # fmt: skip
+        #: Byte bound of the background writer's queue (0: write inline).
+        self.write_queue: int = queue_bytes(write_queue)
+        self.writer = WriteBehind(
+            self.write_queue,
+            f"cacheaffinity-writer-{os.path.basename(self.directory)}",
+            self._write_batch,
+            self._writer_started,
+        )
+        LIVE[id(self)] = self
+        try:
+            trusted_directory(self.directory, shared_group=self.shared_gid)
+        except UntrustedDirectory as e:
+            self._untrusted(e)
+            return
+        except (OSError, ValueError) as e:
+            self._unusable(e)
+            return
+        try:
+            self.files.setup()
+            removed = self.files.remove_stale_temporaries(self.stale_after)
+            if removed:
+                logger.info("cacheaffinity: removed %d abandoned temporaries from %s", removed, self.files.tmp)
+            self._count(temporaries_removed=removed)
+            self.index.open()
+            self._settings(set_capacity)
+        except UntrustedDirectory as e:  # a planted index, WAL or shm file
+            self._untrusted(e)
+            return
+        except NewerLayout as e:
+            self._disabled = self.unreadable_index = str(e)
+            self._warn_once("disk", "cacheaffinity: %s; nothing is cached by this process.", e)
+            return
+        except OlderLayout as e:  # read-only open (heal=False): reported, not dropped
+            self._disabled = (
+                f"{e}: written by an older cacheaffinity; its entries are dropped when a "
+                "worker opens the directory"
+            )
+            return
+        except (OSError, sqlite3.Error) as e:
+            if isinstance(e, sqlite3.DatabaseError) and corruption(e):
+                self.damaged = True
+            self._unusable(e)
+            return
+        try:
+            self.collect_orphans()
+        except (OSError, sqlite3.Error, Closed) as e:
+            logger.debug("cacheaffinity: orphan collection on open failed: %s", e)
+
+    #: The index was found damaged and left as it is (``heal=False``).
+    damaged: bool = False
+    #: Why the index cannot be used by this version (newer layout, damage that
+    #: could not be rebuilt), or None: :meth:`clear` sets such an index aside.
+    unreadable_index: str | None = None
+
+    # ------------------------------------------------------------------ setup
+    def _untrusted(self, e: Exception) -> None:
+        self._disabled = self.untrusted = str(e)
+        self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
+
+    def _unusable(self, e: Exception) -> None:
+        self._disabled = f"{type(e).__name__}: {e}"
+        self._warn_once(
+            "disk",
+            "cacheaffinity: cache directory %s cannot be used (%s); nothing will be cached "
+            "by this process. Point cacheaffinity.worker.directory to a writable directory "
+            "on local disk.",
+            self.directory, self._disabled,
+        )  # fmt: skip
+
+    def _unhealable(self, msg: str) -> None:
+        self._disabled = self.unreadable_index = msg
+        self._warn_once("disk", "cacheaffinity: %s", msg)
+
+    def _reset_locks(self) -> None:
+        """Fresh locks and no writer thread in a forked child."""
+        self._stats_lock = threading.Lock()
+        self.index.reset_after_fork()
+        self.writer.reset()
+
+    def _writer_started(self, thread: threading.Thread) -> None:
+        self.index.close_writer_connection()
+        self.index.writer_thread = thread
+
+    def _settings(self, set_capacity: bool) -> None:
+        """Adopt the directory's capacity, or record this process's."""
+        if not self._heals:  # read-only (``cache info``): report, change nothing
+            recorded = self.index.settings().get("capacity")
+            if recorded is not None:
+                self._adopt(int(recorded))
+            return
+        recorded, written = self.index.adopt_or_set("capacity", self.capacity, force=set_capacity)
+        if not written:
+            self._adopt(recorded)
+
+    def _adopt(self, recorded: int) -> None:
+        if recorded != self.capacity:
+            logger.info(
+                "cacheaffinity: cache directory %s records capacity %s, used instead of this "
+                "process's %s so that all its processes agree (ColumnCache(set_capacity=True) "
+                "changes it)",
+                self.directory, format_bytes(recorded), format_bytes(self.capacity),
+            )  # fmt: skip
+        self.capacity_source = "directory"
+        self.capacity = int(recorded)
+
+    @property
+    def disabled(self) -> str | None:
+        """Why the directory could not be used when the cache was opened, or None."""
+        return self._disabled
+
+    def repair(self) -> bool:
+        """Check the whole index (``PRAGMA integrity_check``) and rebuild it if it
+        is damaged, keeping the entries that still read (the node id is untouched).
+
+        Returns
+        -------
+        bool
+            Whether the index was rebuilt.
+        """
+        self._check_usable()
+        if self.unreadable_index:  # newer layout, or damage a rebuild did not cure
+            self.index.set_aside(f"could not be used ({self.unreadable_index})")
+            self._disabled = self.unreadable_index = None
+            self._settings(set_capacity=False)
+            self._count(index_rebuilt=1)
+            return True
+        if self._disabled:
+            raise ValueError(f"{self!r} cannot be used: {self._disabled}")
+        before = self.stats()["index_rebuilt"]
+        try:
+            with self.index.lock:
+                rows = self.index.connection().execute("PRAGMA integrity_check(1)").fetchall()
+            if rows != [("ok",)]:
+                raise sqlite3.DatabaseError(f"database disk image is malformed: {rows[:1]}")
+        except sqlite3.DatabaseError as e:
+            if not corruption(e):
+                raise
+            self.index.heal(e)
+        if self._disabled:
+            raise ValueError(f"{self!r} cannot be used: {self._disabled}")
+        return self.stats()["index_rebuilt"] > before
+
+    # ------------------------------------------------------------ bookkeeping
+    def _count(self, **deltas: int) -> None:
+        with self._stats_lock:
+            for name, delta in deltas.items():
+                self._counts[name] += delta
+
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
+        """Record lookups answered outside :meth:`get` (chunk pack members served
+        from, or read past, this cache by :mod:`cacheaffinity.coffea.packs`)."""
+        self._count(hits=hits, misses=misses, bytes_served=nbytes)
+
+    def _warn_once(self, topic: str, msg: str, *args: Any) -> None:
+        with self._stats_lock:
+            first = topic not in self._warned
+            self._warned.add(topic)
+        logger.log(logging.WARNING if first else logging.DEBUG, msg, *args)
+
+    def _check_usable(self) -> None:
+        if self._closed:
+            raise Closed(f"{self!r} is closed")
+
+    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
+        return self.index.query(sql, args)
+
+    def _path(self, name: str) -> str:
+        return self.files.path(name)
+
+    def stats(self) -> dict[str, int]:
+        """Counters of this process since the cache was opened.
+
+        Returns
+        -------
+        dict
+            ``hits``, ``misses``, ``bytes_served`` (lookups: plain entries and
+            chunk pack members), ``bytes_written``, ``writes`` (data files),
+            ``packs_read``, ``packs_written``, ``evictions`` and
+            ``bytes_evicted`` (by this process's inserts), ``errors``,
+            ``corrupt`` (rows that failed verification), ``skipped`` (values not
+            cached: too large, disk full, unwritable or dropped), ``dropped``
+            (full write queue), ``temporaries_removed``, ``orphans_removed``,
+            ``index_rebuilt``.
+        """
+        with self._stats_lock:
+            return dict(self._counts)
+
+    # ------------------------------------------------------------------ reads
+    def _read(self, key: str, row: tuple) -> dict[str, np.ndarray] | None:
+        """The verified members of the data file of ``row`` = (file, toc, nbytes,
+        checksum, writer), None if it is gone (the row is then removed).  Corrupt
+        rows are removed and logged; other failures are logged; both None."""
+        name, toc, nbytes, checksum, writer = row
+        try:
+            buffer = self.files.read(name, nbytes, checksum, writer)
+            if buffer is None:
+                self._remove_entry(key, name)  # evicted after the lookup, or lost
+                return None
+            try:
+                toc = json.loads(toc)
+            except (TypeError, ValueError):
+                raise Corrupt("unreadable table of contents") from None
+            return members_of(buffer, toc, nbytes)
+        except Corrupt as e:
+            self._warn_once(
+                "corrupt",
+                "cacheaffinity: corrupt cache entry %r in %s (%s); removed, reading it from "
+                "storage instead (later corrupt entries of this cache are counted as "
+                "'corrupt' and logged at debug level)",
+                key, self.directory, e,
+            )  # fmt: skip
+            self._count(corrupt=1, errors=1)
+            self._remove_entry(key, name)
+        except (OSError, ValueError) as e:
+            self._read_failed(key, e)
+        return None
+
+    def _read_failed(self, key: str, e: BaseException) -> None:
+        self._warn_once("read", "cacheaffinity: cache read of %r in %s failed (%s); a miss", key, self.directory, e)
+        self._count(errors=1)
+
+    def _remove_entry(self, key: str, name: str) -> None:
+        """Delete exactly this row (not a newer value under the same key)."""
+        try:
+            with self.index.transaction() as con:
+                con.execute("DELETE FROM entries WHERE key = ? AND file = ?", (key, name))
+        except (sqlite3.Error, OSError, Closed) as e:
+            logger.debug("cacheaffinity: could not remove entry %r: %s", key, e)
+            return
+        self.files.remove([name])
+
+    def _rows(self, keys: list[str]) -> dict[str, tuple]:
+        rows: dict[str, tuple] = {}
+        for i in range(0, len(keys), _QUERY_KEYS):
+            part = keys[i : i + _QUERY_KEYS]
+            marks = ",".join("?" * len(part))
+            for row in self.index.query(
+                f"SELECT key, file, toc, nbytes, checksum, writer FROM entries WHERE key IN ({marks})",
+                tuple(part),
+            ):
+                rows[row[0]] = row[1:]
+        return rows
+
+    def get(self, key: str, default: Any = None) -> np.ndarray | Any:
+        """The array stored under ``key``, or ``default`` on a miss (verified;
+        any failure is a miss)."""
+        found = self.get_many([key])
+        return found.get(key, default) if isinstance(key, str) else default
+
+    def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
+        """``{key: array}`` of those ``keys`` that hit: one index query for all."""
+        out: dict[str, np.ndarray] = {}
+        if self._closed or self._disabled:
+            self._count(misses=len(keys))
+            return out
+        todo = []
+        for k in keys:
+            item = self.writer.pending_item(k, _MISSING)
+            if item is _MISSING:
+                todo.append(k)
+            elif item is not DROPPED and item.grp is None:
+                out[k] = item.arrays[PLAIN]
+        try:
+            rows = self._rows(todo) if todo else {}
+        except Closed:
+            rows = {}
+        except (OSError, sqlite3.Error, ValueError) as e:
+            self._read_failed(todo[0], e)
+            rows = {}
+        for k, row in rows.items():
+            members = self._read(k, row)
+            value = None if members is None else members.get(PLAIN)
+            if value is not None:
+                out[k] = value
+        served = sum(v.nbytes for v in out.values())
+        self._count(hits=len(out), misses=len(keys) - len(out), bytes_served=served)
+        return out
+
+    def get_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
+        """Every readable chunk pack of ``grp`` that overlaps ``[start, stop)``,
+        newest first: one index query, one verified read per pack.  Lookups are
+        counted by the caller (:meth:`count_served`); failures are logged."""
+        if self._closed or self._disabled:
+            return []
+        out = [
+            Pack(it.start, it.stop, it.arrays)
+            for it in self.writer.pending_items()
+            if it.grp == grp and it.start < stop and it.stop > start
+        ]
+        try:
+            rows = self.index.query(
+                "SELECT key, start, stop, file, toc, nbytes, checksum, writer FROM entries "
+                "WHERE grp = ? AND start < ? AND stop > ? ORDER BY id DESC",
+                (grp, int(stop), int(start)),
+            )
+        except Closed:
+            return out
+        except (OSError, sqlite3.Error, ValueError) as e:
+            self._read_failed(grp, e)
+            return out
+        for key, a, b, *row in rows:
+            members = self._read(key, tuple(row))
+            if members is not None:
+                out.append(Pack(int(a), int(b), members))
+                self._count(packs_read=1)
+        return out
+
+    def __getitem__(self, key: str) -> np.ndarray:
+        out = self.get(key, _MISSING)
+        if out is _MISSING:
+            raise KeyError(key)
+        return out
+
+    def __contains__(self, key: object) -> bool:
+        """Whether the index has ``key`` (cheap: the data file is not read)."""
+        self._settle()
+        self._check_usable()
+        if self._disabled or not isinstance(key, str):
+            return False
+        return bool(self.index.query("SELECT 1 FROM entries WHERE key = ?", (key,)))
+
+    def __iter__(self) -> Iterator[str]:
+        """Keys in store order (oldest first), as of the call (chunk packs too)."""
+        self._settle()
+        self._check_usable()
+        if self._disabled:
+            return iter(())
+        return iter([k for (k,) in self.index.query("SELECT key FROM entries ORDER BY id")])
+
+    def __len__(self) -> int:
+        """Number of rows in the directory's index (all processes)."""
+        self._settle()
+        self._check_usable()
+        if self._disabled:
+            return 0
+        return int(self.index.query("SELECT value FROM meta WHERE name = 'count'")[0][0])
+
+    def totals(self) -> dict[str, int]:
+        """``{"entries": n, "bytes": b}`` committed in the index now (all processes;
+        this process's queued writes are not waited for)."""
+        self._check_usable()
+        if self._disabled:
+            return {"entries": 0, "bytes": 0}
+        rows = dict(self.index.query("SELECT name, value FROM meta WHERE name IN ('size', 'count')"))
+        return {"entries": int(rows.get("count", 0)), "bytes": int(rows.get("size", 0))}
+
+    def volume(self) -> int:
+        """Bytes stored in the directory (all processes), in whole blocks."""
+        self._settle()
+        self._check_usable()
+        if self._disabled:
+            return 0
+        return int(self.index.query("SELECT value FROM meta WHERE name = 'size'")[0][0])
+
+    # ----------------------------------------------------------------- writes
+    def __setitem__(self, key: str, value: np.ndarray) -> None:
+        """Store ``value`` under ``key`` (replacing any older value).
+
+        A value larger than ``capacity``, a full disk or an unwritable directory
+        leave the value uncached (and an older value under ``key`` removed) with
+        one warning; nothing is raised for them.
+
+        Raises
+        ------
+        TypeError
+            If ``key`` is not a ``str``, or ``value`` has an object or structured dtype.
+        """
+        if not isinstance(key, str):
+            raise TypeError(f"ColumnCache keys are str, got {type(key).__name__}: {key!r}")
+        self._put(_Item(key, None, None, None, {PLAIN: _plain_array(key, value)}))
+
+    def put_pack(self, grp: str, start: int, stop: int, arrays: dict[str, np.ndarray]) -> None:
+        """Store the columns a chunk read for ``[start, stop)`` of ``grp`` as one pack.
+
+        ``arrays`` maps member names (:func:`~.layout.member`) to arrays; they
+        must not be modified afterwards (they are written behind).  Failures are
+        as for ``__setitem__``.
+        """
+        if not arrays:
+            return
+        if not isinstance(grp, str) or not all(isinstance(k, str) for k in arrays):
+            raise TypeError("chunk pack group and member names are str")
+        arrays = {k: _plain_array(k, v) for k, v in arrays.items()}
+        key = pack_key(grp, start, stop, arrays)
+        self._put(_Item(key, grp, int(start), int(stop), arrays))
+
+    def _put(self, item: _Item) -> None:
+        if self._closed or self._disabled:
+            self._count(skipped=1)
+            return
+        if item.size > self.capacity:
+            self._warn_once(
+                "oversize",
+                "cacheaffinity: %r of %s exceeds cacheaffinity.worker.capacity=%s; not cached "
+                "(raise the capacity, e.g. dask.config.set({'cacheaffinity.worker.capacity': "
+                "'200 GiB'}))",
+                item.key, format_bytes(item.nbytes), format_bytes(self.capacity),
+            )  # fmt: skip
+            self._count(skipped=1)
+            self._discard(item.key)
+            return
+        if time.monotonic() < self._pause_until:
+            self._count(skipped=1)
+            self._discard(item.key)
+            return
+        if self.write_queue > 0:
+            dropped = self.writer.put(item.key, item, item.nbytes)
+            if dropped is None:
+                self._count(skipped=1)
+            elif dropped:
+                self._count(skipped=1, dropped=1)
+                self._warn_once(
+                    "queue",
+                    "cacheaffinity: write queue of cache %s is full (%s waiting); %r and later "
+                    "values that do not fit are not cached (counted as 'dropped'). Raise "
+                    "cacheaffinity.worker.write-queue if this happens often.",
+                    self.directory, format_bytes(self.writer.queued_bytes), item.key,
+                )  # fmt: skip
+            return
+        self._set_now(item)
+
+    def _set_now(self, item: _Item) -> None:
+        """Store one item now; failures leave it uncached with one warning."""
+        error: BaseException | None = None
+        for attempt in range(2):
+            try:
+                self._store_many([item])
+                return
+            except (Lost, Closed) as e:
+                logger.debug("cacheaffinity: %r not cached: %s", item.key, e)
+                self._count(skipped=1)
+                return
+            except (OSError, sqlite3.Error) as e:
+                error = e
+            if attempt or problem(error) != "full":
+                break
+            # The disk holds less than capacity says: make room for this item and as
+            # much again (the index grows too), then retry once.
+            self._count(errors=1)
+            self._make_room(2 * item.size + 4096)
+        self._count(errors=1, skipped=1)
+        kind = problem(error)
+        if kind == "full":
+            self._pause_until = time.monotonic() + FULL_BACKOFF
+            self._warn_once(
+                "disk",
+                "cacheaffinity: disk of cache %s is full (%s); some columns are not cached "
+                "(writes pause %.0f s after each failure). Lower cacheaffinity.worker.capacity "
+                "or free space on that disk.",
+                self.directory, error, FULL_BACKOFF,
+            )  # fmt: skip
+        elif kind == "unwritable":
+            self._warn_once(
+                "disk",
+                "cacheaffinity: cache directory %s is not writable (%s); columns are not "
+                "cached. Point cacheaffinity.worker.directory to a writable local directory.",
+                self.directory, error,
+            )  # fmt: skip
+        else:
+            self._warn_once("write", "cacheaffinity: storing %r in %s failed (%s); not cached",
+                            item.key, self.directory, error)  # fmt: skip
+        self._discard(item.key)
+
+    def _write_batch(self, batch: list) -> None:
+        """Store queued items (in the writer thread): one index transaction if possible."""
+        latest: dict[str, Any] = {}
+        for key, item, _ in batch:  # the last value of a key wins
+            latest.pop(key, None)
+            latest[key] = item
+        items = [it for it in latest.values() if it is not None]
+        for key in [k for k, it in latest.items() if it is None]:
+            self._discard(key)
+        if not items or self._closed or self._disabled:
+            return
+        if time.monotonic() >= self._pause_until:
+            try:
+                self._store_many(items)
+                return
+            except (Lost, Closed, OSError, sqlite3.Error) as e:
+                logger.debug("cacheaffinity: batched write failed (%r); one by one", e)
+                if isinstance(e, sqlite3.Error):
+                    self.index.close_writer_connection()
+        for item in items:
+            if time.monotonic() < self._pause_until:
+                self._count(skipped=1)
+                continue
+            self._set_now(item)
+
+    def _store_many(self, items: list[_Item]) -> None:
+        """Write the items' data files, then one index transaction for all of them."""
+        written: list[tuple[_Item, str, list, int, bytes]] = []
+        try:
+            for item in items:
+                name, toc, nbytes, digest = self.files.write(item.arrays)
+                written.append((item, name, toc, nbytes, digest))
+            doomed: list[str] = []
+            evicted = freed = 0
+            now = time.time()
+            with self.index.transaction() as con:
+                for item, name, toc, nbytes, digest in written:
+                    old = con.execute("SELECT id, file FROM entries WHERE key = ?", (item.key,)).fetchone()
+                    if old is not None:
+                        con.execute("DELETE FROM entries WHERE id = ?", (old[0],))
+                        doomed.append(old[1])
+                    used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
+                    gone, n = self._evict_rows(con, used + item.size - self.capacity)
+                    doomed.extend(gone)
+                    evicted += len(gone)
+                    freed += n
+                    con.execute(
+                        "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, "
+                        "checksum, stored, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (item.key, item.grp, item.start, item.stop, name,
+                         json.dumps(toc, separators=(",", ":")), nbytes, item.size, digest, now,
+                         self._uid),
+                    )  # fmt: skip
+        except BaseException:
+            self.files.remove([w[1] for w in written])
+            raise
+        self.files.remove(doomed)  # only after the commit: nobody can find them any more
+        self._count(
+            writes=len(written),
+            packs_written=sum(1 for w in written if w[0].grp is not None),
+            bytes_written=sum(w[3] for w in written),
+            evictions=evicted,
+            bytes_evicted=freed,
+        )
+        if time.monotonic() >= self._next_orphan_pass:
+            try:
+                self.collect_orphans()
+            except (OSError, sqlite3.Error, Closed) as e:
+                logger.debug("cacheaffinity: orphan collection failed: %s", e)
+
+    def _evict_rows(self, con: sqlite3.Connection, need: int) -> tuple[list[str], int]:
+        """Delete the oldest rows until ``need`` bytes are freed (inside a transaction)."""
+        if need <= 0:
+            return [], 0
+        victims, files, freed = [], [], 0
+        for row_id, name, size in con.execute(
+            "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_INSERT,)
+        ).fetchall():
+            if freed >= need:
+                break
+            victims.append((row_id,))
+            files.append(name)
+            freed += size
+        con.executemany("DELETE FROM entries WHERE id = ?", victims)
+        return files, freed
+
+    def _make_room(self, need: int) -> None:
+        """Free at least ``need`` bytes after the disk filled up (best effort).
+
+        The oldest data files are deleted **before** the index is touched: on a
+        full disk SQLite cannot grow its WAL to delete rows, and deleting files
+        first frees the space it needs.  Their rows then read as misses (and are
+        removed by that read, or by this eviction when it can commit)."""
+        try:
+            rows = self.index.query(
+                "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_INSERT,)
+            )
+        except (sqlite3.Error, OSError, Closed):
+            return
+        ids, freed = [], 0
+        for row_id, name, size in rows:
+            if freed >= need:
+                break
+            self.files.remove([name])
+            ids.append((row_id,))
+            freed += size
+        try:
+            with self.index.transaction() as con:
+                con.executemany("DELETE FROM entries WHERE id = ?", ids)
+        except (sqlite3.Error, OSError, Closed) as e:
+            logger.debug("cacheaffinity: eviction rows not removed on a full disk (%s)", e)
+        self._count(evictions=len(ids), bytes_evicted=freed)
+
+    def _discard(self, key: str) -> None:
+        """Remove an older value of ``key`` after a failed store (best effort)."""
+        if self._closed or self._disabled:
+            return
+        try:
+            with self.index.transaction() as con:
+                row = con.execute("SELECT file FROM entries WHERE key = ?", (key,)).fetchone()
+                if row is not None:
+                    con.execute("DELETE FROM entries WHERE key = ?", (key,))
+        except (sqlite3.Error, OSError, Closed) as e:
+            logger.debug("cacheaffinity: could not remove old value of %r: %s", key, e)
+            return
+        if row is not None:
+            self.files.remove([row[0]])
+
+    def __delitem__(self, key: str) -> None:
+        self._check_usable()
+        if self._disabled:
+            raise KeyError(key)
+        self._settle()
+        with self.index.transaction() as con:
+            row = con.execute("SELECT file FROM entries WHERE key = ?", (key,)).fetchone()
+            if row is None:
+                raise KeyError(key)
+            con.execute("DELETE FROM entries WHERE key = ?", (key,))
+        self.files.remove([row[0]])
+
+    def clear(self) -> None:
+        """Remove every entry of the directory (all processes' entries).
+
+        Data files are deleted first, then the rows: on a full disk the first
+        step frees what the second needs.  An index this version cannot use (a
+        newer layout, damage beyond repair) is set aside and a new one started;
+        the node id is kept in every case."""
+        self._settle()
+        self._check_usable()
+        if self.unreadable_index:
+            self.index.set_aside(f"could not be used ({self.unreadable_index})")
+            self._disabled = self.unreadable_index = None
+            self._settings(set_capacity=False)
+            return
+        if self._disabled:
+            return
+        names = [n for (n,) in self.index.query("SELECT file FROM entries")]
+        self.files.remove(names)
+        with self.index.transaction() as con:
+            con.execute("DELETE FROM entries")
+
+    # ------------------------------------------------------------ maintenance
+    def _settle(self) -> None:
+        """Let queued writes land before a call that looks at or changes the index."""
+        if self.writer.busy():
+            self.flush()
+
+    def pending(self) -> int:
+        """Number of values waiting for the background writer (0 when writing inline)."""
+        with self.writer.cond:
+            return len(self.writer.pending)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until the background writer has stored every queued value.
+
+        Returns
+        -------
+        bool
+            True if nothing is left to write.
+        """
+        return self.writer.flush(timeout)
+
+    def collect_orphans(self, max_files: int | None = None) -> int:
+        """Delete data files that no row references (bounded work: up to
+        ``max_files``, default ``ORPHAN_BATCH``, looked at per call; only files
+        older than ``orphan_after``).  Returns the number deleted."""
+        self._check_usable()
+        if self._disabled:
+            return 0
+        self._next_orphan_pass = time.monotonic() + ORPHAN_INTERVAL
+        removed = 0
+        for prefix, names in self.files.orphan_candidates(
+            ORPHAN_BATCH if max_files is None else max_files, self.orphan_after
+        ):
+            upper = f"{int(prefix, 16) + 1:02x}" if prefix != "ff" else "g"
+            known = self.index.reachable_files(prefix, upper)
+            removed += self.files.remove([n for n in names if n not in known])
+        if removed:
+            logger.info("cacheaffinity: deleted %d orphaned data files (left by killed writers) from %s",
+                        removed, self.files.data)  # fmt: skip
+            self._count(orphans_removed=removed)
+        return removed
+
+    def verify(self, on_entry: Callable[[], Any] | None = None) -> dict[str, int]:
+        """Check every row's data file against its digest and tidy the directory.
+
+        Corrupt rows are removed and logged; data files no row references and
+        temporaries, both older than ``stale_after``, are deleted.
+
+        Returns
+        -------
+        dict
+            ``checked`` rows, of which ``ok``, ``corrupt`` (removed) and
+            ``missing`` (evicted meanwhile, or the file was lost); ``orphans``
+            (unreferenced data files deleted); ``temporaries`` (deleted).
+        """
+        self._settle()
+        self._check_usable()
+        out = dict(checked=0, ok=0, corrupt=0, missing=0, orphans=0, temporaries=0)
+        if self._disabled:
+            return out
+        rows = self.index.query("SELECT key, file, toc, nbytes, checksum, writer FROM entries ORDER BY id")
+        for key, *row in rows:
+            out["checked"] += 1
+            before = self.stats()["corrupt"]
+            try:
+                members = self._read(key, tuple(row))
+                if members is not None:
+                    out["ok"] += 1
+                elif self.stats()["corrupt"] > before:
+                    out["corrupt"] += 1
+                    logger.warning("cacheaffinity: corrupt cache entry %r in %s; removed", key, self.directory)
+                else:
+                    out["missing"] += 1
+            finally:
+                if on_entry is not None:
+                    on_entry()
+        known = {n for (n,) in self.index.query("SELECT file FROM entries")}
+        cutoff = time.time() - self.stale_after
+        for name in list(self.files.all_names()):
+            if name in known:
+                continue
+            try:
+                if os.lstat(self.files.path(name)).st_mtime > cutoff:
+                    continue  # may be a write that is about to commit
+            except FileNotFoundError:
+                continue
+            if not self.index.query("SELECT 1 FROM entries WHERE file = ?", (name,)):
+                out["orphans"] += self.files.remove([name])
+        out["temporaries"] = self.files.remove_stale_temporaries(self.stale_after)
+        self._count(temporaries_removed=out["temporaries"])
+        return out
+
+    def info(self) -> dict[str, Any]:
+        """``directory``, ``capacity``, ``size`` (bytes, as :meth:`volume`),
+        ``entries``, ``packs``, ``oldest`` and ``newest`` store times (None when empty)."""
+        self._settle()
+        self._check_usable()
+        out: dict[str, Any] = {
+            "directory": self.directory, "capacity": self.capacity, "size": 0, "entries": 0,
+            "packs": 0, "oldest": None, "newest": None,
+        }  # fmt: skip
+        if self._disabled:
+            return out
+        with self.index.lock:
+            con = self.index.connection()
+            con.execute("BEGIN")  # one consistent snapshot
+            try:
+                meta = dict(con.execute("SELECT name, value FROM meta").fetchall())
+                packs = con.execute("SELECT count(*) FROM entries WHERE grp IS NOT NULL").fetchone()[0]
+                oldest = con.execute("SELECT stored FROM entries ORDER BY id LIMIT 1").fetchone()
+                newest = con.execute("SELECT stored FROM entries ORDER BY id DESC LIMIT 1").fetchone()
+            finally:
+                con.execute("COMMIT")
+        out.update(
+            size=int(meta["size"]), entries=int(meta["count"]), packs=int(packs),
+            oldest=oldest[0] if oldest else None, newest=newest[0] if newest else None,
+        )  # fmt: skip
+        return out
+
+    # -------------------------------------------------------------- lifecycle
+    def close(self, timeout: float | None = 60.0) -> None:
+        """Write what is queued (bounded wait), then close the index (idempotent)."""
+        if self._pid == os.getpid():
+            self.flush(timeout)
+        left = self.writer.stop()
+        if left:
+            logger.warning("cacheaffinity: %d queued values of cache %s not written at close", left, self.directory)
+        self._closed = True
+        self.index.close()
+        self.index.close_writer_connection()
+
+    def __enter__(self) -> ColumnCache:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = " closed" if self._closed else (" disabled" if self._disabled else "")
+        return f"<ColumnCache {self.directory!r} capacity={format_bytes(self.capacity)}{state}>"

@@ -1,0 +1,361 @@
+"""Data files of a node cache: write, publish, read and verify, tidy (runs in workers).
+
+:class:`DataFiles` is the store's file layer (diskcache's ``Disk`` role): it knows
+file names, temporaries, modes and the pack format (:mod:`.layout`), never the index.
+
+Notes
+-----
+Crash ordering
+    A pack is written to ``columns-tmp/<name>.tmp``, then renamed to
+    ``columns/<ab>/<name>``; the caller commits the index row only after that,
+    and deletes the files of replaced or evicted rows only after its commit.  A
+    killed writer leaves a temporary (removed once older than ``stale_after``)
+    or a data file nothing references (an orphan, removed by
+    :meth:`DataFiles.orphan_candidates` + the caller's index check), never a
+    row that points at a partial file.  Nothing is fsync'ed: after a power loss
+    a row may point at torn bytes, which the digest turns into a miss.
+
+Reads
+    :meth:`DataFiles.read` reads a whole pack with one ``readinto`` into one new
+    buffer (the only copy between the page cache and the arrays handed out:
+    every member is a view of it) and checks its size, owner and xxh3-64 digest
+    on every read.  A file that vanished (evicted by another process) is None;
+    anything else that is not exactly what was written raises :class:`Corrupt`.
+    Files are read, not ``mmap``-ed: a file truncated by a foreign process while
+    mapped would kill the worker with SIGBUS instead of being a miss.
+
+Writes
+    Members are written straight from the arrays (``os.writev`` of their
+    buffers and the zero padding between them): no copy in Python; the digest
+    is computed over the same buffers as they are written.
+"""
+
+from __future__ import annotations
+
+import errno
+import math
+import os
+import stat
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from cacheaffinity.worker.store.errors import Corrupt, Lost, UntrustedDirectory
+from cacheaffinity.worker.store.layout import (
+    ALIGN,
+    DATA_DIR,
+    FILE_NAME,
+    TMP_DIR,
+    aligned,
+)
+
+__all__ = ["DataFiles", "as_bytes", "unlink"]
+
+_PAD = bytes(ALIGN)
+#: writev takes at most this many buffers per call (Linux IOV_MAX is 1024).
+_IOV = 1000
+
+
+def as_bytes(arr: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's data as a flat uint8 view (works for datetimes too)."""
+    return arr.reshape(-1).view(np.uint8)
+
+
+def unlink(path: str) -> bool:
+    """Delete ``path``; False if it was not there (or could not be deleted)."""
+    try:
+        os.unlink(path)
+        return True
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return False
+
+
+def toc_of(arrays: dict[str, np.ndarray]) -> tuple[list, int]:
+    """Table of contents ``[[member, dtype, shape, offset], ...]`` of a pack of
+    ``arrays`` (in their order) and the pack's byte count."""
+    toc, offset = [], 0
+    for name, arr in arrays.items():
+        offset = aligned(offset)
+        toc.append([name, arr.dtype.str, list(arr.shape), offset])
+        offset += arr.nbytes
+    return toc, offset
+
+
+def members_of(buffer: np.ndarray, toc: Any, nbytes: int) -> dict[str, np.ndarray]:
+    """The arrays of a verified pack buffer, as views of it.
+
+    Raises
+    ------
+    Corrupt
+        If the table of contents does not describe ``nbytes`` bytes of plain arrays.
+    """
+    out: dict[str, np.ndarray] = {}
+    try:
+        for name, dtype_str, shape, offset in toc:
+            dtype = np.dtype(dtype_str)
+            shape = tuple(shape)
+            if (
+                not isinstance(name, str)
+                or dtype.hasobject
+                or dtype.fields is not None
+                or len(shape) > 64
+                or not all(type(n) is int and n >= 0 for n in shape)
+                or type(offset) is not int
+                or offset < 0
+                or offset % ALIGN
+            ):
+                raise ValueError("not a plain array")
+            size = math.prod(shape) * dtype.itemsize
+            if offset + size > nbytes:
+                raise ValueError("beyond the end of the pack")
+            out[name] = buffer[offset : offset + size].view(dtype).reshape(shape)
+    except (TypeError, ValueError) as e:
+        raise Corrupt(f"unreadable table of contents ({e})") from None
+    return out
+
+
+class DataFiles:
+    """The data files of one cache directory.
+
+    Parameters
+    ----------
+    directory : str
+        The cache directory.
+    uid : int
+        This process's effective uid (files of others are not trusted).
+    shared_gid : int or None
+        Group of a shared-group cache (files group-readable), or None.
+    """
+
+    def __init__(self, directory: str, uid: int, shared_gid: int | None):
+        self.directory = directory
+        self.data = os.path.join(directory, DATA_DIR)
+        self.tmp = os.path.join(directory, TMP_DIR)
+        self.uid = uid
+        self.shared_gid = shared_gid
+        #: Data subdirectory (two hex digits) the next orphan pass starts at.
+        self.orphan_cursor = 0
+
+    @property
+    def file_mode(self) -> int:
+        return 0o600 if self.shared_gid is None else 0o660
+
+    def path(self, name: str) -> str:
+        return os.path.join(self.data, name[:2], name)
+
+    def mkdir(self, path: str) -> None:
+        """Create a directory of the cache (mode 0700, or 2770 in a shared group)."""
+        try:
+            os.mkdir(path, 0o700 if self.shared_gid is None else 0o770)
+        except FileExistsError:
+            st = os.lstat(path)
+            if not stat.S_ISDIR(st.st_mode):
+                raise UntrustedDirectory(
+                    f"{path} in cache directory {self.directory} is not a directory; "
+                    f"remove it (the cache recreates it)"
+                ) from None
+            return
+        if self.shared_gid is not None:
+            os.chmod(path, 0o2770)
+
+    def setup(self) -> None:
+        """Create ``columns/`` and ``columns-tmp/`` and check that they can be written."""
+        self.mkdir(self.data)
+        self.mkdir(self.tmp)
+        path = os.path.join(self.tmp, f"{uuid.uuid4().hex}.tmp")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        os.unlink(path)
+
+    # ----------------------------------------------------------------- write
+    def write(self, arrays: dict[str, np.ndarray]) -> tuple[str, list, int, bytes]:
+        """Write a pack of ``arrays`` (C-contiguous) to a new data file.
+
+        Returns
+        -------
+        tuple
+            ``(name, toc, nbytes, digest)``; the index is not touched.
+        """
+        toc, nbytes = toc_of(arrays)
+        pieces: list = []
+        h = xxhash.xxh3_64()
+        offset = 0
+        for (_, _, _, start), arr in zip(toc, arrays.values()):
+            if start > offset:
+                pad = memoryview(_PAD)[: start - offset]
+                pieces.append(pad)
+                h.update(pad)
+            view = memoryview(as_bytes(arr))
+            pieces.append(view)
+            h.update(view)
+            offset = start + arr.nbytes
+        name = uuid.uuid4().hex
+        tmp = os.path.join(self.tmp, name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        try:
+            try:
+                if self.shared_gid is not None:
+                    # readable by the group whatever the umask; written once, by its
+                    # writer only: another member can delete it, never change it
+                    os.fchmod(fd, 0o640)
+                _writev_all(fd, pieces)
+            finally:
+                os.close(fd)
+            self._publish(name)
+        except BaseException:
+            unlink(tmp)
+            raise
+        return name, toc, nbytes, h.digest()
+
+    def _publish(self, name: str) -> None:
+        """Rename a complete temporary to its data file name."""
+        tmp = os.path.join(self.tmp, name + ".tmp")
+        final = self.path(name)
+        try:
+            os.rename(tmp, final)
+        except FileNotFoundError:
+            if not os.path.exists(tmp):
+                if os.path.isdir(self.tmp):
+                    raise Lost(f"temporary {tmp} was removed as stale") from None
+                raise
+            self.mkdir(os.path.dirname(final))
+            os.rename(tmp, final)
+
+    # ------------------------------------------------------------------ read
+    def read(self, name: Any, nbytes: int, digest: bytes, writer: int | None) -> np.ndarray | None:
+        """The verified bytes of a data file (a new uint8 buffer), or None if it is gone.
+
+        Raises
+        ------
+        Corrupt
+            If the file is not exactly the ``nbytes`` bytes with ``digest`` that
+            the index row says, or is a link or someone else's.
+        OSError
+            For other I/O errors.
+        """
+        if not (isinstance(name, str) and FILE_NAME.match(name)):
+            raise Corrupt(f"invalid file name {name!r} in the index")
+        if not isinstance(nbytes, int) or nbytes < 0:
+            raise Corrupt(f"invalid byte count {nbytes!r} in the index")
+        try:
+            fd = os.open(self.path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None  # evicted or replaced by another process after the lookup
+        except OSError as e:
+            if e.errno == errno.ELOOP:
+                raise Corrupt("the data file is a symbolic link") from None
+            raise
+        try:
+            st = os.fstat(fd)
+            owner = self.uid if writer is None and self.shared_gid is None else writer
+            if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
+                raise Corrupt(
+                    f"the data file belongs to uid {st.st_uid}, the entry was written by uid {owner}"
+                )
+            if st.st_size != nbytes:
+                raise Corrupt(f"file holds {st.st_size} bytes, the index says {nbytes}")
+            buffer = np.empty(nbytes, np.uint8)
+            view = memoryview(buffer)
+            done = 0
+            while done < nbytes:
+                n = os.readv(fd, [view[done:]])
+                if not n:
+                    break
+                done += n
+        finally:
+            os.close(fd)
+        if done != nbytes:
+            raise Corrupt(f"file holds {done} bytes, the index says {nbytes}")
+        if xxhash.xxh3_64_digest(view) != digest:
+            raise Corrupt("xxh3 checksum mismatch")
+        return buffer
+
+    # ------------------------------------------------------------------ tidy
+    def remove(self, names) -> int:
+        """Delete the data files ``names`` (after their rows are gone); returns how many."""
+        return sum(unlink(self.path(n)) for n in names if isinstance(n, str) and FILE_NAME.match(n))
+
+    def remove_stale_temporaries(self, stale_after: float) -> int:
+        """Delete temporaries older than ``stale_after`` seconds (left by dead writers)."""
+        removed = 0
+        cutoff = time.time() - stale_after
+        try:
+            it = os.scandir(self.tmp)
+        except FileNotFoundError:
+            return 0
+        with it:
+            for entry in it:
+                if not entry.name.endswith(".tmp"):
+                    continue
+                try:
+                    if entry.stat(follow_symlinks=False).st_mtime <= cutoff:
+                        removed += unlink(entry.path)
+                except FileNotFoundError:
+                    pass
+        return removed
+
+    def orphan_candidates(self, max_files: int, older_than: float):
+        """Yield ``(prefix, names)`` per data subdirectory: files older than
+        ``older_than`` seconds, looking at up to ``max_files`` files, starting
+        where the previous pass stopped.  The caller removes those its index
+        does not reference."""
+        cutoff = time.time() - older_than
+        seen = 0
+        for _ in range(256):
+            if seen >= max_files:
+                break
+            prefix = f"{self.orphan_cursor:02x}"
+            self.orphan_cursor = (self.orphan_cursor + 1) % 256
+            sub = os.path.join(self.data, prefix)
+            names = []
+            try:
+                with os.scandir(sub) as it:
+                    for f in it:
+                        seen += 1
+                        if not FILE_NAME.match(f.name) or not f.name.startswith(prefix):
+                            continue
+                        try:
+                            if f.stat(follow_symlinks=False).st_mtime > cutoff:
+                                continue
+                        except FileNotFoundError:
+                            continue
+                        names.append(f.name)
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            if names:
+                yield prefix, names
+
+    def all_names(self):
+        """Every data file name in the directory (for ``verify`` and ``clear``)."""
+        try:
+            subdirs = os.scandir(self.data)
+        except FileNotFoundError:
+            return
+        with subdirs:
+            for sub in subdirs:
+                if not sub.is_dir(follow_symlinks=False):
+                    continue
+                with os.scandir(sub.path) as files:
+                    for f in files:
+                        if FILE_NAME.match(f.name):
+                            yield f.name
+
+
+def _writev_all(fd: int, pieces: list) -> None:
+    """Write every buffer of ``pieces`` (partial writes resumed)."""
+    i = 0
+    while i < len(pieces):
+        batch = pieces[i : i + _IOV]
+        n = os.writev(fd, batch)
+        # advance past what was written
+        while batch and n >= len(batch[0]):
+            n -= len(batch[0])
+            batch = batch[1:]
+            i += 1
+        if n:
+            pieces[i] = pieces[i][n:]
