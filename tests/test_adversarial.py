@@ -38,7 +38,7 @@ from distributed.utils_test import gen_cluster
 
 import cacheaffinity
 from testbed import skip_or_fail
-from cacheaffinity.worker import store as store_module
+from cacheaffinity.worker.store import cache as store_cache_module
 from cacheaffinity.worker.directory import UntrustedDirectory, trusted_directory
 from cacheaffinity.worker.node import read_or_create_node_id
 from cacheaffinity.worker.store import DATA_DIR, INDEX_NAME, ColumnCache, MemoryFront
@@ -178,11 +178,19 @@ def poison(directory: Path) -> int:
     the store computes them), as someone who could write the directory could."""
     n = 0
     with ColumnCache(directory) as cache:
-        for key in list(cache):
+        packs = cache.index.query("SELECT grp, start, stop FROM entries WHERE grp IS NOT NULL")
+        for key in [k for (k,) in cache.index.query("SELECT key FROM entries WHERE grp IS NULL")]:
             value = cache[key]
             if value.dtype.kind == "f":
                 cache[key] = value * 2 + 1
                 n += 1
+        for grp, start, stop in packs:  # chunk packs: every float member rewritten
+            for pack in cache.get_packs(grp, start, stop):
+                if (pack.start, pack.stop) != (start, stop):
+                    continue
+                members = {k: v * 2 + 1 if v.dtype.kind == "f" else v for k, v in pack.members.items()}
+                n += sum(v.dtype.kind == "f" for v in pack.members.values())
+                cache.put_pack(grp, start, stop, members)
     (directory / "node-id").write_text("attacker-node-0123\n")
     return n
 
@@ -606,7 +614,7 @@ def test_orphans_are_collected_in_bounded_passes_and_by_writers(tmp_path, monkey
         os.utime(p, (old, old))
     fresh = planted.pop()
     os.utime(fresh, None)  # young: may still be committed by a live writer
-    monkeypatch.setattr(store_module, "ORPHAN_BATCH", 8)
+    monkeypatch.setattr(store_cache_module, "ORPHAN_BATCH", 8)
     with ColumnCache(d, capacity="10 MiB") as cache:  # one bounded pass on open
         left = [p for p in planted if p.exists()]
         assert 0 < len(left) < len(planted)
@@ -615,7 +623,7 @@ def test_orphans_are_collected_in_bounded_passes_and_by_writers(tmp_path, monkey
             left = [p for p in planted if p.exists()]
         assert fresh.exists() and np.array_equal(cache["k"], np.arange(10))
     # writers run a pass every ORPHAN_INTERVAL seconds
-    monkeypatch.setattr(store_module, "ORPHAN_INTERVAL", 0.0)
+    monkeypatch.setattr(store_cache_module, "ORPHAN_INTERVAL", 0.0)
     with ColumnCache(d, capacity="10 MiB", orphan_after=0) as cache:
         late = d / DATA_DIR / "ff" / ("ff" + "1" * 30)
         late.parent.mkdir(mode=0o700, exist_ok=True)
@@ -647,7 +655,7 @@ def test_fork_while_another_thread_holds_the_locks(tmp_path):
     held, release = threading.Event(), threading.Event()
 
     def hold():
-        with cache._lock, cache._stats_lock, front._lock:
+        with cache.index.lock, cache._stats_lock, front._lock:
             held.set()
             release.wait(60)
 

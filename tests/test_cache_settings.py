@@ -1,17 +1,21 @@
-"""Settings every process of a cache directory agrees on (issue 13): the layout
-version and the capacity in ``settings.json``; old-layout directories are
-detected and their entries dropped, never read.  Real directories."""
+"""Settings every process of a cache directory agrees on: the layout version and
+the capacity in the index's ``settings`` table; an older layout's directory is
+detected and its entries dropped (never read), a newer or unreadable index
+version is refused and set aside by ``clear``/``repair``, keeping the node id.
+Real directories, real SQLite files."""
 
 from __future__ import annotations
 
-import json
 import logging
 import os
+import sqlite3
 
 import numpy as np
 import pytest
 
-from cacheaffinity.worker.store import LAYOUT_VERSION, SETTINGS_NAME, ColumnCache
+from cacheaffinity.worker.node import read_or_create_node_id
+from cacheaffinity.worker.store import INDEX_NAME, LAYOUT_VERSION, SCHEMA_VERSION, ColumnCache
+from cacheaffinity.worker.store.layout import LEGACY_SETTINGS_NAME
 
 LOGGER = "cacheaffinity.worker"
 
@@ -24,39 +28,70 @@ def fill(directory, n=3, capacity="1 MiB"):
 
 
 def settings(directory):
-    with open(os.path.join(directory, SETTINGS_NAME)) as f:
-        return json.load(f)
+    con = sqlite3.connect(os.path.join(directory, INDEX_NAME))
+    try:
+        return dict(con.execute("SELECT name, value FROM settings"))
+    finally:
+        con.close()
+
+
+def data_files(directory):
+    return [f for sub in os.listdir(directory / "columns") for f in os.listdir(directory / "columns" / sub)]
 
 
 def drops(caplog):
     return [r for r in caplog.records if r.name == LOGGER and "dropped" in r.getMessage()]
 
 
+def old_layout(directory, version: int) -> None:
+    """A directory as layouts 1-3 left it: an index of schema ``version`` with
+    rows, their data files, and (layout 3) ``settings.json``."""
+    os.makedirs(directory / "columns" / "ab", mode=0o700)
+    os.makedirs(directory / "columns-tmp", mode=0o700)
+    con = sqlite3.connect(os.path.join(directory, INDEX_NAME))
+    con.executescript(
+        "CREATE TABLE entries (id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT UNIQUE, file TEXT,"
+        " dtype TEXT, shape TEXT, nbytes INTEGER, size INTEGER, checksum BLOB, stored REAL);"
+        "CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER);"
+        f"PRAGMA user_version={version};"
+    )
+    for i in range(3):
+        name = f"ab{i:030x}"
+        (directory / "columns" / "ab" / name).write_bytes(b"\0" * 400)
+        con.execute("INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum, stored) "
+                    "VALUES (?, ?, '<f4', '[100]', 400, 4096, ?, 0)", (f"c3/k{i}", name, b"\0" * 8))
+    con.commit()
+    con.close()
+    if version == 2:
+        (directory / LEGACY_SETTINGS_NAME).write_text('{"layout": 3, "capacity": 1048576}')
+
+
 def test_new_directory_records_layout_and_capacity(tmp_path):
     fill(tmp_path)
     assert settings(tmp_path) == {"layout": LAYOUT_VERSION, "capacity": 2**20}
+    con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME))
+    assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    con.close()
+    for name in (INDEX_NAME, INDEX_NAME + "-wal", INDEX_NAME + "-shm"):
+        path = os.path.join(tmp_path, name)
+        if os.path.exists(path):
+            assert oct(os.stat(path).st_mode & 0o777) == oct(0o600), name
 
 
-@pytest.mark.parametrize(
-    "damage",
-    [
-        pytest.param(lambda p: os.unlink(p), id="no-settings-old-layout"),
-        pytest.param(lambda p: open(p, "w").write('{"layout": 2, "capacity": 1048576}'), id="layout-2"),
-        pytest.param(lambda p: open(p, "w").write('{"layout": 99, "capacity": 1048576}'), id="layout-99"),
-        pytest.param(lambda p: open(p, "w").write("{not json"), id="garbage"),
-    ],
-)
-def test_other_layout_is_detected_and_dropped_with_one_line(tmp_path, caplog, damage):
-    fill(tmp_path)
-    damage(os.path.join(tmp_path, SETTINGS_NAME))
+@pytest.mark.parametrize("version", [pytest.param(1, id="layout-1-2"), pytest.param(2, id="layout-3")])
+def test_older_layout_is_detected_and_dropped_with_one_line(tmp_path, caplog, version):
+    node = read_or_create_node_id(str(tmp_path))
+    old_layout(tmp_path, version)
     caplog.set_level(logging.INFO, LOGGER)
     with ColumnCache(tmp_path, capacity="1 MiB") as cache:
         assert len(cache) == 0
-        assert cache.get("uuid/Events/0-10/data/col0") is None
-        assert [name for name in os.listdir(tmp_path / "columns") if os.listdir(tmp_path / "columns" / name)] == []
+        assert cache.get("c3/k0") is None
+        assert data_files(tmp_path) == []
     (record,) = drops(caplog)
-    assert "dropped its 3 entries" in record.getMessage() and str(tmp_path) in record.getMessage()
+    assert "older cacheaffinity" in record.getMessage() and "dropped its 3 data files" in record.getMessage()
+    assert not os.path.exists(tmp_path / LEGACY_SETTINGS_NAME)
     assert settings(tmp_path)["layout"] == LAYOUT_VERSION
+    assert read_or_create_node_id(str(tmp_path)) == node
     # the next process finds the current layout: nothing dropped again
     fill(tmp_path, n=2)
     with ColumnCache(tmp_path, capacity="1 MiB") as cache:
@@ -64,12 +99,47 @@ def test_other_layout_is_detected_and_dropped_with_one_line(tmp_path, caplog, da
     assert len(drops(caplog)) == 1
 
 
-def test_read_only_open_changes_nothing(tmp_path):
+@pytest.mark.parametrize(
+    "version", [pytest.param(SCHEMA_VERSION + 1, id="newer"), pytest.param(2**30 + SCHEMA_VERSION, id="flipped-bit")]
+)
+@pytest.mark.parametrize("recover", ["clear", "repair"])
+def test_unknown_index_version_is_refused_then_set_aside_keeping_the_node_id(tmp_path, caplog, version, recover):
+    node = read_or_create_node_id(str(tmp_path))
     fill(tmp_path)
-    os.unlink(os.path.join(tmp_path, SETTINGS_NAME))
+    con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME))
+    con.execute(f"PRAGMA user_version={version}")
+    con.commit()
+    con.close()
+    caplog.set_level(logging.INFO, LOGGER)
+    with ColumnCache(tmp_path, capacity="1 MiB") as cache:
+        assert cache.disabled and f"schema version {version}" in cache.disabled
+        assert f"reads version {SCHEMA_VERSION}" in cache.disabled and "cache clear" in cache.disabled
+        assert cache.get("uuid/Events/0-10/data/col0") is None
+        cache["x"] = np.arange(3)  # refused: the newer index is not touched
+    con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME))
+    assert con.execute("PRAGMA user_version").fetchone()[0] == version
+    con.close()
+    with ColumnCache(tmp_path, capacity="1 MiB") as cache:
+        if recover == "clear":
+            cache.clear()
+        else:
+            assert cache.repair() is True
+        assert cache.disabled is None
+        cache["x"] = np.arange(3)
+        assert np.array_equal(cache["x"], np.arange(3))
+    assert os.path.exists(os.path.join(tmp_path, INDEX_NAME + ".corrupt"))
+    assert read_or_create_node_id(str(tmp_path)) == node
+    with ColumnCache(tmp_path, capacity="1 MiB") as cache:
+        assert list(cache) == ["x"]
+
+
+def test_read_only_open_changes_nothing(tmp_path):
+    old_layout(tmp_path, 2)
+    before = sorted(os.listdir(tmp_path))
     with ColumnCache(tmp_path, capacity="1 MiB", heal=False) as cache:
-        assert len(cache) == 3  # cache info reports what is there ...
-    assert not os.path.exists(os.path.join(tmp_path, SETTINGS_NAME))  # ... and writes nothing
+        assert cache.disabled and "older cacheaffinity" in cache.disabled
+    assert sorted(os.listdir(tmp_path)) == before
+    assert len(data_files(tmp_path)) == 3
 
 
 def test_processes_agree_on_the_directory_capacity(tmp_path, caplog):

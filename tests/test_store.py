@@ -280,13 +280,17 @@ def test_nothing_but_raw_bytes_and_plain_values_on_disk(tmp_path):
         cache.update(samples)
     con = sqlite3.connect(tmp_path / INDEX_NAME)
     rows = con.execute(
-        "SELECT key, file, typeof(key), typeof(file), typeof(dtype), typeof(shape), "
+        "SELECT key, file, toc, typeof(key), typeof(file), typeof(toc), "
         "typeof(nbytes), typeof(checksum), length(checksum) FROM entries"
     ).fetchall()
     con.close()
     assert len(rows) == len(samples)
-    for key, name, *types in rows:
-        assert types == ["text", "text", "text", "text", "integer", "blob", 8]
+    for key, name, toc, *types in rows:
+        assert types == ["text", "text", "text", "integer", "blob", 8]
+        # the table of contents is JSON of plain values: member, dtype string, shape, offset
+        ((member, dtype, shape, offset),) = json.loads(toc)
+        arr = np.asarray(samples[key])
+        assert (member, dtype, shape, offset) == ("", arr.dtype.str, list(arr.shape), 0)
         (path,) = glob.glob(os.path.join(tmp_path, DATA_DIR, "*", name))
         with open(path, "rb") as f:
             # the data file is the array's raw bytes, nothing else (no pickle)
@@ -767,27 +771,6 @@ def test_memory_front_is_bounded_and_writes_through(tmp_path):
 
 
 # ------------------------------------------------------- layout upgrade
-def test_version_1_index_is_upgraded_in_place(tmp_path):
-    """A directory written before entries recorded their writer still reads."""
-    d = tmp_path / "cache"
-    with ColumnCache(d, capacity="1 MiB") as cache:
-        cache["old"] = np.arange(10, dtype=np.float32)
-    con = sqlite3.connect(d / INDEX_NAME)
-    con.executescript(
-        "DROP INDEX entries_file; ALTER TABLE entries DROP COLUMN writer; PRAGMA user_version=1;"
-    )
-    con.close()
-    with ColumnCache(d, capacity="1 MiB") as cache:
-        assert_same(cache["old"], np.arange(10, dtype=np.float32))
-        cache["new"] = np.arange(3)
-        assert_same(cache["new"], np.arange(3))
-    con = sqlite3.connect(d / INDEX_NAME)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 2
-    writers = dict(con.execute("SELECT key, writer FROM entries"))
-    assert writers == {"old": None, "new": os.geteuid()}
-    assert con.execute("PRAGMA index_list(entries)").fetchall()  # the file index exists
-
-
 def test_repair_of_a_sound_index_changes_nothing(tmp_path):
     d = tmp_path / "cache"
     with ColumnCache(d, capacity="1 MiB") as cache:

@@ -50,7 +50,7 @@ def test_values_queued_one_by_one_are_committed_in_batches(tmp_path, monkeypatch
     """A task queues column after column with work in between: the writer, woken by
     the first, gathers the next ones (WRITE_COALESCE) and commits them together, not
     one index transaction per value; a flush does not wait out the gathering."""
-    from cacheaffinity.worker import store as store_module
+    from cacheaffinity.worker.store import writer as store_module
 
     transactions = []
     store_many = ColumnCache._store_many

@@ -483,14 +483,14 @@ class ColumnCache(MutableMapping):
             try:
                 toc = json.loads(toc)
             except (TypeError, ValueError):
-                raise Corrupt("unreadable table of contents") from None
+                raise Corrupt("unreadable table of contents", "toc") from None
             return members_of(buffer, toc, nbytes)
         except Corrupt as e:
             self._warn_once(
-                "corrupt",
+                f"corrupt:{e.kind}",
                 "cacheaffinity: corrupt cache entry %r in %s (%s); removed, reading it from "
-                "storage instead (later corrupt entries of this cache are counted as "
-                "'corrupt' and logged at debug level)",
+                "storage instead (later entries of this cache damaged this way are counted "
+                "as 'corrupt' and logged at debug level)",
                 key, self.directory, e,
             )  # fmt: skip
             self._count(corrupt=1, errors=1)
@@ -975,8 +975,7 @@ class ColumnCache(MutableMapping):
                 if members is not None:
                     out["ok"] += 1
                 elif self.stats()["corrupt"] > before:
-                    out["corrupt"] += 1
-                    logger.warning("cacheaffinity: corrupt cache entry %r in %s; removed", key, self.directory)
+                    out["corrupt"] += 1  # removed and logged (once per cache) by _read
                 else:
                     out["missing"] += 1
             finally:

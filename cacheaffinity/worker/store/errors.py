@@ -15,7 +15,13 @@ __all__ = ["Closed", "Corrupt", "Lost", "NewerLayout", "OlderLayout", "Untrusted
 
 class Corrupt(Exception):
     """A data file that does not read back as its index row says (a miss; the
-    row is removed)."""
+    row is removed).  ``kind`` names the damage (``"name"``, ``"size"``,
+    ``"link"``, ``"owner"``, ``"checksum"``, ``"toc"``): one warning per kind
+    and cache, the rest at debug level."""
+
+    def __init__(self, message: str, kind: str = "other"):
+        super().__init__(message)
+        self.kind = kind
 
 
 class Lost(Exception):

@@ -115,7 +115,7 @@ def members_of(buffer: np.ndarray, toc: Any, nbytes: int) -> dict[str, np.ndarra
                 raise ValueError("beyond the end of the pack")
             out[name] = buffer[offset : offset + size].view(dtype).reshape(shape)
     except (TypeError, ValueError) as e:
-        raise Corrupt(f"unreadable table of contents ({e})") from None
+        raise Corrupt(f"unreadable table of contents ({e})", "toc") from None
     return out
 
 
@@ -239,26 +239,29 @@ class DataFiles:
             For other I/O errors.
         """
         if not (isinstance(name, str) and FILE_NAME.match(name)):
-            raise Corrupt(f"invalid file name {name!r} in the index")
+            raise Corrupt(f"invalid file name {name!r} in the index", "name")
         if not isinstance(nbytes, int) or nbytes < 0:
-            raise Corrupt(f"invalid byte count {nbytes!r} in the index")
+            raise Corrupt(f"invalid byte count {nbytes!r} in the index", "name")
         try:
             fd = os.open(self.path(name), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             return None  # evicted or replaced by another process after the lookup
         except OSError as e:
             if e.errno == errno.ELOOP:
-                raise Corrupt("the data file is a symbolic link") from None
+                raise Corrupt("the data file is a symbolic link", "link") from None
             raise
         try:
             st = os.fstat(fd)
             owner = self.uid if writer is None and self.shared_gid is None else writer
             if not stat.S_ISREG(st.st_mode) or (owner is not None and st.st_uid != owner):
                 raise Corrupt(
-                    f"the data file belongs to uid {st.st_uid}, the entry was written by uid {owner}"
+                    f"the data file belongs to uid {st.st_uid}, the entry was written by uid {owner}",
+                    "owner",
                 )
-            if st.st_size != nbytes:
-                raise Corrupt(f"file holds {st.st_size} bytes, the index says {nbytes}")
+            if st.st_size > nbytes:
+                raise Corrupt(f"file is longer than the {nbytes} bytes in the index", "size")
+            if st.st_size < nbytes:
+                raise Corrupt(f"file holds {st.st_size} bytes, the index says {nbytes}", "size")
             buffer = np.empty(nbytes, np.uint8)
             view = memoryview(buffer)
             done = 0
@@ -270,9 +273,9 @@ class DataFiles:
         finally:
             os.close(fd)
         if done != nbytes:
-            raise Corrupt(f"file holds {done} bytes, the index says {nbytes}")
+            raise Corrupt(f"file holds {done} bytes, the index says {nbytes}", "size")
         if xxhash.xxh3_64_digest(view) != digest:
-            raise Corrupt("xxh3 checksum mismatch")
+            raise Corrupt("xxh3 checksum mismatch", "checksum")
         return buffer
 
     # ------------------------------------------------------------------ tidy
