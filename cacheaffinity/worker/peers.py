@@ -106,7 +106,7 @@ async def serve_packs(plugin, group: str, start: int, stop: int) -> list:
             break
         total += size
         out.append([p.start, p.stop, [[k, v.dtype.str, list(v.shape), v.tobytes()] for k, v in p.members.items()]])
-    plugin.count_peer(served=len(out), served_bytes=total)
+    plugin.count_peer(served=sum(len(p[2]) for p in out), served_bytes=total)
     return out
 
 
@@ -274,8 +274,8 @@ class PeerStore(MutableMapping):
 
     def fetch_packs(self, grp: str, start: int, stop: int) -> list:
         """The packs of ``grp`` overlapping ``[start, stop)`` that the holders of
-        this task's entries have (one request per peer, until one answers with
-        packs), stored locally too."""
+        this task's entries have (one request per holder: a chunk straddling two
+        earlier chunks may find them on two nodes), stored locally too."""
         out: list[Pack] = []
         for addr in list(self.peers()):
             try:
@@ -300,7 +300,6 @@ class PeerStore(MutableMapping):
                 except Exception as e:  # a cache problem: used, not stored
                     logger.debug("cacheaffinity: peer pack not stored: %r", e)
             out.extend(got)
-            break
         return out
 
 

@@ -1,8 +1,9 @@
-"""Cache hits that survive a chunksize change and a different analysis (issue 13).
+"""Chunk packs: cache hits that survive a chunksize change and a different analysis.
 
 Generated LZMA data with small baskets (many clusters per file), four cache
-nodes, coffea's ``IterativeExecutor`` as the reference: per-cluster column
-entries, stripe placement and sharing between processors, on a real cluster.
+nodes, coffea's ``IterativeExecutor`` as the reference: chunk packs assembled
+for other chunkings, stripe placement and sharing between processors, on a real
+cluster; the pack mapping against coffea's own mapping for random ranges.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from coffea.nanoevents import NanoAODSchema
 from distributed import Client, LocalCluster
 
 import cacheaffinity
-from cacheaffinity.coffea.clusters import cluster_ranges
 from cacheaffinity.coffea.identity import chunk_identity, stripe_of
 from testbed.synthetic import make_dataset
 
@@ -34,7 +34,7 @@ COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")
 #: noise here (0.4-1.6 of the median measured), and a node learned slower than
 #: 1/locator-slack sheds chunks it holds (the damping for really slow nodes, tested
 #: in test_simulate.py and test_stealing.py).  These tests are about cluster
-#: entries and stripes, so the damping is off.
+#: packs and stripes, so the damping is off.
 NO_DAMPING = {"cacheaffinity.scheduler.locator-slack": 1e9}
 
 
@@ -109,14 +109,6 @@ def counted(client, fn):
     return out, {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
 
 
-def test_cluster_ranges_of_generated_file(files):
-    tree = uproot.open(files[0])["Events"]
-    c = cluster_ranges(tree)
-    assert c[0] == 0 and c[-1] == tree.num_entries
-    assert len(c) - 1 == -(-tree.num_entries // BASKET)
-    assert cluster_ranges(tree, max_entries=100)[:3] == [0, 100, 200]
-
-
 def test_stripe_of():
     assert stripe_of(0, 100, 1000) == 0
     assert stripe_of(900, 1200, 1000) == 1  # 200 of 300 entries in stripe 1
@@ -187,8 +179,9 @@ def test_entries_processed_off_their_stripe_are_found_next_run(tmp_path):
     """A chunk crossing a stripe boundary is placed by its majority stripe, so
     its node holds clusters of the neighbour stripe.  With the locator (holders
     per entry range), a later run's chunks of those entries go to that node:
-    an unchanged rerun is all hits, and a finer chunking misses no more (here:
-    less) than with the locator off, where each chunk goes to its stripe's node."""
+    an unchanged rerun is all hits, and a finer chunking misses no more than
+    with the locator off, where each chunk goes to its stripe's node (and fetches
+    the packs it lacks from their holder)."""
     stripe, c1, c2 = 1200, 900, 300  # 900-chunks cross 6 of the 8 stripe boundaries
     fresh = make_dataset(
         tmp_path / "data", events=12 * c1, files=1, codec="lzma", level=9,
@@ -233,22 +226,24 @@ def test_entries_processed_off_their_stripe_are_found_next_run(tmp_path):
                 differ = [k for k in crossed if homes[ids[k - 1]] != homes[ids[k]]]
     assert moved[False] == 0
     assert misses[True] <= misses[False], misses
-    if differ:  # entries processed off their stripe's node exist: the locator finds them
-        assert misses[False] > 0 and misses[True] < misses[False] and moved[True] > 0, (
-            misses, moved, differ)
+    if differ:  # entries processed off their stripe's node exist: the locator sends
+        # their later chunks there (without it, peer fetch of the packs covers them)
+        assert moved[True] > 0 and misses[True] == 0, (misses, moved, differ)
 
 
-def test_mapping_buffers_equal_coffeas_for_any_range(files):
-    """ClusterSourceMapping gives the very buffers coffea's UprootSourceMapping
-    gives, for random (not cluster aligned) ranges, cold and warm."""
+def test_mapping_buffers_equal_coffeas_for_any_range(files, tmp_path):
+    """PackSourceMapping gives the very buffers coffea's UprootSourceMapping
+    gives, for random ranges, cold (read and packed), warm (one pack covers the
+    range: views) and assembled from several packs; an empty range opens no file."""
     import random
 
     from coffea.nanoevents.mapping import UprootSourceMapping
     from coffea.nanoevents.util import tuple_to_key
 
     from cacheaffinity.coffea import adapter
-    from cacheaffinity.coffea.clusters import ClusterSourceMapping, branch_kinds
+    from cacheaffinity.coffea.packs import PackSourceMapping, branch_kinds
     from cacheaffinity.coffea.work import _Opener
+    from cacheaffinity.worker.store import ColumnCache
 
     tree = uproot.open(files[1])["Events"]
     uuid = str(tree.file.uuid)
@@ -256,27 +251,46 @@ def test_mapping_buffers_equal_coffeas_for_any_range(files):
     base_form = adapter.extract_base_form(tree, {})
     kinds = branch_kinds(base_form)
     assert kinds["Muon_pt"][0] == "jagged" and kinds["nMuon"][0] == "flat"
-    clusters = cluster_ranges(tree)
-    store: dict = {}
     keys = [
         ("nMuon,!load", None), ("nMuon,!load,!counts2offsets", None), ("Muon_pt,!load", "offsets"),
         ("Muon_pt,!load,!content", "data"), ("Jet_eta,!load,!content", "data"), ("event,!load", "data"),
     ]  # fmt: skip
     rng = random.Random(7)
-    ranges = [(0, n), (0, 1), (n - 1, n)] + [
-        tuple(sorted(rng.sample(range(n + 1), 2))) for _ in range(12)
-    ]
-    for a, b in ranges + ranges:  # second pass: every cluster cached
+    cold = [(0, n // 3), (n // 3, 2 * n // 3), (2 * n // 3, n)]
+    ranges = [(0, n), (0, 1), (n - 1, n)] + [tuple(sorted(rng.sample(range(n + 1), 2))) for _ in range(12)]
+    with ColumnCache(tmp_path / "cache", capacity="1 GiB") as store:
+
+        def check(a, b):
+            opener = _Opener({uuid: files[1]}, None, {})
+            ours = PackSourceMapping(
+                opener, a, b, store=store, token="tok", treepath="Events", kinds=kinds,
+                cache={}, use_ak_forth=True,
+            )  # fmt: skip
+            theirs = UprootSourceMapping(opener, a, b, cache={}, use_ak_forth=True)
+            for form_key, attr in keys:
+                parts = (uuid, "Events", f"{a}-{b}", "0", form_key) + ((attr,) if attr else ())
+                key = tuple_to_key(parts)
+                x, y = ours[key], theirs[key]
+                assert x.dtype == y.dtype and np.array_equal(x, y), (a, b, form_key)
+            ours.finish()
+            opener.close()
+            return ours
+
+        for a, b in cold:  # cold: every range read from the file and packed
+            assert check(a, b).misses > 0
+        assert store.info()["packs"] == len(cold)
+        for a, b in ranges + cold:  # warm: any range is served by the packs
+            mapping = check(a, b)
+            assert mapping.misses == 0 and mapping.hits > 0, (a, b)
+        assert store.info()["packs"] == len(cold)  # nothing read, nothing new stored
+        # an empty range (a file of 0 entries) is answered from the form: no file opened
         opener = _Opener({uuid: files[1]}, None, {})
-        ours = ClusterSourceMapping(
-            opener, a, b, store=store, token="tok", treepath="Events", clusters=clusters,
-            kinds=kinds, cache={}, use_ak_forth=True,
+        forms = dict(zip(base_form["fields"], base_form["contents"]))
+        empty = PackSourceMapping(
+            opener, n, n, store=store, token="tok", treepath="Events", kinds=kinds, forms=forms,
+            cache={}, use_ak_forth=True,
         )  # fmt: skip
-        theirs = UprootSourceMapping(opener, a, b, cache={}, use_ak_forth=True)
         for form_key, attr in keys:
-            parts = (uuid, "Events", f"{a}-{b}", "0", form_key) + ((attr,) if attr else ())
-            key = tuple_to_key(parts)
-            x, y = ours[key], theirs[key]
-            assert x.dtype == y.dtype and np.array_equal(x, y), (a, b, form_key)
-        opener.close()
-    assert len(store) >= (len(clusters) - 1) * 3
+            parts = (uuid, "Events", f"{n}-{n}", "0", form_key) + ((attr,) if attr else ())
+            assert len(empty[tuple_to_key(parts)]) in (0, 1)  # offsets of 0 lists: [0]
+        assert opener.close() == (0, 0)
