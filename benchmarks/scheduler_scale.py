@@ -110,7 +110,7 @@ async def measure(n_nodes: int, n_tasks: int, threads: int = 8, memory: bool = F
             t0, c0 = time.perf_counter(), time.process_time()
             await plugin.start(s)
             out["start_s"], out["start_cpu_s"] = time.perf_counter() - t0, time.process_time() - c0
-            assert len(plugin.node_workers) == n_nodes, len(plugin.node_workers)
+            assert len(plugin.membership.node_workers) == n_nodes, len(plugin.membership.node_workers)
 
             chunks = chunk_ids(n_tasks)
             keys = [f"process-{i}" for i in range(n_tasks)]
@@ -143,13 +143,13 @@ async def measure(n_nodes: int, n_tasks: int, threads: int = 8, memory: bool = F
             # one node leaves: the real Scheduler.remove_worker (calls the plugin hook)
             victim = max(plugin.locator.node_tasks, key=lambda n: len(plugin.locator.node_tasks[n]))
             moved_leave = len(plugin.locator.node_tasks[victim])
-            addr = next(iter(plugin.node_workers[victim]))
+            addr = next(iter(plugin.membership.node_workers[victim]))
             t0, c0 = time.perf_counter(), time.process_time()
             await s.remove_worker(addr, stimulus_id="scale-leave", close=False)
             out["retarget_leave_s"] = time.perf_counter() - t0
             out["retarget_leave_cpu_s"] = time.process_time() - c0
             out["retarget_leave_tasks_of_node"] = moved_leave
-            assert victim not in plugin.node_workers
+            assert victim not in plugin.membership.node_workers
             assert plugin.counters["failovers"] >= moved_leave
 
             # one node joins: its WorkerState as add_worker makes it, then the plugin hook

@@ -94,7 +94,15 @@ from placement import _hash_all, _mix64  # the hash baselines' helpers (benchmar
 
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.scheduler.locator import NodeSpeed, follow_holders
-from cacheaffinity.scheduler.stealing import choose_steal, plan_steals, track_idle, warm_threshold
+from cacheaffinity.scheduler.stealing import (
+    COLD,
+    THIEF_HOLDS,
+    VICTIM_HOLDS,
+    choose_steal,
+    plan_steals,
+    track_idle,
+    warm_threshold,
+)
 
 MB = 1e6
 
@@ -672,18 +680,24 @@ class Simulation:
             if not cands:
                 return None
             tn, vn = thief.name, victim.name
+            thief_holds = (lambda c: holder.get(c) == tn) if self.locator is True \
+                else (lambda c: located.get(c, ("",))[0] == tn)  # fmt: skip
+
+            def where(c):
+                if thief_holds(c):
+                    return THIEF_HOLDS
+                return VICTIM_HOLDS if holder.get(c) == vn else COLD
+
             return choose_steal(
                 cands,
+                where=where,
                 priority=lambda c: (c,),
-                chunk=lambda c: c,
-                thief_holds=(lambda c: holder.get(c) == tn) if self.locator is True
-                else (lambda c: located.get(c, ("",))[0] == tn),
-                runner_up_is_thief=(lambda c: self.runner_up(c) == tn) if multi else None,
-                victim_holds=lambda c: holder.get(c) == vn,
+                runner_up_is_thief=(lambda cs: [self.runner_up(c) == tn for c in cs])
+                if multi else None,
                 take_warm=victim.processing() - victim.threads > victim.threads * (
                     warm_threshold(self.warm_backlog, self.speed.speed(vn), self.speed.speed(tn))
                     if self.locator is True else self.warm_backlog),
-            )
+            )  # fmt: skip
 
         plan_steals(
             thieves,

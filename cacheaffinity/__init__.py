@@ -8,7 +8,8 @@ decompressed columns.  The package is laid out by the process each part runs in:
   hashes chunks and weighted, replicated cache nodes onto a periodic
   N-dimensional torus and assigns each chunk to the nearest node (L1).
 - :mod:`cacheaffinity.scheduler` (scheduler): :class:`CacheAffinityPlugin` places
-  chunk tasks on their cache node; :class:`LocalityStealing` throttles stealing.
+  chunk tasks on their cache node; :class:`LocalityStealing` throttles stealing
+  (:mod:`cacheaffinity.scheduler.stealing`).
 - :mod:`cacheaffinity.worker` (workers): :class:`ColumnCache` on local disk,
   :class:`CacheWorkerPlugin`, the coffea hook :func:`cachestrategy`.
 - :mod:`cacheaffinity.coffea` (client and workers): :class:`CacheAffinityExecutor`
@@ -17,21 +18,22 @@ decompressed columns.  The package is laid out by the process each part runs in:
   :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`.
 - :mod:`cacheaffinity.config`: the ``cacheaffinity`` Dask config namespace.
 
-``dask scheduler --preload cacheaffinity`` and ``dask worker --preload
-cacheaffinity`` call :func:`dask_setup` here (a click command with
-``--cache-directory`` and friends); ``--preload cacheaffinity.preload``
-(:mod:`cacheaffinity.preload`) does the same with settings from the Dask config
-and composes with other click preloads, e.g. dask-gateway's.
-:mod:`cacheaffinity.gateway` configures dask-gateway-managed clusters.
+- :mod:`cacheaffinity.preload` (scheduler and workers): the preloads.
+  ``dask scheduler --preload cacheaffinity`` and ``dask worker --preload
+  cacheaffinity`` run :data:`dask_setup` here, which is
+  :func:`cacheaffinity.preload.command_line_setup` (a click command with
+  ``--cache-directory`` and friends); ``--preload cacheaffinity.preload`` does
+  the same with settings from the Dask config and composes with other click
+  preloads, e.g. dask-gateway's.
+- :mod:`cacheaffinity.gateway` configures dask-gateway-managed clusters,
+  :mod:`cacheaffinity.jobqueue` dask-jobqueue ones; :mod:`cacheaffinity.cli` is
+  the ``cacheaffinity`` command.
 """
 
 from __future__ import annotations
 
-from cacheaffinity._version import __version__
-
-import click
-
 from cacheaffinity import config
+from cacheaffinity._version import __version__
 from cacheaffinity.client import (
     ChunkIds,
     cache_stats,
@@ -43,6 +45,9 @@ from cacheaffinity.client import (
     where,
 )
 from cacheaffinity.placement import TorusPlacement
+# what ``--preload cacheaffinity`` runs: distributed looks up ``dask_setup`` in the
+# module it is named and passes command-line options only to a click command
+from cacheaffinity.preload import command_line_setup as dask_setup
 from cacheaffinity.protocol import ANNOTATION, PLUGIN_NAME
 from cacheaffinity.scheduler import CacheAffinityPlugin, LocalityStealing
 from cacheaffinity.worker import (
@@ -85,127 +90,3 @@ def __getattr__(name):
 
         return CacheAffinityExecutor
     raise AttributeError(f"module 'cacheaffinity' has no attribute {name!r}")
-
-
-class _Size(click.ParamType):
-    """A size option (``"200 GiB"`` or bytes), checked when the command line is parsed."""
-
-    name = "size"
-
-    def __init__(self, key: str):
-        self.key = key
-
-    def convert(self, value, param, ctx):
-        if value is None:
-            return None
-        try:
-            config.check(self.key, value)
-        except ValueError as e:
-            self.fail(str(e).replace("invalid cacheaffinity setting: ", ""), param, ctx)
-        return value
-
-
-#: Options of :func:`dask_setup` that take a value, by their command-line name.
-_VALUED_OPTIONS = {
-    "--cache-directory": "cache_directory",
-    "--cache-capacity": "cache_capacity",
-    "--cache-memory": "cache_memory",
-    "--node-weight": "node_weight",
-    "--cache-shared-group": "cache_shared_group",
-    "--balance": "balance",
-}
-
-
-def _split_values(ctx, param, values):
-    """Recover ``--cache-directory DIR`` when Dask's command line split it.
-
-    ``dask worker --scheduler-file F --preload cacheaffinity --cache-directory DIR``:
-    Dask's own parser does not know ``--cache-directory``, keeps it as its
-    positional scheduler address (ignored when a scheduler file is given) and
-    hands only ``DIR`` to the preload.  The process's command line still has
-    the pair (a worker started by a nanny inherits it), so each stray value is
-    matched with the option that precedes it there.
-    """
-    if not values:
-        return {}
-    import sys
-
-    argv = list(sys.argv)
-    pairs = [
-        (argv[i], argv[i + 1])
-        for i in range(len(argv) - 1)
-        if argv[i] in _VALUED_OPTIONS
-    ]
-    out: dict[str, str] = {}
-    for value in values:
-        match = next(
-            (opt for opt, v in pairs if v == value and _VALUED_OPTIONS[opt] not in out), None
-        )
-        if match is None:
-            raise click.UsageError(
-                f"unexpected argument {value!r} for the cacheaffinity preload; give its "
-                "options as --cache-directory=DIR (or put the scheduler address before "
-                "--preload cacheaffinity)",
-                ctx,
-            )
-        name = _VALUED_OPTIONS[match]
-        option = next(p for p in ctx.command.params if p.name == name)
-        out[name] = option.type_cast_value(ctx, value)  # checked like --option=value
-    return out
-
-
-@click.command(context_settings={"ignore_unknown_options": False})
-@click.option("--cache-directory", default=None, help="worker: cacheaffinity.worker.directory")
-@click.option(
-    "--cache-capacity",
-    default=None,
-    type=_Size("worker.capacity"),
-    help='worker: cacheaffinity.worker.capacity, e.g. "200 GiB"',
-)
-@click.option(
-    "--cache-memory", default=None, type=_Size("worker.memory"), help="worker: cacheaffinity.worker.memory"
-)
-@click.option("--node-weight", default=None, type=float, help="worker: cacheaffinity.worker.weight")
-@click.option(
-    "--cache-shared-group", default=None, help="worker: cacheaffinity.worker.shared-group"
-)
-@click.option("--balance", default=None, type=float, help="scheduler: cacheaffinity.scheduler.balance")
-@click.argument("split", nargs=-1, callback=_split_values, metavar="")
-async def dask_setup(
-    server,
-    cache_directory=None,
-    cache_capacity=None,
-    cache_memory=None,
-    node_weight=None,
-    cache_shared_group=None,
-    balance=None,
-    split=None,
-):
-    """Preload entry point for ``dask scheduler``/``dask worker --preload cacheaffinity``.
-
-    On a scheduler, adds :class:`CacheAffinityPlugin`; on a worker, adds
-    :class:`CacheWorkerPlugin` before the worker registers, so its cache node is
-    known from the first placement on.
-
-    A worker whose cacheaffinity settings are invalid does not start: Dask
-    only logs a failing preload, so this logs the error (key, value, example)
-    and raises ``SystemExit(1)``, which stops ``dask worker`` (with or without a
-    nanny) with a non-zero exit status instead of running uncached.
-
-    This is a click command, and distributed allows only one click-configurable
-    preload per process: next to another one (dask-gateway's scheduler preload,
-    for instance) use ``--preload cacheaffinity.preload``, which takes its
-    settings from the Dask config (:mod:`cacheaffinity.preload`).
-    """
-    from cacheaffinity.preload import setup
-
-    options = dict(
-        cache_directory=cache_directory,
-        cache_capacity=cache_capacity,
-        cache_memory=cache_memory,
-        node_weight=node_weight,
-        cache_shared_group=cache_shared_group,
-        balance=balance,
-    )
-    options.update(split or {})
-    await setup(server, **options)

@@ -203,7 +203,7 @@ def test_page_in_headless_chromium(browser, tmp_path):
         while not nodes_ready():
             assert time.monotonic() < deadline, "cache nodes did not register"
             time.sleep(0.1)
-        nodes = sorted(plugin.node_workers)
+        nodes = sorted(plugin.membership.node_workers)
         replicas = plugin.placement.replicas
         run1 = client.gather(cacheaffinity.map_chunks(client, cache_chunk, ids, chunk_ids=ids))
         assert set(run1) == set(nodes)
@@ -315,8 +315,8 @@ async def test_page_added_when_plugin_registered_on_a_running_scheduler(c, s, a,
     await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
     plugin = s.plugins["cacheaffinity"]
     await async_poll_for(
-        lambda: len(plugin.node_workers) == 2
-        and not any(n.startswith(HOST_NODE_PREFIX) for n in plugin.node_workers),
+        lambda: len(plugin.membership.node_workers) == 2
+        and not any(n.startswith(HOST_NODE_PREFIX) for n in plugin.membership.node_workers),
         timeout=30,
     )
     status = (await http.fetch(f"{base}/status")).body.decode()
@@ -339,17 +339,17 @@ async def test_page_added_when_plugin_registered_on_a_running_scheduler(c, s, a,
 
     # The page's models, filled from the current plugin.
     plugin = s.plugins["cacheaffinity"]
-    await async_poll_for(lambda: len(plugin.node_workers) == 2, timeout=30)
+    await async_poll_for(lambda: len(plugin.membership.node_workers) == 2, timeout=30)
     ids = chunk_ids(40, run="b")
     await c.gather(cacheaffinity.map_chunks(c, cache_chunk, ids, chunk_ids=ids))
     view = TorusView(s)
-    n_points = len(plugin.home._state.points)
+    n_points = len(plugin.placement._state.points)
     assert n_points == 2 * plugin.placement.replicas
     assert len(view.replicas.data["x"]) == n_points
     assert sorted(view.chunks.data["chunk"]) == sorted(ids)
     homes = plugin.where(ids)
     assert view.chunks.data["node"] == [homes[i]["node"] for i in view.chunks.data["chunk"]]
-    assert view.stats.data["node"] == sorted(plugin.node_workers)
+    assert view.stats.data["node"] == sorted(plugin.membership.node_workers)
     assert sum(view.stats.data["placements"]) == len(ids)
     assert "2 cache nodes" in view.header.text and "torus D=3" in view.header.text
 

@@ -44,15 +44,15 @@ async def cache_nodes(c, s, tmp_path):
     await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
     plugin = s.plugins["cacheaffinity"]
     await async_poll_for(
-        lambda: len(plugin.node_workers) == len(s.workers)
-        and not any(n.startswith(HOST_NODE_PREFIX) for n in plugin.node_workers),
+        lambda: len(plugin.membership.node_workers) == len(s.workers)
+        and not any(n.startswith(HOST_NODE_PREFIX) for n in plugin.membership.node_workers),
         timeout=20,
     )
     return plugin
 
 
 def chunks_of_node(plugin, worker, n):
-    node = plugin.worker_node[worker.address]
+    node = plugin.membership.worker_node[worker.address]
     mine = [ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == node][:n]
     assert len(mine) == n
     return mine
@@ -148,7 +148,7 @@ def test_restrictions_are_never_broken(restriction, chunk, tmp_path):
         for _ in range(5):
             plugin.stealing.balance()
         async with Worker(s.address, nthreads=1, host="127.0.0.1", name="late") as w:
-            await async_poll_for(lambda: w.address in plugin.worker_node, timeout=20)
+            await async_poll_for(lambda: w.address in plugin.membership.worker_node, timeout=20)
             for _ in range(5):
                 plugin.stealing.balance()
             await ev.set()
@@ -220,7 +220,7 @@ def test_dask_stealing_off_means_no_stealing_extension_and_no_moves(tmp_path):
         await async_poll_for(lambda: len(a.state.tasks) == 16, timeout=20)
         plugin.stealing.balance()
         async with Worker(s.address, nthreads=1, host="127.0.0.1", name="late") as w:
-            await async_poll_for(lambda: w.address in plugin.worker_node, timeout=20)
+            await async_poll_for(lambda: w.address in plugin.membership.worker_node, timeout=20)
             await ev.set()
             results = await c.gather(plain + chunked)
         assert set(results) == {a.address}
@@ -306,6 +306,8 @@ def test_distributed_internals_used_by_the_adapter_exist():
             assert 0 in ext.metrics["request_count_total"] or True
             ext.metrics["request_count_total"][0] += 0  # a defaultdict of levels
             assert isinstance(s.idle, dict) and "stealing" in s.periodic_callbacks
+            pc = s.periodic_callbacks["stealing"]
+            assert pc.callback == ext.balance  # PeriodicCallback.callback: who registered it
             assert _distributed.adopt_stealing(s, {"k"}) is ext
             assert type(ext) is _distributed.ChunkAwareWorkStealing
 

@@ -1,8 +1,10 @@
 """The locator's fast paths give the same answers as the rule they implement.
 
-:meth:`Locator.steal_preference` (one holder look-up per task, digests cached per
-task, priorities compared without negation, runner-ups in one batch) against
-:func:`choose_steal` fed from scratch with :func:`holder_for`/:func:`stripe_parts`;
+:func:`~cacheaffinity.scheduler.stealing.steal_preference` (the locator's
+:meth:`Locator.holder_of_task`: one holder look-up per task, digests cached per
+task; runner-ups in one batch) against the same rule,
+:func:`~cacheaffinity.scheduler.stealing.choose_steal`, fed from scratch with
+:func:`holder_for`/:func:`stripe_parts` and one runner-up at a time;
 :meth:`Locator.finished` (cached digests, records rewritten without
 :func:`record_range` when nothing changes) against the holder map built with
 :func:`record_range` and ``_remember``, entry order (what is dropped first)
@@ -23,13 +25,20 @@ from cacheaffinity.scheduler.locator import (
     Locator,
     _count_range,
     _remember,
-    choose_steal,
     chunk_digest,
     holder_for,
     record_range,
     stripe_parts,
 )
 from cacheaffinity.scheduler.membership import Membership
+from cacheaffinity.scheduler.stealing import (
+    COLD,
+    NO_CHUNK,
+    THIEF_HOLDS,
+    VICTIM_HOLDS,
+    choose_steal,
+    steal_preference,
+)
 
 NODES = 4
 STRIPE = 100
@@ -88,15 +97,27 @@ def reference_holder(loc: Locator, key) -> str | None:
 def reference_preference(loc, candidates, victim, thief, take_warm):
     node_of = loc.membership.worker_node
     tn, vn = node_of.get(thief.address), node_of.get(victim.address)
+
+    def where(ts):
+        if ts.key not in loc.chunk_of:
+            return NO_CHUNK
+        h = reference_holder(loc, ts.key)
+        if tn is not None and h == tn:
+            return THIEF_HOLDS
+        if vn is not None and h == vn:
+            return VICTIM_HOLDS
+        return COLD
+
+    def one_at_a_time(tasks):
+        return [loc.placement.ranking(loc.chunk_of[ts.key], 2)[1:] == [tn] for ts in tasks]
+
     return choose_steal(
         candidates,
+        where=where,
         priority=lambda ts: ts.priority,
-        chunk=lambda ts: ts.key if ts.key in loc.chunk_of else None,
-        thief_holds=lambda k: tn is not None and reference_holder(loc, k) == tn,
         runner_up_is_thief=None
         if tn is None or len(loc.membership.node_workers) <= 1
-        else lambda k: loc.placement.ranking(loc.chunk_of[k], 2)[1:] == [tn],
-        victim_holds=None if vn is None else lambda k: reference_holder(loc, k) == vn,
+        else one_at_a_time,
         take_warm=take_warm,
     )
 
@@ -111,7 +132,7 @@ def reference_finished(ref: dict, size: int, chunk: str, entries, node: str) -> 
 
 
 @pytest.mark.parametrize("seed", range(6))
-def test_steal_preference_matches_choose_steal_from_scratch(seed):
+def test_steal_preference_matches_the_rule_fed_from_scratch(seed):
     rng = random.Random(seed)
     loc, ws = make_locator()
     group = TaskGroup("t", TaskPrefix("t"))
@@ -135,7 +156,7 @@ def test_steal_preference_matches_choose_steal_from_scratch(seed):
             candidates.append(TaskState("plain", None, "processing", group, False))
             candidates[-1].priority = (0, 9, 9)
         for take_warm in (True, False):
-            got = loc.steal_preference(candidates, victim, thief, take_warm=take_warm)
+            got = steal_preference(loc, candidates, victim, thief, take_warm=take_warm)
             want = reference_preference(loc, candidates, victim, thief, take_warm)
             assert got is want, (step, take_warm, got, want)
             outcomes.add(None if got is None else reference_holder(loc, got.key))
@@ -152,7 +173,7 @@ def test_steal_preference_falls_back_on_priorities_of_other_lengths():
     loc.track("a", "x/Events/1")
     loc.track("b", "x/Events/2")
     for cands in ([a, b], [b, a]):
-        got = loc.steal_preference(cands, ws[0], ws[1])
+        got = steal_preference(loc, cands, ws[0], ws[1])
         assert got is reference_preference(loc, cands, ws[0], ws[1], True)
 
 
@@ -169,7 +190,7 @@ def test_finished_holder_map_equals_record_range_and_remember(size):
         loc.track(ts.key, chunk, entries)
         loc.set_target(ts.key, "n0")
         if i % 3 == 0:  # placement or a steal looked the holder up: digests cached
-            assert loc._holder_of_task(ts.key, chunk) == reference_holder(loc, ts.key)
+            assert loc.holder_of_task(ts.key, chunk) == reference_holder(loc, ts.key)
         node = rng.choice(nodes[:2]) if i % 2 else rng.choice(nodes)
         assert loc.finished(ts.key, node) is (node == "n0")
         reference_finished(ref, size, chunk, loc.entries.get(ts.key), node)
@@ -180,3 +201,53 @@ def test_finished_holder_map_equals_record_range_and_remember(size):
     assert len(loc.holder) <= size
     assert (len(seen) > size) is (size == 40)  # the small map dropped old chunks
     assert any(isinstance(r, tuple) for r in ref.values())  # ranges were recorded
+
+
+def sorted_rule(cands, where, priority, runner_up, take_warm, look=64):
+    """choose_steal's rule written naively: rank, then negated priority (empty
+    first), then the runner-up among the first ``look`` of the rank by priority."""
+    ranked = [(where(t), t) for t in cands]
+    ranked = [(r, t) for r, t in ranked if take_warm or r != VICTIM_HOLDS]
+    if not ranked:
+        return None
+    neg = lambda t: tuple(-x for x in priority(t)) if priority(t) else ()  # noqa: E731
+    best_rank = min(r for r, _ in ranked)
+    same = [t for r, t in ranked if r == best_rank]
+    best = min(same, key=neg)  # min is stable: the first of equal keys
+    if best_rank in (COLD, VICTIM_HOLDS) and runner_up is not None:
+        for t in sorted(same, key=priority, reverse=True)[:look]:
+            if runner_up(t):
+                return t
+    return best
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_choose_steal_equals_the_rule_written_naively(seed):
+    rng = random.Random(seed)
+    mixed = seed % 4 == 0  # priorities of other lengths, and empty ones
+    cands = list(range(rng.randrange(1, 200)))
+    rank = {t: rng.choice([THIEF_HOLDS, COLD, COLD, VICTIM_HOLDS, VICTIM_HOLDS, NO_CHUNK])
+            for t in cands}  # fmt: skip
+    if seed % 3 == 0:  # nobody's chunk on the thief's node
+        rank = {t: (COLD if r == THIEF_HOLDS else r) for t, r in rank.items()}
+    prio = {
+        t: (() if mixed and rng.random() < 0.1 else
+            tuple(rng.randrange(4) for _ in range(rng.choice([1, 2]) if mixed else 3)))
+        for t in cands
+    }  # fmt: skip
+    runner = {t for t in cands if rng.random() < 0.05}
+    for take_warm in (True, False):
+        for use_runner in (True, False):
+            kwargs = dict(where=rank.__getitem__, priority=prio.__getitem__,
+                          take_warm=take_warm, look=16)  # fmt: skip
+            try:
+                want = sorted_rule(cands, runner_up=runner.__contains__ if use_runner else None,
+                                   **kwargs)  # fmt: skip
+            except TypeError:  # the naive rule cannot sort these priorities either
+                continue
+            got = choose_steal(
+                cands,
+                runner_up_is_thief=(lambda ts: [t in runner for t in ts]) if use_runner else None,
+                **kwargs,
+            )
+            assert got == want, (take_warm, use_runner)

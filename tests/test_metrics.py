@@ -76,7 +76,7 @@ async def start_nodes(c, s, tmp_path):
 )
 async def test_metrics_follow_placements_and_cache_use(c, s, a, b, tmp_path):
     plugin = await start_nodes(c, s, tmp_path)
-    nodes = set(plugin.node_workers)
+    nodes = set(plugin.membership.node_workers)
 
     _, before = await scrape(s)
     for name in ("placements_total", "hits_total", "misses_total", "entries", "cached_bytes"):

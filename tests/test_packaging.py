@@ -101,3 +101,40 @@ def test_runtime_package_imports_nothing_of_the_test_bed():
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_version_has_one_source():
+    """pyproject reads the version from cacheaffinity/_version.py (setuptools ``attr:``)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"]
+    assert "version" in pyproject["project"]["dynamic"]
+    attr = pyproject["tool"]["setuptools"]["dynamic"]["version"]["attr"]
+    assert attr == "cacheaffinity._version.__version__"
+    tree = ast.parse((PACKAGE / "_version.py").read_text())
+    (value,) = [n.value.value for n in tree.body if isinstance(n, ast.Assign)
+                and [t.id for t in n.targets] == ["__version__"]]  # fmt: skip
+    assert re.fullmatch(r"\d+\.\d+\.\d+(\.dev\d+|rc\d+)?", value), value
+    changelog = (REPO / "CHANGELOG.md").read_text()
+    assert f"## {value} " in changelog or "## Unreleased" in changelog
+
+
+def test_distribution_ships_license_types_and_no_tests():
+    """The sdist leaves the tests out (they need testbed/, tools/ and a cluster); it and
+    the wheel ship LICENSE and ``py.typed``.  Checked on the build inputs: the build
+    backend is not installed in the test venv (``python -m build`` makes both)."""
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
+    project = pyproject["project"]
+    assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
+    license_text = (REPO / "LICENSE").read_text()
+    assert "BSD 3-Clause" in license_text and "the cacheaffinity developers" in license_text
+    assert (PACKAGE / "py.typed").is_file()
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["cacheaffinity"]
+    assert project["urls"] and any(c.startswith("Typing ::") for c in project["classifiers"])
+    manifest = {
+        tuple(line.split()) for line in (REPO / "MANIFEST.in").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    }  # fmt: skip
+    for folder in ("tests", "testbed", "benchmarks", "examples", "tools"):
+        assert ("prune", folder) in manifest, folder
+    include = set().union(*(set(m[1:]) for m in manifest if m[0] == "include"))
+    assert {"LICENSE", "CHANGELOG.md", "README.md"} <= include

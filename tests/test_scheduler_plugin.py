@@ -38,22 +38,22 @@ async def setup_cache_nodes(c, s, tmp_path, n=None, **plugin_kwargs):
     plugin = s.plugins["cacheaffinity"]
     n = len(s.workers) if n is None else n
     await async_poll_for(
-        lambda: len(plugin.node_workers) == n
-        and not any(k.startswith(HOST_NODE_PREFIX) for k in plugin.node_workers),
+        lambda: len(plugin.membership.node_workers) == n
+        and not any(k.startswith(HOST_NODE_PREFIX) for k in plugin.membership.node_workers),
         timeout=10,
     )
     return plugin
 
 
 def node_of(plugin, address):
-    return plugin.worker_node[address]
+    return plugin.membership.worker_node[address]
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
 async def test_same_placement_across_runs_and_submission_order(c, s, a, b, w3, tmp_path):
     plugin = await setup_cache_nodes(c, s, tmp_path)
     homes = plugin.where(CHUNKS)
-    assert {h["node"] for h in homes.values()} == set(plugin.node_workers), "all nodes used"
+    assert {h["node"] for h in homes.values()} == set(plugin.membership.node_workers), "all nodes used"
 
     futs = cacheaffinity.map_chunks(c, where_am_i, CHUNKS, chunk_ids=CHUNKS)
     run1 = dict(zip(CHUNKS, await c.gather(futs)))
@@ -130,7 +130,7 @@ async def test_hooks_bookkeeping_over_a_task_lifetime(c, s, a, b, w3, tmp_path):
     assert plugin.counters["on-target"] - before == len(keys)
     for chunk, addr in zip(CHUNKS, ran):
         assert addr in homes[chunk]["workers"]
-        assert loc.holder_of(chunk) == plugin.worker_node[addr]
+        assert loc.holder_of(chunk) == plugin.membership.worker_node[addr]
     del futs, plain
     await async_poll_for(lambda: not any(k in s.tasks for k in keys), timeout=10)
     assert not any(k in loc.chunk_of or k in loc.target for k in keys)
@@ -148,7 +148,7 @@ async def test_submit_and_delayed_carry_chunk_identity(c, s, a, b, w3, tmp_path)
     assert s.tasks[fut.key].worker_restrictions == set(home["workers"])
     (addr,) = await c.gather(c.compute([lazy]))
     assert addr in home["workers"]
-    assert plugin.chunk_of.get("delayed-one-chunk") == "one-chunk"
+    assert plugin.locator.chunk_of.get("delayed-one-chunk") == "one-chunk"
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
@@ -158,14 +158,14 @@ async def test_where_answers_from_the_client(c, s, a, b, w3, tmp_path):
     assert out == plugin.where(CHUNKS[:4])
     assert all(set(v["workers"]) <= set(s.workers) for v in out.values())
     info = await cacheaffinity.check(c)
-    assert set(info["nodes"]) == set(plugin.node_workers)
+    assert set(info["nodes"]) == set(plugin.membership.node_workers)
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 3, config=NO_STEALING)
 async def test_killing_a_node_mid_run_finishes_on_next_nearest(c, s, a, b, w3, tmp_path):
     plugin = await setup_cache_nodes(c, s, tmp_path)
     doomed = node_of(plugin, a.address)
-    ranking = {ch: plugin.home.ranking(ch, 2) for ch in CHUNKS}
+    ranking = {ch: plugin.placement.ranking(ch, 2) for ch in CHUNKS}
     ev = Event("release-kill")
     futs = cacheaffinity.map_chunks(
         c, blocked, CHUNKS, [ev.name] * len(CHUNKS), chunk_ids=CHUNKS, pure=False
@@ -173,7 +173,7 @@ async def test_killing_a_node_mid_run_finishes_on_next_nearest(c, s, a, b, w3, t
     await async_poll_for(lambda: len(a.state.tasks) > 0, timeout=10)
     # The worker's thread is blocked in a task: do not wait for it.
     await a.close(executor_wait=False)
-    await async_poll_for(lambda: doomed not in plugin.node_workers, timeout=10)
+    await async_poll_for(lambda: doomed not in plugin.membership.node_workers, timeout=10)
     await ev.set()
     results = dict(zip(CHUNKS, await asyncio.wait_for(c.gather(futs), 60)))
     assert len(results) == len(CHUNKS)
@@ -195,14 +195,14 @@ async def test_new_worker_gets_work_at_once(c, s, a, b, tmp_path):
     async with Worker(s.address, nthreads=1, name="late") as w:
         # the worker plugin reaches the new worker after it registered; the
         # scheduler waits for its node report before it places anything there
-        await async_poll_for(lambda: w.address in plugin.worker_node, timeout=10)
-        new_node = plugin.worker_node[w.address]
+        await async_poll_for(lambda: w.address in plugin.membership.worker_node, timeout=10)
+        new_node = plugin.membership.worker_node[w.address]
         assert not new_node.startswith(HOST_NODE_PREFIX)
         # tasks that now map to the new node are handed over
         await async_poll_for(lambda: len(w.state.tasks) > 0, timeout=10)
         await ev.set()
         results = dict(zip(CHUNKS, await c.gather(futs)))
-        homes_now = dict(zip(CHUNKS, plugin.home.assign(CHUNKS)))
+        homes_now = dict(zip(CHUNKS, plugin.placement.assign(CHUNKS)))
     moved = {ch for ch, addr in results.items() if addr == w.address}
     expected = {ch for ch, h in homes_now.items() if h == new_node}
     # exactly the chunks whose home is now the new node moved, except those that a
@@ -217,9 +217,9 @@ async def test_restart_on_new_port_keeps_placement(c, s, a, b, tmp_path):
     node_a = node_of(plugin, a.address)
     before = plugin.where(CHUNKS)
     await a.close()
-    await async_poll_for(lambda: node_a not in plugin.node_workers, timeout=10)
+    await async_poll_for(lambda: node_a not in plugin.membership.node_workers, timeout=10)
     async with Worker(s.address, nthreads=1, name=a.name) as a2:
-        await async_poll_for(lambda: plugin.worker_node.get(a2.address) == node_a, 10)
+        await async_poll_for(lambda: plugin.membership.worker_node.get(a2.address) == node_a, 10)
         assert a2.address != a.address
         after = plugin.where(CHUNKS)
         assert {k: v["node"] for k, v in after.items()} == {

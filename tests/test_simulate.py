@@ -147,9 +147,14 @@ def test_fifo_cache_smaller_than_share_thrashes_keep_does_not():
 def test_choose_steal_prefers_held_then_runner_up_then_last():
     prio = {"a": (1,), "b": (2,), "c": (3,), "x": (4,)}
     chunk = {"a": "A", "b": "B", "c": "C", "x": None}.get
-    pick = lambda holds, runner: stealing.choose_steal(
-        list(prio), priority=prio.get, chunk=chunk, thief_holds=lambda c: c in holds,
-        runner_up_is_thief=(lambda c: c in runner) if runner is not None else None,
+    where = lambda holds: lambda t: (  # noqa: E731
+        stealing.NO_CHUNK if chunk(t) is None
+        else stealing.THIEF_HOLDS if chunk(t) in holds else stealing.COLD
+    )  # fmt: skip
+    pick = lambda holds, runner: stealing.choose_steal(  # noqa: E731
+        list(prio), priority=prio.get, where=where(holds),
+        runner_up_is_thief=(lambda ts: [chunk(t) in runner for t in ts])
+        if runner is not None else None,
     )  # fmt: skip
     assert pick({"A"}, {"B"}) == "a"  # held by the thief first
     assert pick(set(), {"B"}) == "b"  # then a chunk whose runner-up is the thief

@@ -37,8 +37,8 @@ async def setup(c, s, tmp_path, **stealing_kwargs):
     await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
     plugin = s.plugins["cacheaffinity"]
     await async_poll_for(
-        lambda: len(plugin.node_workers) == len(s.workers)
-        and not any(n.startswith(HOST_NODE_PREFIX) for n in plugin.node_workers),
+        lambda: len(plugin.membership.node_workers) == len(s.workers)
+        and not any(n.startswith(HOST_NODE_PREFIX) for n in plugin.membership.node_workers),
         timeout=10,
     )
     ext = plugin.stealing
@@ -53,7 +53,7 @@ async def setup(c, s, tmp_path, **stealing_kwargs):
 
 async def fill_node(c, plugin, worker, n, event):
     """Submit n chunk tasks that all belong to ``worker``'s node; wait until queued."""
-    node = plugin.worker_node[worker.address]
+    node = plugin.membership.worker_node[worker.address]
     mine = [ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == node][:n]
     assert len(mine) == n
     futs = cacheaffinity.map_chunks(c, blocked, mine, [event.name] * n, chunk_ids=mine, pure=False)
@@ -101,7 +101,7 @@ async def test_idle_thief_gets_work_only_after_idle_time(c, s, a, b, tmp_path):
     # the stolen chunks are remembered where they were processed
     stolen = [ch for ch, addr in zip(mine, results) if addr == b.address]
     assert {plugin.locator.where_located(ch)[0] for ch in stolen} == {
-        plugin.worker_node[b.address]
+        plugin.membership.worker_node[b.address]
     }
 
 
@@ -110,14 +110,14 @@ async def test_thief_takes_the_chunk_its_node_holds(c, s, a, b, tmp_path):
     plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=0)
     ev = Event("hold-a3")
     mine, futs = await fill_node(c, plugin, a, 8, ev)
-    b_node = plugin.worker_node[b.address]
+    b_node = plugin.membership.worker_node[b.address]
     cached = mine[5]  # neither the first nor the last in a's queue
-    plugin.locator.set_located(cached, b_node, plugin.worker_node[a.address])
+    plugin.locator.set_located(cached, b_node)
     make_idle_long_ago(ext, s, 10)
     ext.max_moves = 1  # one move: it must be the cached chunk
     ext.balance()
     (ts,) = list(ext.in_flight)
-    assert plugin.chunk_of[ts.key] == cached
+    assert plugin.locator.chunk_of[ts.key] == cached
     await ev.set()
     results = dict(zip(mine, await c.gather(futs)))
     assert results[cached] == b.address
@@ -128,7 +128,7 @@ async def test_chunks_the_victims_node_holds_stay_unless_its_queue_is_long(
     c, s, a, b, tmp_path
 ):
     plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=1, warm_backlog=8)
-    a_node = plugin.worker_node[a.address]
+    a_node = plugin.membership.worker_node[a.address]
     mine = [ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == a_node][:7]
     run1 = Event("warm-run-1")
     await run1.set()
@@ -148,7 +148,7 @@ async def test_chunks_the_victims_node_holds_stay_unless_its_queue_is_long(
     ext.balance()
     # b wants 2 tasks, but only the chunk a does not hold may go: 5 queued <= 8 per thread
     (ts,) = list(ext.in_flight)
-    assert plugin.chunk_of[ts.key] == cold and ext.steals == 1
+    assert plugin.locator.chunk_of[ts.key] == cold and ext.steals == 1
     ext.balance()
     assert ext.steals == 1
     ext.warm_backlog = 2  # a long queue: now a chunk a holds may go too
@@ -163,9 +163,9 @@ async def test_chunks_the_victims_node_holds_stay_unless_its_queue_is_long(
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
 async def test_a_located_chunk_goes_to_its_holder_next_run(c, s, a, b, tmp_path):
     plugin, ext = await setup(c, s, tmp_path)
-    a_node, b_node = plugin.worker_node[a.address], plugin.worker_node[b.address]
+    a_node, b_node = plugin.membership.worker_node[a.address], plugin.membership.worker_node[b.address]
     chunk = next(ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == a_node)
-    plugin.locator.set_located(chunk, b_node, a_node)  # stolen by b last run
+    plugin.locator.set_located(chunk, b_node)  # stolen by b last run
     fut = cacheaffinity.map_chunks(c, blocked, [chunk], ["unused"], chunk_ids=[chunk], pure=False)
     await Event("unused").set()
     assert await c.gather(fut) == [b.address]
@@ -233,7 +233,7 @@ async def test_stock_stealing_metrics_and_page_still_answer(c, s, a, b, tmp_path
 async def test_held_chunks_follow_their_holder_up_to_the_slack_bound(c, s, a, b, tmp_path):
     plugin, ext = await setup(c, s, tmp_path)
     assert plugin.locator.slack == 1.0
-    a_node, b_node = plugin.worker_node[a.address], plugin.worker_node[b.address]
+    a_node, b_node = plugin.membership.worker_node[a.address], plugin.membership.worker_node[b.address]
     # run 1: chunk tasks on a's node; the node's speed is learned from their startstops
     first = [ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == a_node][:8]
     futs = cacheaffinity.map_chunks(c, sleepy, first[:2], chunk_ids=first[:2], pure=False)
@@ -242,7 +242,7 @@ async def test_held_chunks_follow_their_holder_up_to_the_slack_bound(c, s, a, b,
     del futs
     # b processed 6 more of a's chunks last time: b's bound is 1.0 x 6 x 1/2 + 1 = 4
     for ch in first[2:]:
-        plugin.locator.set_located(ch, b_node, a_node)
+        plugin.locator.set_located(ch, b_node)
     await Event("go").set()
     futs = cacheaffinity.map_chunks(c, blocked, first[2:], ["go"] * 6, chunk_ids=first[2:], pure=False)
     where = await c.gather(futs)
@@ -258,7 +258,7 @@ async def test_choices_within_a_round_equal_fresh_choices(c, s, a, b, tmp_path):
     plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=0)
     ev = Event("hold-round")
     mine, futs = await fill_node(c, plugin, a, 10, ev)
-    plugin.locator.set_located(mine[6], plugin.worker_node[b.address])  # one held by b
+    plugin.locator.set_located(mine[6], plugin.membership.worker_node[b.address])  # one held by b
     victim, thief = s.workers[a.address], s.workers[b.address]
     ext._round.clear()
     taken = []
@@ -271,7 +271,7 @@ async def test_choices_within_a_round_equal_fresh_choices(c, s, a, b, tmp_path):
         ext._round.update(kept)
         assert cached is fresh and cached is not None
         assert ext.move(cached, thief, reason="steal")
-        taken.append(plugin.chunk_of[cached.key])
+        taken.append(plugin.locator.chunk_of[cached.key])
     ext._round.clear()
     assert taken[0] == mine[6] and len(set(taken)) == 4  # held first, never twice
     await ev.set()

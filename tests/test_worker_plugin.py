@@ -49,11 +49,11 @@ async def test_workers_sharing_a_directory_are_one_node(c, s, a, b, tmp_path):
     await c.register_plugin(CacheAffinityPlugin())
     await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "shared")))
     plugin = s.plugins["cacheaffinity"]
-    await async_poll_for(lambda: len(plugin.worker_node) == 2, timeout=10)
-    (node,) = set(plugin.worker_node.values())
+    await async_poll_for(lambda: len(plugin.membership.worker_node) == 2, timeout=10)
+    (node,) = set(plugin.membership.worker_node.values())
     assert node == (tmp_path / "shared" / "node-id").read_text().strip()
-    assert plugin.node_workers[node] == {a.address, b.address}
-    assert plugin.node_weight(node) == 2  # total threads of the node
+    assert plugin.membership.node_workers[node] == {a.address, b.address}
+    assert plugin.membership.weight(node) == 2  # total threads of the node
 
 
 @gen_cluster(
@@ -65,9 +65,9 @@ async def test_config_resolves_on_worker_and_stats_reach_scheduler(c, s, a, b, t
     await c.register_plugin(CacheAffinityPlugin())
     await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
     plugin = s.plugins["cacheaffinity"]
-    await async_poll_for(lambda: len(plugin.node_workers) == 2, timeout=10)
+    await async_poll_for(lambda: len(plugin.membership.node_workers) == 2, timeout=10)
     assert a.plugins["cacheaffinity"].capacity == 3 * 2**20
-    assert {plugin.node_weight(n) for n in plugin.node_workers} == {5.0}
+    assert {plugin.membership.weight(n) for n in plugin.membership.node_workers} == {5.0}
 
     node = await c.submit(store_columns, 8, workers=[a.address])
     values = await c.submit(read_columns, 8, workers=[a.address])
@@ -98,8 +98,8 @@ async def test_unusable_directory_runs_uncached_with_one_warning(c, s, a, tmp_pa
     assert await c.submit(store_columns, 2) is None  # tasks still run
     assert await c.submit(read_columns, 2) == [None, None]  # a miss, not an error
     plugin = s.plugins["cacheaffinity"]
-    await async_poll_for(lambda: a.address in plugin.worker_node, timeout=10)
-    assert plugin.worker_node[a.address] == HOST_NODE_PREFIX + "127.0.0.1"
+    await async_poll_for(lambda: a.address in plugin.membership.worker_node, timeout=10)
+    assert plugin.membership.worker_node[a.address] == HOST_NODE_PREFIX + "127.0.0.1"
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])

@@ -15,12 +15,17 @@ Undocumented names of distributed used here (none starts with an underscore):
   ``move_task_request(ts, victim, thief)`` (the steal-request protocol),
   ``in_flight``, ``in_flight_tasks``, ``metrics["request_count_total"]``,
   ``log(msg)``, ``count``;
+* ``tornado.ioloop.PeriodicCallback.callback`` (who registered a periodic callback);
 * ``Scheduler.extensions["stealing"]``, ``Scheduler.periodic_callbacks``,
   ``Scheduler.idle``, ``Scheduler.coerce_hostname(host)``,
   ``Scheduler.bulk_schedule_unrunnable_after_adding_worker(ws)``,
   ``Scheduler.transitions(recs, stimulus_id)``;
 * ``WorkerState.processing``, ``executing``, ``long_running``, ``resources``,
   ``status``.
+
+It holds mechanism only (what Dask allows, how a move or a periodic callback
+is made); what to steal and when is decided in
+:mod:`cacheaffinity.scheduler.stealing`.
 
 Checked (tests/test_stealing.py, test_scheduler_plugin.py, test_dask_faithful.py
 pass) with distributed/dask 2026.8.0 (the project's pin), 2026.3.0 and 2026.1.2
@@ -41,13 +46,14 @@ the in-flight bookkeeping of both is one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Container
+from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
 from distributed.stealing import WorkStealing
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler, TaskState, WorkerState
+    from tornado.ioloop import PeriodicCallback
 
 logger = logging.getLogger("cacheaffinity.scheduler")
 
@@ -55,13 +61,19 @@ __all__ = [
     "ChunkAwareWorkStealing",
     "adopt_stealing",
     "idle_workers",
+    "in_flight",
     "in_flight_tasks",
     "is_executing",
     "may_run_on",
+    "queued",
+    "record_requests",
     "release_stealing",
     "request_move",
     "schedule_unrunnable",
     "stealable_from",
+    "stealing_extension",
+    "start_periodic",
+    "stop_periodic",
 ]
 
 
@@ -110,10 +122,70 @@ def adopt_stealing(scheduler: Scheduler, chunk_tasks: Container) -> WorkStealing
     return ext
 
 
-def release_stealing(ext: WorkStealing | None) -> None:
-    """Give chunk tasks back to stock stealing (the plugin is going away)."""
-    if isinstance(ext, ChunkAwareWorkStealing):
+def release_stealing(scheduler: Scheduler, chunk_tasks: Container) -> None:
+    """Give chunk tasks back to stock stealing (the plugin is going away), if the
+    scheduler's stealing extension still leaves ``chunk_tasks`` (the same
+    container) alone; a plugin that replaced it keeps its own."""
+    ext = scheduler.extensions.get("stealing")
+    if isinstance(ext, ChunkAwareWorkStealing) and ext.chunk_tasks is chunk_tasks:
         ext.chunk_tasks = frozenset()
+
+
+def stealing_extension(scheduler: Scheduler) -> ChunkAwareWorkStealing | None:
+    """The scheduler's stealing extension if it leaves chunk tasks to cacheaffinity."""
+    ext = scheduler.extensions.get("stealing")
+    return ext if isinstance(ext, ChunkAwareWorkStealing) else None
+
+
+def in_flight(ext: WorkStealing | None) -> dict[TaskState, dict]:
+    """Tasks with a steal request under way (the stock extension's record)."""
+    return {} if ext is None else ext.in_flight
+
+
+def queued(ext: WorkStealing | None, ws: WorkerState) -> int:
+    """Tasks processing on ``ws`` beyond its threads, net of pending steal requests
+    (negative: free threads)."""
+    return len(ws.processing) + in_flight_tasks(ext, ws) - ws.nthreads
+
+
+def record_requests(ext: WorkStealing, moved: list[tuple[Any, ...]], now: float) -> None:
+    """Count and log steal requests of one round as stock stealing does its own:
+    ``moved`` is ``[(task, victim, thief)]``; the ``stealing`` event topic gets one
+    ``request`` entry and ``dask_stealing_request_count_total`` grows by ``len(moved)``."""
+    if not moved:
+        return
+    ext.metrics["request_count_total"][0] += len(moved)
+    ext.log(("request", [(now, 0, ts.key, 0, v.address, 0, t.address, 0) for ts, v, t in moved]))
+    ext.count += 1
+
+
+def start_periodic(
+    scheduler: Scheduler, name: str, callback: Callable[[], Any], interval: float
+) -> PeriodicCallback:
+    """Run ``callback`` every ``interval`` seconds as ``scheduler.periodic_callbacks[name]``
+    (as distributed's own extensions register theirs; the scheduler stops them
+    when it closes).  A callback of another object under ``name`` (a plugin that
+    was replaced) is stopped and replaced; the same one again: left running."""
+    from tornado.ioloop import PeriodicCallback
+
+    pcs = scheduler.periodic_callbacks
+    old = pcs.get(name)
+    if old is not None:
+        if old.callback == callback:
+            return old
+        old.stop()
+    pc = pcs[name] = PeriodicCallback(callback, interval * 1000)
+    pc.start()
+    return pc
+
+
+def stop_periodic(scheduler: Scheduler, name: str, callback: Callable[[], Any]) -> None:
+    """Stop ``scheduler.periodic_callbacks[name]`` if it runs ``callback`` (idempotent)."""
+    pcs = scheduler.periodic_callbacks
+    pc = pcs.get(name)
+    if pc is not None and pc.callback == callback:
+        del pcs[name]
+        pc.stop()
 
 
 def request_move(ext: WorkStealing, ts: TaskState, victim: WorkerState, thief: WorkerState) -> bool:

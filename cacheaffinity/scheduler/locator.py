@@ -28,7 +28,9 @@ node that holds it, whatever the hash says, unless that node's expected
 backlog exceeds ``cacheaffinity.scheduler.locator-slack`` x its fair share; so
 the stealing decisions of one run become the placement of the next, and a
 node learned slower than ``1 / slack`` of the typical speed sheds part of its
-own chunks), and the steal preference (:meth:`Locator.steal_preference`).
+own chunks), and the answer to "which node holds this task's chunk"
+(:meth:`Locator.holder_of_task`) that the stealing policy
+(:mod:`cacheaffinity.scheduler.stealing`) ranks candidates by.
 Chunks are remembered by a 60-bit digest of their id (:func:`chunk_digest`; a
 collision between two of 10^6 chunks has probability ~4e-7 and costs a cache miss).
 
@@ -39,11 +41,9 @@ Event-loop only (no locking).  Forgetting a chunk costs at most a cache miss.
 
 from __future__ import annotations
 
-import heapq
 from collections import defaultdict
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import islice
-from operator import attrgetter
 from typing import TYPE_CHECKING, Any
 
 import xxhash
@@ -59,7 +59,6 @@ __all__ = [
     "HolderRecord",
     "Locator",
     "NodeSpeed",
-    "choose_steal",
     "chunk_digest",
     "follow_holders",
     "holder_for",
@@ -118,9 +117,6 @@ def holder_for(record: Any, start: int | None = None, stop: int | None = None) -
     _count_range(record, start, stop, count)
     return max(count, key=count.__getitem__)  # first maximum: the id's node on a tie
 
-
-#: A task's priority (Dask's: a tuple; the task the victim would run last is the largest).
-_priority = attrgetter("priority")
 
 #: A task spanning more stripes than this is remembered under its own id only.
 MAX_STRIPES_PER_TASK = 64
@@ -207,64 +203,6 @@ def record_range(
     if not ranges:
         return default
     return (default, *(x for r in ranges for x in r))
-
-
-def choose_steal(
-    candidates: Iterable[Any],
-    *,
-    priority: Callable[[Any], tuple | None],
-    chunk: Callable[[Any], str | None],
-    thief_holds: Callable[[str], bool],
-    runner_up_is_thief: Callable[[str], bool] | None,
-    victim_holds: Callable[[str], bool] | None = None,
-    take_warm: bool = True,
-    look: int = 64,
-) -> Any:
-    """The cache-aware preference among a victim's queued tasks.
-
-    Chunks the thief's node is known to hold first (``thief_holds``), then
-    chunks nobody is known to hold (cold), then chunks the victim's node holds
-    (``victim_holds``; taken only if ``take_warm``: such a steal turns a cache
-    hit into a read from storage), then tasks without a chunk.  Within the
-    cold (or warm) chunks, one of the ``look`` tasks the victim would run last
-    whose runner-up node is the thief's (``runner_up_is_thief``; None: do not
-    look), else the task the victim would run last (largest ``priority``).
-    Returns None when nothing may be taken.
-
-    Each predicate is called at most once per candidate; the ``look`` tasks
-    come from :func:`heapq.nlargest` (the same tasks, in the same order, as
-    sorting all of them by ``priority``, largest first).
-    """
-    best = None
-    best_rank = None
-    same: list[Any] = []  # the candidates of best_rank[0], in candidate order
-    for t in candidates:
-        c = chunk(t)
-        if c is None:
-            rank = 4
-        elif thief_holds(c):
-            rank = 0
-        elif victim_holds is not None and victim_holds(c):
-            if not take_warm:
-                continue
-            rank = 3
-        else:
-            rank = 2
-        if best_rank is not None and rank > best_rank[0]:
-            continue
-        pr = priority(t)
-        r = (rank, tuple(-x for x in pr) if pr else ())
-        if best_rank is None or rank < best_rank[0]:
-            same = [t]
-        else:
-            same.append(t)
-        if best_rank is None or r < best_rank:
-            best, best_rank = t, r
-    if best_rank is not None and best_rank[0] in (2, 3) and runner_up_is_thief is not None:
-        for t in heapq.nlargest(look, same, key=priority):
-            if runner_up_is_thief(chunk(t)):
-                return t
-    return best
 
 
 def chunk_digest(chunk: str) -> int:
@@ -437,7 +375,7 @@ class Locator:
         Workers <-> cache nodes.
     placement
         The placement (its :meth:`~cacheaffinity.placement.TorusPlacement.ranking`
-        names a chunk's runner-up node for the steal preference).
+        names a chunk's runner-up node for relocation and the steal preference).
     size
         Chunks remembered at most (``cacheaffinity.scheduler.locator-size``).
     use_locator
@@ -537,9 +475,12 @@ class Locator:
             parts = self._parts[key] = self._compute_parts(key, chunk)
         return parts
 
-    def _holder_of_task(self, key: Hashable, chunk: str) -> str | None:
-        """The node that processed most of task ``key``'s entries (of every
-        stripe they fall in, :func:`stripe_parts`), else its id's node."""
+    def holder_of_task(self, key: Hashable, chunk: str) -> str | None:
+        """Which node holds chunk task ``key`` (of chunk id ``chunk``): the node
+        that processed most of its entries (of every stripe they fall in,
+        :func:`stripe_parts`), else its id's node; None: nobody is known to.
+        What the stealing policy asks
+        (:func:`~cacheaffinity.scheduler.stealing.steal_preference`)."""
         parts = self._parts.get(key)
         if parts is None:
             parts = self._parts_of(key, chunk)
@@ -555,9 +496,6 @@ class Locator:
             if record is not None:
                 _count_range(record, parts[i + 1], parts[i + 2], count)
         return max(count, key=count.__getitem__) if count else None
-
-    def is_chunk_task(self, key: Hashable) -> bool:
-        return key in self.chunk_of
 
     def set_target(self, key: Hashable, node: str) -> str | None:
         """Make ``node`` the target of task ``key``; returns the previous target."""
@@ -601,7 +539,7 @@ class Locator:
         """
         if not self.use_locator or not self.holder:
             return 0
-        of_task = self._holder_of_task
+        of_task = self.holder_of_task
         holders = [of_task(ts.key, chunk) for ts, chunk in todo]
         speed = {node: self.speed.speed(node) for node in self.membership.node_workers}
         capacity = {node: self.membership.weight(node) * s for node, s in speed.items()}
@@ -630,9 +568,8 @@ class Locator:
         placed = self.placement.nearest([chunk])[0]
         return None if placed == h else (h, placed)
 
-    def set_located(self, chunk: str, holder: str, placed: str | None = None) -> None:
-        """Remember that ``holder`` processed ``chunk`` (``placed``: ignored, the
-        placement's node is recomputed when needed)."""
+    def set_located(self, chunk: str, holder: str) -> None:
+        """Remember that ``holder`` processed (all of) ``chunk``."""
         _remember(self.holder, chunk_digest(chunk), holder, self.size)
 
     def holder_of(
@@ -725,113 +662,3 @@ class Locator:
         """The stealing policy moved chunk task ``key``."""
         if key in self.chunk_of:
             self.stolen.add(key)
-
-    def steal_preference(
-        self,
-        candidates: list[TaskState],
-        victim: WorkerState,
-        thief: WorkerState,
-        *,
-        take_warm: bool = True,
-    ) -> TaskState | None:
-        """Which of the victim's queued chunk tasks the thief should take (None: none).
-
-        Chunks the thief's node is known to hold first, then chunks no node
-        holds (those whose next-nearest node is the thief's first), then, if
-        ``take_warm``, chunks the victim's node holds; see :func:`choose_steal`.
-        """
-        node_of = self.membership.worker_node
-        thief_node = node_of.get(thief.address)
-        victim_node = node_of.get(victim.address)
-        chunk_of, placement = self.chunk_of, self.placement
-        runner_up = thief_node is not None and len(self.membership.node_workers) > 1
-        # The rule of choose_steal, specialised: one holder look-up per task
-        # (digests cached per task), priorities compared as they are (Dask's
-        # are tuples of one length: the largest is the smallest negated), and
-        # the runner-up nodes of the ``look`` tasks in one batch.
-        best = None
-        best_rank = 5
-        best_pr: Any = None
-        same: list[TaskState] = []
-        of_task, parts_of = self._holder_of_task, self._parts_of
-        cached, holder, entries = self._parts, self.holder, self.entries
-        length = None
-        for ts in candidates:
-            key = ts.key
-            chunk = chunk_of.get(key)
-            if chunk is None:
-                rank = 4
-            else:
-                # _holder_of_task, its common case inline
-                parts = cached.get(key)
-                if parts is None:
-                    parts = parts_of(key, chunk)
-                if parts.__class__ is int:
-                    h = holder.get(parts)
-                    if h is not None and h.__class__ is not str:
-                        h = holder_for(h, *(entries.get(key) or ()))
-                else:
-                    h = of_task(key, chunk)
-                if thief_node is not None and h == thief_node:
-                    rank = 0
-                elif victim_node is not None and h == victim_node:
-                    if not take_warm:
-                        continue
-                    rank = 3
-                else:
-                    rank = 2
-            if rank > best_rank:
-                continue
-            pr = ts.priority
-            if not pr or (length is not None and len(pr) != length):
-                return self._steal_preference_generic(candidates, victim, thief, take_warm)
-            length = len(pr)
-            if rank < best_rank:
-                best, best_rank, best_pr, same = ts, rank, pr, [ts]
-                continue
-            same.append(ts)
-            if pr > best_pr:
-                best, best_pr = ts, pr
-        if best_rank in (2, 3) and runner_up:
-            # the first of the look window is ``best`` (the first largest priority)
-            if placement.ranking(chunk_of[best.key], 2)[1:] == [thief_node]:
-                return best
-            look = heapq.nlargest(64, same, key=_priority)[1:]
-            if look:
-                ranked = placement.rankings([chunk_of[ts.key] for ts in look], 2)
-                for ts, nodes in zip(look, ranked):
-                    if nodes[1:] == [thief_node]:
-                        return ts
-        return best
-
-    def _steal_preference_generic(
-        self,
-        candidates: list[TaskState],
-        victim: WorkerState,
-        thief: WorkerState,
-        take_warm: bool,
-    ) -> TaskState | None:
-        """:meth:`steal_preference` through :func:`choose_steal` (any priorities)."""
-        node_of = self.membership.worker_node
-        thief_node = node_of.get(thief.address)
-        victim_node = node_of.get(victim.address)
-        chunk_of, placement = self.chunk_of, self.placement
-        held: dict[Hashable, str | None] = {}
-
-        def holder(key: Hashable) -> str | None:  # per task: its entry range counts
-            if key not in held:
-                held[key] = self._holder_of_task(key, chunk_of[key])
-            return held[key]
-
-        return choose_steal(
-            candidates,
-            priority=_priority,
-            chunk=lambda ts: ts.key if ts.key in chunk_of else None,
-            thief_holds=lambda k: thief_node is not None and holder(k) == thief_node,
-            runner_up_is_thief=None
-            if thief_node is None or len(self.membership.node_workers) <= 1
-            else lambda k: placement.ranking(chunk_of[k], 2)[1:] == [thief_node],
-            victim_holds=None if victim_node is None else lambda k: holder(k) == victim_node,
-            take_warm=take_warm,
-        )
-

@@ -82,6 +82,9 @@ _PENDING = frozenset({"released", "waiting", "no-worker", "processing"})
 #: the task waits in ``no-worker`` (instead of Dask's root-task queue) until a
 #: node joins and the plugin places it.
 _NO_NODE = "cacheaffinity://no-cache-node-yet"
+#: Key in ``Scheduler.periodic_callbacks`` of the look for workers whose node
+#: arrived in a heartbeat (:meth:`CacheAffinityPlugin._check_pending`, every second).
+PENDING_CALLBACK = "cacheaffinity-pending"
 
 
 def _user_took_over(ts: TaskState) -> bool:
@@ -188,7 +191,6 @@ class CacheAffinityPlugin(SchedulerPlugin):
         #: The chunk-task stealing policy (set at :meth:`start`).
         self.stealing: LocalityStealing | None = None
         self.scheduler: Scheduler | None = None
-        self._pending_pc = None  # PeriodicCallback of _check_pending, while started
         #: Counters (also exported as metrics).
         self.counters: Counter[str] = Counter()
         #: cache node id -> per-node counters (placements, failovers, steals)
@@ -199,28 +201,6 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 "recent-placements", config.get("scheduler.recent-placements", recent_placements)
             )
         )
-
-    # Read-only views kept for callers of earlier versions.
-    @property
-    def home(self) -> TorusPlacement:
-        """The placement (one object; ``nearest`` is the home of a chunk)."""
-        return self.placement
-
-    @property
-    def node_workers(self) -> dict[str, set[str]]:
-        return self.membership.node_workers
-
-    @property
-    def worker_node(self) -> dict[str, str]:
-        return self.membership.worker_node
-
-    @property
-    def chunk_of(self) -> dict:
-        return self.locator.chunk_of
-
-    def node_weight(self, node: str) -> float:
-        """Weight of a live node: configured, reported, or its total threads."""
-        return self.membership.weight(node)
 
     # ============================================================ lifecycle
     async def start(self, scheduler: Scheduler) -> None:
@@ -241,13 +221,9 @@ class CacheAffinityPlugin(SchedulerPlugin):
         for addr in list(scheduler.workers):
             self._learn_worker(addr)
         self._membership_changed("plugin-start", stimulus_id="cacheaffinity-start")
-        if self._pending_pc is None:
-            # A worker whose plugin was set up before this plugin started reports its
-            # node only in its metrics (next heartbeat): look for pending workers there.
-            from tornado.ioloop import PeriodicCallback
-
-            self._pending_pc = PeriodicCallback(self._check_pending, 1000)
-            self._pending_pc.start()
+        # A worker whose plugin was set up before this plugin started reports its
+        # node only in its metrics (next heartbeat): look for pending workers there.
+        _distributed.start_periodic(scheduler, PENDING_CALLBACK, self._check_pending, 1.0)
         logger.info(
             "cacheaffinity %s placement active: %d cache nodes, %s; stealing: %s",
             __version__,
@@ -262,19 +238,15 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def _detach(self) -> None:
         """Stop the periodic work and give chunk tasks back to Dask's stealing
         (idempotent; the plugin was closed, removed or replaced)."""
-        if self._pending_pc is not None:
-            self._pending_pc.stop()
-            self._pending_pc = None
         if self.scheduler is not None:
+            _distributed.stop_periodic(self.scheduler, PENDING_CALLBACK, self._check_pending)
             h = self.scheduler.handlers.get(HOLDERS_HANDLER)
             if getattr(h, "__self__", None) is self:
                 del self.scheduler.handlers[HOLDERS_HANDLER]
         if self.stealing is not None:
             self.stealing.stop()
         if self.scheduler is not None and self.manage_stealing:
-            ext = self.scheduler.extensions.get("stealing")
-            if getattr(ext, "chunk_tasks", None) is self.locator.chunk_of:
-                _distributed.release_stealing(ext)
+            _distributed.release_stealing(self.scheduler, self.locator.chunk_of)
 
     def _stealing_mode(self) -> str:
         st = self.stealing
@@ -655,7 +627,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             return {c: {"node": None, "workers": []} for c in chunks}
         homes = self.placement.nearest(chunks)
         return {
-            c: {"node": n, "workers": sorted(self.node_workers.get(n, ()))}
+            c: {"node": n, "workers": sorted(self.membership.node_workers.get(n, ()))}
             for c, n in zip(chunks, homes)
         }
 
@@ -663,7 +635,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         """A summary for clients, the dashboard and the command line."""
         nodes = {}
         workers = self.scheduler.workers if self.scheduler else {}
-        for node, addrs in self.node_workers.items():
+        for node, addrs in self.membership.node_workers.items():
             stats: Counter[str] = Counter()
             directory = None
             for a in addrs:

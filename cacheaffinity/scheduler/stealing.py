@@ -22,7 +22,8 @@ every ``cacheaffinity.scheduler.stealing.interval``:
 * among the victim's queued chunk tasks it prefers chunks the thief's cache
   node is known to hold, then chunks no node is known to hold (whose
   next-nearest node is the thief's node first), then the task the victim would
-  run last (:meth:`~cacheaffinity.scheduler.locator.Locator.steal_preference`);
+  run last (:func:`choose_steal`, fed by :func:`steal_preference` with the
+  locator's answer to "which node holds this task's chunk");
 * a chunk the victim's node holds is taken by a thief that does not hold it
   only if the victim's queue holds more than
   ``cacheaffinity.scheduler.stealing.warm-backlog`` tasks per thread, scaled
@@ -45,8 +46,10 @@ Dask) nor chunk tasks (this policy, nor the moves of cache nodes joining).
 
 from __future__ import annotations
 
+import heapq
 import logging
 from collections.abc import Callable, Iterable, Sequence
+from operator import attrgetter
 from time import monotonic
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +57,6 @@ import dask.config
 
 from cacheaffinity import config
 from cacheaffinity.scheduler import _distributed
-from cacheaffinity.scheduler.locator import choose_steal
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler, TaskState, WorkerState
@@ -66,15 +68,33 @@ logger = logging.getLogger("cacheaffinity.scheduler")
 task_logger = logging.getLogger("cacheaffinity.scheduler.tasks")
 
 __all__ = [
+    "COLD",
+    "NO_CHUNK",
+    "THIEF_HOLDS",
+    "VICTIM_HOLDS",
     "LocalityStealing",
     "choose_steal",
     "plan_steals",
+    "steal_preference",
     "track_idle",
     "warm_threshold",
 ]
 
 #: Key of the policy's callback in ``Scheduler.periodic_callbacks``.
 CALLBACK_NAME = "cacheaffinity-stealing"
+
+#: Where a candidate's chunk is known to be cached, as :func:`choose_steal`
+#: ranks it (a lower rank is taken first): on the thief's node, ...
+THIEF_HOLDS = 0
+#: ... on no node (or on a third one), ...
+COLD = 1
+#: ... on the victim's node (a steal turns a cache hit into a read), ...
+VICTIM_HOLDS = 2
+#: ... or the task has no chunk.
+NO_CHUNK = 3
+
+#: A Dask task's priority (a tuple; the task the victim would run last is the largest).
+_priority = attrgetter("priority")
 
 
 # ---------------------------------------------------------------------------
@@ -156,6 +176,126 @@ def plan_steals(
         if moves >= max_moves:
             break
     return log
+
+
+def _negated(priority: tuple | None) -> tuple:
+    return tuple(-x for x in priority) if priority else ()
+
+
+def choose_steal(
+    candidates: Iterable[Any],
+    *,
+    where: Callable[[Any], int],
+    priority: Callable[[Any], tuple | None],
+    runner_up_is_thief: Callable[[list[Any]], list[bool]] | None = None,
+    take_warm: bool = True,
+    look: int = 64,
+) -> Any:
+    """The cache-aware preference among a victim's queued tasks (the one rule).
+
+    ``where(task)`` says where the task's chunk is known to be cached
+    (:data:`THIEF_HOLDS`, :data:`COLD`, :data:`VICTIM_HOLDS` or
+    :data:`NO_CHUNK`), and tasks are taken in that order; chunks the victim's
+    node holds only if ``take_warm`` (such a steal turns a cache hit into a read
+    from storage).  Within a rank, the task the victim would run last (largest
+    ``priority``; the first such candidate on a tie; an empty priority counts
+    as the largest).  Within the cold (or warm) chunks, one of the ``look``
+    tasks the victim would run last whose runner-up node is the thief's comes
+    first: ``runner_up_is_thief(tasks)`` answers for a list of tasks at once
+    (None: do not look).  Returns None when nothing may be taken.
+
+    ``where`` and ``priority`` are called at most once per candidate; the
+    ``look`` tasks are those of :func:`heapq.nlargest` (the same tasks, in the
+    same order, as sorting by ``priority``, largest first).
+    """
+    best: Any = None
+    best_rank = NO_CHUNK + 1
+    best_pr: Any = None
+    same: list[Any] = []  # the candidates of best_rank, in candidate order
+    uniform = True  # every priority in ``same`` non-empty and of one length
+    for t in candidates:
+        rank = where(t)
+        if rank > best_rank or (rank == VICTIM_HOLDS and not take_warm):
+            continue
+        pr = priority(t)
+        if rank < best_rank:
+            best, best_rank, best_pr, same, uniform = t, rank, pr, [t], bool(pr)
+            continue
+        same.append(t)
+        if uniform and pr and len(pr) == len(best_pr):
+            later = pr > best_pr  # as the negated priorities compare, without negating
+        else:
+            uniform = False
+            later = _negated(pr) < _negated(best_pr)
+        if later:
+            best, best_pr = t, pr
+    if best is None or best_rank not in (COLD, VICTIM_HOLDS) or runner_up_is_thief is None:
+        return best
+    if uniform:
+        # the look window starts with ``best`` (nlargest is stable): ask for it alone first
+        if runner_up_is_thief([best])[0]:
+            return best
+        window = heapq.nlargest(look, same, key=priority)[1:]
+    else:
+        window = heapq.nlargest(look, same, key=priority)
+    if window:
+        for t, yes in zip(window, runner_up_is_thief(window)):
+            if yes:
+                return t
+    return best
+
+
+def steal_preference(
+    locator: Locator,
+    candidates: list[TaskState],
+    victim: WorkerState,
+    thief: WorkerState,
+    *,
+    take_warm: bool = True,
+) -> TaskState | None:
+    """Which of the victim's queued chunk tasks the thief should take (None: none).
+
+    :func:`choose_steal` with the scheduler's objects: where a task's chunk is
+    cached is the locator's answer
+    (:meth:`~cacheaffinity.scheduler.locator.Locator.holder_of_task`, one
+    look-up per task), the runner-up nodes come from the placement in one batch.
+    """
+    node_of = locator.membership.worker_node
+    thief_node = node_of.get(thief.address)
+    victim_node = node_of.get(victim.address)
+    chunk_of, placement = locator.chunk_of, locator.placement
+    holder_of_task = locator.holder_of_task
+
+    def where(ts: TaskState) -> int:
+        key = ts.key
+        chunk = chunk_of.get(key)
+        if chunk is None:
+            return NO_CHUNK
+        h = holder_of_task(key, chunk)
+        if h is None:
+            return COLD
+        if h == thief_node:
+            return THIEF_HOLDS
+        if h == victim_node:
+            return VICTIM_HOLDS
+        return COLD
+
+    runner_up = None
+    if thief_node is not None and len(locator.membership.node_workers) > 1:
+
+        def runner_up(tasks: list[TaskState]) -> list[bool]:
+            if len(tasks) == 1:
+                return [placement.ranking(chunk_of[tasks[0].key], 2)[1:] == [thief_node]]
+            ranked = placement.rankings([chunk_of[ts.key] for ts in tasks], 2)
+            return [nodes[1:] == [thief_node] for nodes in ranked]
+
+    return choose_steal(
+        candidates,
+        where=where,
+        priority=_priority,
+        runner_up_is_thief=runner_up,
+        take_warm=take_warm,
+    )
 
 
 class LocalityStealing:
@@ -250,35 +390,27 @@ class LocalityStealing:
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Run :meth:`balance` every ``interval`` (idempotent; not when disabled)."""
-        pcs = self.scheduler.periodic_callbacks
-        if not self.enabled or CALLBACK_NAME in pcs:
-            return
-        from tornado.ioloop import PeriodicCallback
-
-        pc = PeriodicCallback(self.balance, self.interval * 1000)
-        pcs[CALLBACK_NAME] = pc
-        pc.start()
+        if self.enabled:
+            _distributed.start_periodic(self.scheduler, CALLBACK_NAME, self.balance, self.interval)
 
     def stop(self) -> None:
         """Stop the periodic policy (idempotent).  Moves in flight complete."""
-        pc = self.scheduler.periodic_callbacks.pop(CALLBACK_NAME, None)
-        if pc is not None:
-            pc.stop()
+        _distributed.stop_periodic(self.scheduler, CALLBACK_NAME, self.balance)
 
     @property
     def extension(self) -> WorkStealing | None:
         """The scheduler's stealing extension if it leaves chunk tasks to us."""
-        ext = self.scheduler.extensions.get("stealing")
-        return ext if isinstance(ext, _distributed.ChunkAwareWorkStealing) else None
+        return _distributed.stealing_extension(self.scheduler)
 
     @property
     def in_flight(self) -> dict[TaskState, dict]:
         """Chunk tasks with a steal request under way (the stock extension's record)."""
-        ext = self.extension
-        if ext is None:
-            return {}
         chunk = self.locator.chunk_of
-        return {ts: info for ts, info in ext.in_flight.items() if ts.key in chunk}
+        return {
+            ts: info
+            for ts, info in _distributed.in_flight(self.extension).items()
+            if ts.key in chunk
+        }
 
     # ------------------------------------------------------------ moves
     def move(self, ts: TaskState, thief: WorkerState, reason: str) -> bool:
@@ -324,7 +456,7 @@ class LocalityStealing:
 
         def queued(ws: WorkerState) -> int:
             # tasks beyond those it can run now, net of moves under way
-            return len(ws.processing) + _distributed.in_flight_tasks(ext, ws) - ws.nthreads
+            return _distributed.queued(ext, ws)
 
         victims = [
             ws
@@ -338,7 +470,6 @@ class LocalityStealing:
             if not self.move(ts, thief, reason="steal"):
                 return False
             self.steals += 1
-            ext.metrics["request_count_total"][0] += 1
             self.locator.note_steal(ts.key)
             if self.on_steal is not None:
                 self.on_steal(ts, victim, thief)
@@ -346,13 +477,10 @@ class LocalityStealing:
 
         self._round.clear()
         try:
-            moved = self._plan(thieves, victims, queued, move, ext)
+            moved = self._plan(thieves, victims, queued, move)
         finally:
             self._round.clear()
-        if moved:
-            log = [(now, 0, ts.key, 0, v.address, 0, t.address, 0) for ts, v, t in moved]
-            ext.log(("request", log))
-            ext.count += 1
+        _distributed.record_requests(ext, moved, now)
 
     def _plan(
         self,
@@ -360,7 +488,6 @@ class LocalityStealing:
         victims: list[WorkerState],
         queued: Callable[[WorkerState], int],
         move: Callable[[TaskState, WorkerState, WorkerState], bool],
-        ext: WorkStealing,
     ) -> list[tuple[TaskState, WorkerState, WorkerState]]:
         """:func:`plan_steals` with the scheduler's workers (one round)."""
         return plan_steals(
@@ -370,10 +497,7 @@ class LocalityStealing:
             queued=queued,
             # fill the thief's threads and one task of queue, so that it does not
             # fall idle (and wait idle-time again) between two stolen tasks
-            wanted=lambda ws: ws.nthreads
-            + 1
-            - len(ws.processing)
-            - _distributed.in_flight_tasks(ext, ws),
+            wanted=lambda ws: 1 - queued(ws),
             choose=self._choose,
             move=move,
             backlog=self.backlog,
@@ -391,14 +515,12 @@ class LocalityStealing:
             )
         elif ext is not None:
             # the same pair again in this round: only our steal requests changed
-            in_flight = ext.in_flight
+            in_flight = _distributed.in_flight(ext)
             candidates = [ts for ts in candidates if ts not in in_flight]
         self._round[pair] = candidates
         if not candidates:
             return None
-        queued = (
-            len(victim.processing) + _distributed.in_flight_tasks(ext, victim) - victim.nthreads
-        )
+        queued = _distributed.queued(ext, victim)
         node_of = self.locator.membership.worker_node
         speed = self.locator.speed.speed
         vn, tn = node_of.get(victim.address), node_of.get(thief.address)
@@ -407,6 +529,6 @@ class LocalityStealing:
             speed(vn) if vn is not None else 1.0,
             speed(tn) if tn is not None else 1.0,
         )
-        return self.locator.steal_preference(
-            candidates, victim, thief, take_warm=queued > threshold * victim.nthreads
+        return steal_preference(
+            self.locator, candidates, victim, thief, take_warm=queued > threshold * victim.nthreads
         )
