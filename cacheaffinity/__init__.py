@@ -87,71 +87,135 @@ def __getattr__(name):
     raise AttributeError(f"module 'cacheaffinity' has no attribute {name!r}")
 
 
-class _Size(click.ParamType):
-    """A size option (``"200 GiB"`` or bytes), checked when the command line is parsed."""
+class _Setting(click.ParamType):
+    """An option standing for ``cacheaffinity.<key>``, checked by
+    :func:`cacheaffinity.config.check` when the command line is parsed (a usage
+    error naming the option, the key, what is allowed and an example)."""
 
-    name = "size"
-
-    def __init__(self, key: str):
+    def __init__(self, key: str, convert=str):
         self.key = key
+        self.convert_value = convert
+        self.name = "size" if convert is str else convert.__name__
 
     def convert(self, value, param, ctx):
         if value is None:
             return None
         try:
-            config.check(self.key, value)
+            out = self.convert_value(value) if isinstance(value, str) else value
+        except ValueError:
+            out = value  # let the schema say what is allowed
+        try:
+            config.check(self.key, out)
         except ValueError as e:
             self.fail(str(e).replace("invalid cacheaffinity setting: ", ""), param, ctx)
-        return value
+        return out
 
 
-#: Options of :func:`dask_setup` that take a value, by their command-line name.
+#: Options of :func:`dask_setup` that take a value: command-line name -> (keyword, config key).
 _VALUED_OPTIONS = {
-    "--cache-directory": "cache_directory",
-    "--cache-capacity": "cache_capacity",
-    "--cache-memory": "cache_memory",
-    "--node-weight": "node_weight",
-    "--cache-shared-group": "cache_shared_group",
-    "--balance": "balance",
+    "--cache-directory": ("cache_directory", "worker.directory"),
+    "--cache-capacity": ("cache_capacity", "worker.capacity"),
+    "--cache-memory": ("cache_memory", "worker.memory"),
+    "--node-weight": ("node_weight", "worker.weight"),
+    "--cache-shared-group": ("cache_shared_group", "worker.shared-group"),
+    "--balance": ("balance", "scheduler.balance"),
 }
 
 
-def _split_values(ctx, param, values):
-    """Recover ``--cache-directory DIR`` when Dask's command line split it.
+def _is_ours(token) -> bool:
+    return isinstance(token, str) and token.split("=", 1)[0] in _VALUED_OPTIONS
 
-    ``dask worker --scheduler-file F --preload cacheaffinity --cache-directory DIR``:
-    Dask's own parser does not know ``--cache-directory``, keeps it as its
-    positional scheduler address (ignored when a scheduler file is given) and
-    hands only ``DIR`` to the preload.  The process's command line still has
-    the pair (a worker started by a nanny inherits it), so each stray value is
-    matched with the option that precedes it there.
+
+def _command_line(ctx, param, values):
+    """Check the whole command line of ``dask scheduler``/``dask worker`` while
+    Dask parses it, and recover the options its parser took as the address.
+
+    Runs twice: when Dask parses its command line (Dask checks a click
+    preload's arguments then), and when the server runs the preload.
+
+    At parse time, in the ``dask`` process:
+
+    * ``dask worker --scheduler-file F --preload cacheaffinity
+      --cache-directory=D`` (or ``--cache-directory D``, or without an address
+      at all): Dask's parser does not know the option and keeps the first one
+      as its positional scheduler address (ignored next to a scheduler file),
+      so the preload never sees it.  It is taken back (the address is unset)
+      and applied as the config key it stands for
+      (``cacheaffinity.worker.directory``), which this process and the worker
+      processes of its nannies read;
+    * the process's ``cacheaffinity.<scheduler or worker>`` settings (yaml,
+      environment, options) are checked with :func:`cacheaffinity.config.settings`:
+      an invalid one prints one line and ends the command with status 1
+      before anything starts (a bad option value is a usage error, status 2).
+
+    When the preload runs, a value left over by that split (``D`` of
+    ``--cache-directory D``) is the value its option now has in the config, and
+    is dropped; any other stray value is refused.
     """
-    if not values:
-        return {}
+    outer = click.get_current_context(silent=True)
+    if outer is not None and outer is not ctx and outer.command.name in ("worker", "scheduler"):
+        return _parse_time(ctx, outer, list(values))
+    out: dict = {}
+    for value in values:
+        match = None
+        for name, key in _VALUED_OPTIONS.values():
+            option = next(p for p in ctx.command.params if p.name == name)
+            try:
+                cast = option.type_cast_value(ctx, value)
+            except click.BadParameter:
+                continue
+            if name not in out and config._raw(key) == cast:
+                match = name, cast
+                break
+        if match is None:
+            raise click.UsageError(_stray(value), ctx)
+        out[match[0]] = match[1]
+    return out
+
+
+def _stray(value) -> str:
+    return (
+        f"unexpected argument {value!r} for the cacheaffinity preload; give its options "
+        "after --preload cacheaffinity as --cache-directory=DIR or --cache-directory DIR, "
+        "and the scheduler address before --preload"
+    )
+
+
+def _parse_time(ctx, outer, values: list) -> dict:
+    """:func:`_command_line` while Dask parses its command line (see there)."""
     import sys
 
-    argv = list(sys.argv)
-    pairs = [
-        (argv[i], argv[i + 1])
-        for i in range(len(argv) - 1)
-        if argv[i] in _VALUED_OPTIONS
-    ]
-    out: dict[str, str] = {}
-    for value in values:
-        match = next(
-            (opt for opt, v in pairs if v == value and _VALUED_OPTIONS[opt] not in out), None
+    import dask
+
+    recovered: dict = {}
+    address = outer.params.get("scheduler")
+    if _is_ours(address):
+        sub = ctx.command.make_context(
+            "dask_setup", [address, *values], parent=None, allow_extra_args=False
         )
-        if match is None:
-            raise click.UsageError(
-                f"unexpected argument {value!r} for the cacheaffinity preload; give its "
-                "options as --cache-directory=DIR (or put the scheduler address before "
-                "--preload cacheaffinity)",
-                ctx,
-            )
-        name = _VALUED_OPTIONS[match]
-        option = next(p for p in ctx.command.params if p.name == name)
-        out[name] = option.type_cast_value(ctx, value)  # checked like --option=value
-    return out
+        for name, value in sub.params.items():
+            if value is not None and name != "split":
+                recovered[name] = value
+        if sub.params.get("split"):
+            raise click.UsageError(_stray(next(iter(sub.params["split"]))), ctx)
+        outer.params["scheduler"] = None
+    elif values:
+        raise click.UsageError(_stray(values[0]), ctx)
+    keys = {name: key for name, key in _VALUED_OPTIONS.values()}
+    given = {
+        name: v
+        for name, v in {**ctx.params, **recovered}.items()
+        if name in keys and v is not None
+    }
+    role = outer.command.name
+    options = {keys[n].split(".", 1)[1].replace("-", "_"): v for n, v in given.items() if keys[n].startswith(role)}
+    try:
+        config.settings(role, **options)
+    except ValueError as e:
+        print(config.refusal(role, e), file=sys.stderr, flush=True)
+        ctx.exit(1)
+    dask.config.set({f"cacheaffinity.{keys[n]}": v for n, v in recovered.items()})
+    return recovered
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -159,18 +223,22 @@ def _split_values(ctx, param, values):
 @click.option(
     "--cache-capacity",
     default=None,
-    type=_Size("worker.capacity"),
+    type=_Setting("worker.capacity"),
     help='worker: cacheaffinity.worker.capacity, e.g. "200 GiB"',
 )
 @click.option(
-    "--cache-memory", default=None, type=_Size("worker.memory"), help="worker: cacheaffinity.worker.memory"
+    "--cache-memory", default=None, type=_Setting("worker.memory"), help="worker: cacheaffinity.worker.memory"
 )
-@click.option("--node-weight", default=None, type=float, help="worker: cacheaffinity.worker.weight")
+@click.option(
+    "--node-weight", default=None, type=_Setting("worker.weight", float), help="worker: cacheaffinity.worker.weight"
+)
 @click.option(
     "--cache-shared-group", default=None, help="worker: cacheaffinity.worker.shared-group"
 )
-@click.option("--balance", default=None, type=float, help="scheduler: cacheaffinity.scheduler.balance")
-@click.argument("split", nargs=-1, callback=_split_values, metavar="")
+@click.option(
+    "--balance", default=None, type=_Setting("scheduler.balance", float), help="scheduler: cacheaffinity.scheduler.balance"
+)
+@click.argument("split", nargs=-1, callback=_command_line, metavar="")
 async def dask_setup(
     server,
     cache_directory=None,
@@ -187,10 +255,13 @@ async def dask_setup(
     :class:`CacheWorkerPlugin` before the worker registers, so its cache node is
     known from the first placement on.
 
-    A worker whose cacheaffinity settings are invalid does not start: Dask
-    only logs a failing preload, so this logs the error (key, value, example)
-    and raises ``SystemExit(1)``, which stops ``dask worker`` (with or without a
-    nanny) with a non-zero exit status instead of running uncached.
+    A scheduler or worker whose cacheaffinity settings are invalid does not
+    start (Dask only logs a failing preload): the command line and the process's
+    config section are checked while Dask parses its command line (one line,
+    status 1; a bad option value is a usage error, status 2), and what can only
+    be checked on the worker is refused by :func:`cacheaffinity.preload.refuse`.
+    Options Dask's parser took as its scheduler address are recovered (see
+    :func:`_command_line`).
 
     This is a click command, and distributed allows only one click-configurable
     preload per process: next to another one (dask-gateway's scheduler preload,
