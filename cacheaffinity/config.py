@@ -36,6 +36,8 @@ __all__ = [
     "get",
     "get_bytes",
     "get_seconds",
+    "refusal",
+    "settings",
     "validate",
 ]
 
@@ -225,6 +227,8 @@ def _problems(key: str, value: Any, schema: dict) -> list[tuple[str, Any, str, d
     if isinstance(number, numbers.Real) and not isinstance(number, bool):
         if isinstance(number, float) and math.isnan(number):
             return [(key, value, "must be a number, not NaN", schema)]
+        if isinstance(number, float) and math.isinf(number):
+            return [(key, value, "must be a finite number", schema)]
         bounds = (
             ("minimum", lambda n, b: n >= b, ">="),
             ("exclusiveMinimum", lambda n, b: n > b, ">"),
@@ -331,3 +335,52 @@ def validate(section: str | None = None) -> dict:
     if problems:
         raise ValueError(_message(problems))
     return dict(values) if isinstance(values, Mapping) else values
+
+
+def settings(section: str, **options: Any) -> dict:
+    """Validate ``cacheaffinity.<section>`` together with keyword overrides.
+
+    The one check a process makes before it does any work: the scheduler
+    (``section="scheduler"``), a worker (``"worker"``) and the command-line
+    preload call it with their options (``cache_capacity=`` is given as
+    ``capacity=``); ``None`` means "not given".
+
+    Parameters
+    ----------
+    section : str
+        ``"scheduler"``, ``"worker"`` or ``"client"``.
+    **options
+        Overrides in snake_case (``write_queue=``); None values are ignored.
+
+    Returns
+    -------
+    dict
+        The section's values (kebab-case keys) with the overrides applied.
+
+    Raises
+    ------
+    ValueError
+        Naming every invalid key (config problems first, then arguments) with
+        its value, what is allowed and an example to copy.
+    """
+    # environment variables give snake_case keys (DASK_..._SHARED_GROUP -> shared_group)
+    values = {**default(section), **{str(k).replace("_", "-"): v for k, v in validate(section).items()}}
+    problems: list[str] = []
+    for name, value in options.items():
+        if value is None:
+            continue
+        key = f"{section}.{name.replace('_', '-')}"
+        try:
+            check(key, value, source="argument")
+        except ValueError as e:
+            problems.append(str(e).replace("invalid cacheaffinity setting: ", "", 1))
+        values[name.replace("_", "-")] = value
+    if problems:
+        raise ValueError("invalid cacheaffinity setting: " + "; ".join(problems))
+    return values
+
+
+def refusal(role: str, error: BaseException | str) -> str:
+    """The one line a process prints when it refuses its settings and does not
+    start (``role``: ``"scheduler"`` or ``"worker"``)."""
+    return f"cacheaffinity: {role} not started: {error}"

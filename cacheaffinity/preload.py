@@ -20,13 +20,16 @@ Both share :func:`setup`, so they do the same thing:
 * on a scheduler, add :class:`~cacheaffinity.scheduler.CacheAffinityPlugin`
   (and with it the dashboard page);
 * on a worker, add :class:`~cacheaffinity.worker.CacheWorkerPlugin` before the
-  worker registers; invalid settings stop the worker (``SystemExit(1)``) instead
-  of letting it run uncached, because Dask only logs a failing preload.
+  worker registers;
+* invalid settings never leave a server running without its plugin (Dask only
+  logs a failing preload): :func:`refuse` ends a ``dask`` process with one
+  line and status 1, and makes an in-process worker's start fail.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import Any
 
@@ -60,43 +63,118 @@ async def setup(
 
     Raises
     ------
-    SystemExit
-        On a worker whose settings are invalid (logged with key, value and a fix).
     TypeError
         If ``server`` is neither a scheduler nor a worker.
+
+    Notes
+    -----
+    Invalid settings (checked by :func:`cacheaffinity.config.settings`) never
+    leave a server running without its plugin: see :func:`refuse`.
     """
     from distributed import Scheduler, Worker
 
     from cacheaffinity.scheduler import CacheAffinityPlugin
     from cacheaffinity.worker import CacheWorkerPlugin
 
+    _log_like_distributed()
     if isinstance(server, Scheduler):
-        plugin = CacheAffinityPlugin(balance=balance)
+        try:
+            plugin = CacheAffinityPlugin(balance=balance)
+        except ValueError as e:
+            refuse(server, e)
+            return
         if server.status.name == "running":
             await server.register_scheduler_plugin(plugin, idempotent=True)
         else:  # the scheduler starts its plugins right after its preloads
             server.add_plugin(plugin, idempotent=True)
     elif isinstance(server, Worker):
+        plugin = CacheWorkerPlugin(
+            directory=cache_directory,
+            capacity=cache_capacity,
+            memory=cache_memory,
+            weight=node_weight,
+            shared_group=cache_shared_group,
+        )
         try:
-            await server.plugin_add(
-                CacheWorkerPlugin(
-                    directory=cache_directory,
-                    capacity=cache_capacity,
-                    memory=cache_memory,
-                    weight=node_weight,
-                    shared_group=cache_shared_group,
-                ),
-                catch_errors=False,
-            )
+            plugin.validate(server)  # before Dask's plugin_add, which logs a traceback
         except ValueError as e:
-            message = f"cacheaffinity: worker not started: {e}"
-            logging.getLogger("cacheaffinity.worker").critical(message)
-            print(message, file=sys.stderr, flush=True)
-            raise SystemExit(1) from e
+            refuse(server, e)
+            return
+        await server.plugin_add(plugin, catch_errors=False)
     else:
         raise TypeError(
             f"cacheaffinity preload runs in a Dask scheduler or worker, not {type(server).__name__}"
         )
+
+
+def _refused(error: ValueError):
+    """A worker plugin whose setup raises ``error``: added to the worker's
+    start-up plugins, it makes ``Worker.start`` fail with it."""
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    class Refused(WorkerPlugin):
+        name = "cacheaffinity-refused"
+
+        def setup(self, worker):
+            raise error
+
+    return Refused()
+
+
+def refuse(server: Any, error: ValueError) -> None:
+    """Stop ``server`` from starting because its cacheaffinity settings are invalid.
+
+    Dask only logs a failing preload and starts the server anyway, so:
+
+    * in a process started by ``dask scheduler``/``dask worker`` (no nanny),
+      print the one line (:func:`cacheaffinity.config.refusal`) to stderr and
+      end the process with status 1 at once: nothing has started yet (preloads
+      run before a server listens or registers), and unwinding Dask's start-up
+      would add screens of tracebacks to the one line;
+    * anywhere else (an in-process cluster, a worker process of a nanny), make
+      the server's start fail with the error, which reaches the caller (an
+      in-process ``LocalCluster`` raises ``RuntimeError("Worker failed to
+      start.")`` caused by it) without touching the process or its event loop.
+    """
+    role = type(server).__name__.lower()
+    role = "scheduler" if "scheduler" in role else "worker"
+    line = config.refusal(role, error)
+    if _command_line_process():
+        print(line, file=sys.stderr, flush=True)
+        logging.shutdown()  # flush the log handlers, nothing else will
+        os._exit(1)
+    refused = ValueError(line)
+    if hasattr(server, "_pending_plugins"):  # a worker: fail its start with the error
+        server._pending_plugins = (*server._pending_plugins, _refused(refused))
+        return
+    raise refused  # a scheduler: Dask logs it; cacheaffinity.check refuses such a scheduler
+
+
+def _log_like_distributed() -> None:
+    """In a ``dask scheduler``/``dask worker`` process (or a worker process of
+    its nanny), log ``cacheaffinity.*`` at INFO where Dask logs, unless the
+    ``cacheaffinity`` logger was configured (``distributed.logging``)."""
+    import multiprocessing
+
+    ours = logging.getLogger("cacheaffinity")
+    theirs = logging.getLogger("distributed")
+    nanny_child = multiprocessing.current_process().name.startswith("Dask Worker process")
+    if ours.handlers or ours.level != logging.NOTSET or not theirs.handlers:
+        return
+    if _command_line_process() or nanny_child:
+        for handler in theirs.handlers:
+            ours.addHandler(handler)
+        ours.setLevel(logging.INFO)
+        ours.propagate = False
+
+
+def _command_line_process() -> bool:
+    """Whether this process is ``dask scheduler``/``dask worker`` itself (the
+    command's click context is current while its server runs)."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    return ctx is not None and ctx.command.name in ("scheduler", "worker")
 
 
 async def dask_setup(server: Any) -> None:
@@ -110,69 +188,135 @@ async def dask_setup(server: Any) -> None:
     await setup(server)
 
 
-class _Size(click.ParamType):
-    """A size option (``"200 GiB"`` or bytes), checked when the command line is parsed."""
+class _Setting(click.ParamType):
+    """An option standing for ``cacheaffinity.<key>``, checked by
+    :func:`cacheaffinity.config.check` when the command line is parsed (a usage
+    error naming the option, the key, what is allowed and an example)."""
 
-    name = "size"
-
-    def __init__(self, key: str):
+    def __init__(self, key: str, convert=str):
         self.key = key
+        self.convert_value = convert
+        self.name = "size" if convert is str else convert.__name__
 
     def convert(self, value, param, ctx):
         if value is None:
             return None
         try:
-            config.check(self.key, value)
+            out = self.convert_value(value) if isinstance(value, str) else value
+        except ValueError:
+            out = value  # let the schema say what is allowed
+        try:
+            config.check(self.key, out)
         except ValueError as e:
             self.fail(str(e).replace("invalid cacheaffinity setting: ", ""), param, ctx)
-        return value
+        return out
 
 
-#: Options of :func:`command_line_setup` that take a value, by their command-line name.
+#: Options of :func:`dask_setup` that take a value: command-line name -> (keyword, config key).
 _VALUED_OPTIONS = {
-    "--cache-directory": "cache_directory",
-    "--cache-capacity": "cache_capacity",
-    "--cache-memory": "cache_memory",
-    "--node-weight": "node_weight",
-    "--cache-shared-group": "cache_shared_group",
-    "--balance": "balance",
+    "--cache-directory": ("cache_directory", "worker.directory"),
+    "--cache-capacity": ("cache_capacity", "worker.capacity"),
+    "--cache-memory": ("cache_memory", "worker.memory"),
+    "--node-weight": ("node_weight", "worker.weight"),
+    "--cache-shared-group": ("cache_shared_group", "worker.shared-group"),
+    "--balance": ("balance", "scheduler.balance"),
 }
 
 
-def _split_values(ctx, param, values):
-    """Recover ``--cache-directory DIR`` when Dask's command line split it.
+def _is_ours(token) -> bool:
+    return isinstance(token, str) and token.split("=", 1)[0] in _VALUED_OPTIONS
 
-    ``dask worker --scheduler-file F --preload cacheaffinity --cache-directory DIR``:
-    Dask's own parser does not know ``--cache-directory``, keeps it as its
-    positional scheduler address (ignored when a scheduler file is given) and
-    hands only ``DIR`` to the preload.  The process's command line still has
-    the pair (a worker started by a nanny inherits it), so each stray value is
-    matched with the option that precedes it there.
+
+def _command_line(ctx, param, values):
+    """Check the whole command line of ``dask scheduler``/``dask worker`` while
+    Dask parses it, and recover the options its parser took as the address.
+
+    Runs twice: when Dask parses its command line (Dask checks a click
+    preload's arguments then), and when the server runs the preload.
+
+    At parse time, in the ``dask`` process:
+
+    * ``dask worker --scheduler-file F --preload cacheaffinity
+      --cache-directory=D`` (or ``--cache-directory D``, or without an address
+      at all): Dask's parser does not know the option and keeps the first one
+      as its positional scheduler address (ignored next to a scheduler file),
+      so the preload never sees it.  It is taken back (the address is unset)
+      and applied as the config key it stands for
+      (``cacheaffinity.worker.directory``), which this process and the worker
+      processes of its nannies read;
+    * the process's ``cacheaffinity.<scheduler or worker>`` settings (yaml,
+      environment, options) are checked with :func:`cacheaffinity.config.settings`:
+      an invalid one prints one line and ends the command with status 1
+      before anything starts (a bad option value is a usage error, status 2).
+
+    When the preload runs, a value left over by that split (``D`` of
+    ``--cache-directory D``) is the value its option now has in the config, and
+    is dropped; any other stray value is refused.
     """
-    if not values:
-        return {}
-    argv = list(sys.argv)
-    pairs = [
-        (argv[i], argv[i + 1])
-        for i in range(len(argv) - 1)
-        if argv[i] in _VALUED_OPTIONS
-    ]
-    out: dict[str, str] = {}
+    outer = click.get_current_context(silent=True)
+    if outer is not None and outer is not ctx and outer.command.name in ("worker", "scheduler"):
+        return _parse_time(ctx, outer, list(values))
+    out: dict = {}
     for value in values:
-        match = next(
-            (opt for opt, v in pairs if v == value and _VALUED_OPTIONS[opt] not in out), None
-        )
+        match = None
+        for name, key in _VALUED_OPTIONS.values():
+            option = next(p for p in ctx.command.params if p.name == name)
+            try:
+                cast = option.type_cast_value(ctx, value)
+            except click.BadParameter:
+                continue
+            if name not in out and config._raw(key) == cast:
+                match = name, cast
+                break
         if match is None:
-            raise click.UsageError(
-                f"unexpected argument {value!r} for the cacheaffinity preload; give its "
-                "options as --cache-directory=DIR (or put the scheduler address before "
-                "--preload cacheaffinity)",
-                ctx,
-            )
-        name = _VALUED_OPTIONS[match]
-        option = next(p for p in ctx.command.params if p.name == name)
-        out[name] = option.type_cast_value(ctx, value)  # checked like --option=value
+            raise click.UsageError(_stray(value), ctx)
+        out[match[0]] = match[1]
     return out
+
+
+def _stray(value) -> str:
+    return (
+        f"unexpected argument {value!r} for the cacheaffinity preload; give its options "
+        "after --preload cacheaffinity as --cache-directory=DIR or --cache-directory DIR, "
+        "and the scheduler address before --preload"
+    )
+
+
+def _parse_time(ctx, outer, values: list) -> dict:
+    """:func:`_command_line` while Dask parses its command line (see there)."""
+    import sys
+
+    import dask
+
+    recovered: dict = {}
+    address = outer.params.get("scheduler")
+    if _is_ours(address):
+        sub = ctx.command.make_context(
+            "dask_setup", [address, *values], parent=None, allow_extra_args=False
+        )
+        for name, value in sub.params.items():
+            if value is not None and name != "split":
+                recovered[name] = value
+        if sub.params.get("split"):
+            raise click.UsageError(_stray(next(iter(sub.params["split"]))), ctx)
+        outer.params["scheduler"] = None
+    elif values:
+        raise click.UsageError(_stray(values[0]), ctx)
+    keys = {name: key for name, key in _VALUED_OPTIONS.values()}
+    given = {
+        name: v
+        for name, v in {**ctx.params, **recovered}.items()
+        if name in keys and v is not None
+    }
+    role = outer.command.name
+    options = {keys[n].split(".", 1)[1].replace("-", "_"): v for n, v in given.items() if keys[n].startswith(role)}
+    try:
+        config.settings(role, **options)
+    except ValueError as e:
+        print(config.refusal(role, e), file=sys.stderr, flush=True)
+        ctx.exit(1)
+    dask.config.set({f"cacheaffinity.{keys[n]}": v for n, v in recovered.items()})
+    return recovered
 
 
 @click.command(context_settings={"ignore_unknown_options": False})
@@ -180,18 +324,22 @@ def _split_values(ctx, param, values):
 @click.option(
     "--cache-capacity",
     default=None,
-    type=_Size("worker.capacity"),
+    type=_Setting("worker.capacity"),
     help='worker: cacheaffinity.worker.capacity, e.g. "200 GiB"',
 )
 @click.option(
-    "--cache-memory", default=None, type=_Size("worker.memory"), help="worker: cacheaffinity.worker.memory"
+    "--cache-memory", default=None, type=_Setting("worker.memory"), help="worker: cacheaffinity.worker.memory"
 )
-@click.option("--node-weight", default=None, type=float, help="worker: cacheaffinity.worker.weight")
+@click.option(
+    "--node-weight", default=None, type=_Setting("worker.weight", float), help="worker: cacheaffinity.worker.weight"
+)
 @click.option(
     "--cache-shared-group", default=None, help="worker: cacheaffinity.worker.shared-group"
 )
-@click.option("--balance", default=None, type=float, help="scheduler: cacheaffinity.scheduler.balance")
-@click.argument("split", nargs=-1, callback=_split_values, metavar="")
+@click.option(
+    "--balance", default=None, type=_Setting("scheduler.balance", float), help="scheduler: cacheaffinity.scheduler.balance"
+)
+@click.argument("split", nargs=-1, callback=_command_line, metavar="")
 async def command_line_setup(
     server,
     cache_directory=None,
@@ -202,21 +350,24 @@ async def command_line_setup(
     balance=None,
     split=None,
 ):
-    """Preload with options: ``dask scheduler``/``dask worker --preload cacheaffinity``.
+    """Preload entry point for ``dask scheduler``/``dask worker --preload cacheaffinity``.
 
     On a scheduler, adds :class:`CacheAffinityPlugin`; on a worker, adds
     :class:`CacheWorkerPlugin` before the worker registers, so its cache node is
     known from the first placement on.
 
-    A worker whose cacheaffinity settings are invalid does not start: Dask
-    only logs a failing preload, so this logs the error (key, value, example)
-    and raises ``SystemExit(1)``, which stops ``dask worker`` (with or without a
-    nanny) with a non-zero exit status instead of running uncached.
+    A scheduler or worker whose cacheaffinity settings are invalid does not
+    start (Dask only logs a failing preload): the command line and the process's
+    config section are checked while Dask parses its command line (one line,
+    status 1; a bad option value is a usage error, status 2), and what can only
+    be checked on the worker is refused by :func:`refuse`.
+    Options Dask's parser took as its scheduler address are recovered (see
+    :func:`_command_line`).
 
     This is a click command, and distributed allows only one click-configurable
     preload per process: next to another one (dask-gateway's scheduler preload,
     for instance) use ``--preload cacheaffinity.preload``, which takes its
-    settings from the Dask config (:func:`dask_setup`).
+    settings from the Dask config (:mod:`cacheaffinity.preload`).
     """
     options = dict(
         cache_directory=cache_directory,
@@ -228,3 +379,5 @@ async def command_line_setup(
     )
     options.update(split or {})
     await setup(server, **options)
+
+

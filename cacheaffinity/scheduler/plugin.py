@@ -47,7 +47,6 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from cacheaffinity import config
@@ -105,15 +104,6 @@ def _compute_seconds(startstops: Any) -> float | None:
     return float(t) if t > 0 else None
 
 
-def _check_size(key: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(
-            f"cacheaffinity.scheduler.{key}={value!r} must be an integer >= 0, e.g. "
-            + ("2000000" if key == "locator-size" else "5000")
-        )
-    return value
-
-
 class CacheAffinityPlugin(SchedulerPlugin):
     """Scheduler plugin that sends every chunk task to its cache node.
 
@@ -161,30 +151,35 @@ class CacheAffinityPlugin(SchedulerPlugin):
         locator_slack: float | None = None,
         recent_placements: int | None = None,
     ):
-        weights = dict(config.get("scheduler.weights", weights) or {})
-        for node, w in weights.items():
-            if not isinstance(w, (int, float)) or not np.isfinite(w) or w <= 0:
-                raise ValueError(
-                    f"cacheaffinity.scheduler.weights[{node!r}]={w!r} must be a number > 0"
-                )
+        # the whole section (stealing.* included) and the arguments, checked here
+        # once, before anything starts (cacheaffinity.config is the one place)
+        c = config.settings(
+            "scheduler",
+            dimensions=dimensions,
+            replicas=replicas,
+            seed=seed,
+            balance=balance,
+            weights=weights,
+            locator=locator,
+            locator_size=locator_size,
+            locator_slack=locator_slack,
+            recent_placements=recent_placements,
+        )
         #: The placement: :meth:`~TorusPlacement.assign` for submitted batches
         #: (bounded loads if ``balance`` is set), :meth:`~TorusPlacement.nearest`
         #: for re-targeting.
         self.placement = TorusPlacement(
-            dimensions=config.get("scheduler.dimensions", dimensions),
-            replicas=config.get("scheduler.replicas", replicas),
-            seed=config.get("scheduler.seed", seed),
-            balance=config.get("scheduler.balance", balance),
+            dimensions=c["dimensions"], replicas=c["replicas"], seed=c["seed"], balance=c["balance"]
         )
         #: Workers <-> cache nodes.
-        self.membership = Membership(weights)
+        self.membership = Membership(dict(c["weights"] or {}))
         #: Chunk tasks, targets, where chunks are.
         self.locator = Locator(
             self.membership,
             self.placement,
-            size=_check_size("locator-size", config.get("scheduler.locator-size", locator_size)),
-            use_locator=bool(config.get("scheduler.locator", locator)),
-            slack=config.get("scheduler.locator-slack", locator_slack),
+            size=c["locator-size"],
+            use_locator=bool(c["locator"]),
+            slack=c["locator-slack"],
         )
         #: Whether chunk tasks are kept from Dask's stealing and stolen by the policy.
         self.manage_stealing: bool = True if stealing is None else bool(stealing)
@@ -196,11 +191,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         #: cache node id -> per-node counters (placements, failovers, steals)
         self.node_counters: defaultdict[str, Counter[str]] = defaultdict(Counter)
         #: (chunk id, node) of the last chunks placed, newest last (dashboard page)
-        self.recent_placements: deque[tuple[str, str]] = deque(
-            maxlen=_check_size(
-                "recent-placements", config.get("scheduler.recent-placements", recent_placements)
-            )
-        )
+        self.recent_placements: deque[tuple[str, str]] = deque(maxlen=c["recent-placements"])
 
     # ============================================================ lifecycle
     async def start(self, scheduler: Scheduler) -> None:

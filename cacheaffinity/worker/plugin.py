@@ -176,26 +176,29 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.failed = None
         self._open(worker)
 
+    def validate(self, worker) -> None:
+        """Resolve this plugin's settings for ``worker`` without opening anything.
+
+        Raises
+        ------
+        ValueError
+            For an invalid setting (key, value, what is allowed, an example).
+        """
+        self._settings(worker)
+
     def _settings(self, worker) -> None:
-        a = self._args
-        config.validate("worker")
-        self.capacity = config.get_bytes("worker.capacity", a["capacity"])
-        self.memory = config.get_bytes("worker.memory", a["memory"])
-        self.write_queue = config.get_bytes("worker.write-queue", a["write_queue"])
-        self.peer_fetch = bool(config.get("worker.peer-fetch"))
-        self.peer_timeout = config.get_seconds("worker.peer-timeout")
-        self.peer_serve_limit = int(config.get("worker.peer-serve-limit"))
-        weight = config.get("worker.weight", a["weight"])
-        if weight is not None:
-            weight = float(weight)
-            if not weight > 0 or weight == float("inf"):
-                raise ValueError(
-                    f"cacheaffinity.worker.weight={weight!r} must be a finite number > 0"
-                )
-        self.weight = weight
-        group = config.get("worker.shared-group", a["shared_group"])
+        # the whole section and the arguments, checked once in cacheaffinity.config
+        c = config.settings("worker", **self._args)
+        self.capacity = config.get_bytes("worker.capacity", c["capacity"])
+        self.memory = config.get_bytes("worker.memory", c["memory"])
+        self.write_queue = config.get_bytes("worker.write-queue", c["write-queue"])
+        self.peer_fetch = bool(c["peer-fetch"])
+        self.peer_timeout = config.get_seconds("worker.peer-timeout", c["peer-timeout"])
+        self.peer_serve_limit = int(c["peer-serve-limit"])
+        self.weight = None if c["weight"] is None else float(c["weight"])
+        group = c["shared-group"]
         self.shared_group = None if group is None else group_id(group)
-        directory = config.get("worker.directory", a["directory"]) or default_directory()
+        directory = c["directory"] or default_directory()
         directory = os.path.expanduser(os.path.expandvars(str(directory)))
         directory = directory.replace("{host}", socket.gethostname())
         self.directory = os.path.abspath(directory.replace("{name}", str(worker.name)))
@@ -250,12 +253,7 @@ class CacheWorkerPlugin(WorkerPlugin):
 
         worker.handlers[PACKS_HANDLER] = packs
         worker.handlers[FORM_HANDLER] = form
-        logger.info(
-            "cacheaffinity worker cache: node %s, directory %s, capacity %d bytes",
-            self.node_id,
-            self.directory,
-            self.capacity,
-        )
+        logger.info("%s", self.startup_line())
         # A plugin set up after the worker registered must tell the scheduler now
         # (the message waits in the batched stream if it is not started yet; a
         # scheduler without cacheaffinity just stores the event); at start-up the
@@ -267,6 +265,27 @@ class CacheWorkerPlugin(WorkerPlugin):
                 bs.send({"op": "log-event", "topic": NODE_REPORT_TOPIC, "msg": msg})
             except Exception as e:  # closed stream: the worker is going away
                 logger.debug("cacheaffinity: node report not sent: %r", e)
+
+    def startup_line(self) -> str:
+        """The one INFO line a worker logs at start: node id, directory, its file
+        system, capacity, free space there, and the sharing mode."""
+        from dask.utils import format_bytes
+
+        from cacheaffinity.jobqueue import filesystem_of
+
+        fs = filesystem_of(self.directory)
+        try:
+            st = os.statvfs(self.directory)
+            free = format_bytes(st.f_bavail * st.f_frsize)
+        except OSError:
+            free = "unknown"
+        mode = "private" if self.shared_group is None else f"shared with group {self.shared_group}"
+        state = f"node {self.node_id}" if self.cache is not None else "UNCACHED (see the warning above)"
+        return (
+            f"cacheaffinity worker cache: {state}, directory {self.directory} "
+            f"({fs['fstype']} mounted at {fs['mount']}), capacity {format_bytes(self.capacity)}, "
+            f"free {free}, {mode}"
+        )
 
     def teardown(self, worker) -> None:
         worker.metrics.pop(WORKER_METRIC, None)
