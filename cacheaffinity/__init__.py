@@ -14,7 +14,7 @@ decompressed columns.  The package is laid out by the process each part runs in:
 - :mod:`cacheaffinity.coffea` (client and workers): :class:`CacheAffinityExecutor`
   for coffea's ``Runner`` and the only code that knows coffea internals.
 - :mod:`cacheaffinity.client` (client): :func:`chunk`, :func:`chunks`,
-  :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`.
+  :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`, :func:`run_stats`.
 - :mod:`cacheaffinity.config`: the ``cacheaffinity`` Dask config namespace.
 
 ``dask scheduler --preload cacheaffinity`` and ``dask worker --preload
@@ -40,6 +40,7 @@ from cacheaffinity.client import (
     chunk,
     chunks,
     map_chunks,
+    run_stats,
     where,
 )
 from cacheaffinity.placement import TorusPlacement
@@ -73,6 +74,7 @@ __all__ = [
     "config",
     "dask_setup",
     "map_chunks",
+    "run_stats",
     "where",
     "worker_cache",
 ]
