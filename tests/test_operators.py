@@ -104,6 +104,14 @@ class Cluster:
                 p.wait()
 
 
+def _page(dask_scheduler=None):
+    """The dashboard page's header and table, built in the scheduler process."""
+    from cacheaffinity.scheduler.dashboard import TorusView
+
+    view = TorusView(dask_scheduler)
+    return view.header.text, dict(view.stats.data)
+
+
 def _info(dask_scheduler=None):
     return dask_scheduler.plugins["cacheaffinity"].info()
 
@@ -176,6 +184,13 @@ def test_uncached_node_is_marked_everywhere(cluster, caplog):
     assert f'dask_cacheaffinity_uncached{{node="{HOST_NODE}"}} 1.0' in text
     for n in cluster.cached:
         assert f'dask_cacheaffinity_uncached{{node="{n}"}} 0.0' in text
+
+    header, table = client.run_on_scheduler(_page)
+    assert "1 node(s) cache nothing" in header and HOST_NODE in header
+    row = table["node"].index(HOST_NODE)
+    assert table["cache"][row].startswith("UNCACHED: ") and "unusable" in table["cache"][row]
+    assert [table["cache"][table["node"].index(n)] for n in cluster.cached] == ["cached"] * 2
+    assert table["hosts"][row] == "127.0.0.1"
 
     # no chunk id maps to it while cached nodes exist
     homes = cacheaffinity.where(client, [f"chunk-{i}" for i in range(200)])

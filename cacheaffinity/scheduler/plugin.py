@@ -411,7 +411,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             )
             uncached = self.membership.uncached_nodes()
             if uncached:
-                logger.warning(
+                logger.info(
                     "cacheaffinity: %d node(s) cache nothing%s: %s",
                     len(uncached),
                     "" if set(uncached) & set(nodes) else " and get no placement",
