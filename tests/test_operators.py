@@ -368,3 +368,35 @@ def test_scheduler_commands_validate_their_arguments(args, message):
     r = subprocess.run([str(CLI), *args], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and not r.stdout
     assert message in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+# ====================================================================== the page, in a browser
+from test_dashboard import browser, check_png, wait_js  # noqa: E402,F401  (fixture and helpers)
+
+READ_HEADER = """
+if (!window.Bokeh || !Bokeh.documents || !Bokeh.documents.length) return null;
+const doc = Bokeh.documents[0];
+const header = doc.get_model_by_name('cacheaffinity-header');
+const stats = doc.get_model_by_name('cacheaffinity-node-stats');
+if (!header || !stats) return null;
+const root = Object.values(Bokeh.index)[0];
+const view = root ? root.owner.find_one(header) : null;
+return {header: header.text, shown: view ? view.shadow_el.textContent : null, node: Array.from(stats.get_column('node') || []),
+        cache: Array.from(stats.get_column('cache') || [])};
+"""
+
+
+@pytest.mark.timeout(300)
+def test_page_with_an_uncached_node_in_headless_chromium(cluster, browser, tmp_path):
+    port = cluster.client.scheduler_info()["services"]["dashboard"]
+    browser.get(f"http://127.0.0.1:{port}/cacheaffinity")
+    page = wait_js(
+        browser, READ_HEADER,
+        lambda p: p is not None and HOST_NODE in p["node"] and "cache nothing" in (p["shown"] or ""),
+        what="the uncached node on the page",
+    )  # fmt: skip
+    assert page["cache"][page["node"].index(HOST_NODE)].startswith("UNCACHED: ")
+    assert HOST_NODE in page["shown"] and "no cacheaffinity worker plugin" in page["shown"]
+    shot = tmp_path / "uncached.png"
+    assert browser.save_screenshot(str(shot))
+    check_png(shot)
