@@ -15,7 +15,7 @@ decompressed columns.  The package is laid out by the process each part runs in:
 - :mod:`cacheaffinity.coffea` (client and workers): :class:`CacheAffinityExecutor`
   for coffea's ``Runner`` and the only code that knows coffea internals.
 - :mod:`cacheaffinity.client` (client): :func:`chunk`, :func:`chunks`,
-  :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`.
+  :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`, :func:`run_stats`.
 - :mod:`cacheaffinity.config`: the ``cacheaffinity`` Dask config namespace.
 
 - :mod:`cacheaffinity.preload` (scheduler and workers): the preloads.
@@ -42,6 +42,7 @@ from cacheaffinity.client import (
     chunk,
     chunks,
     map_chunks,
+    run_stats,
     where,
 )
 from cacheaffinity.placement import TorusPlacement
@@ -78,6 +79,7 @@ __all__ = [
     "config",
     "dask_setup",
     "map_chunks",
+    "run_stats",
     "where",
     "worker_cache",
 ]

@@ -32,6 +32,7 @@ chunk) of at most ``cacheaffinity.client.max-chunk-id-length`` UTF-8 bytes
 from __future__ import annotations
 
 import contextlib
+import logging
 import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
@@ -41,7 +42,16 @@ from dask.base import tokenize
 from dask.utils import funcname
 
 from cacheaffinity import config
-from cacheaffinity.protocol import ANNOTATION, DIRECTORY_WIDE, ENTRIES_ANNOTATION, PLUGIN_NAME
+from cacheaffinity.protocol import (
+    ANNOTATION,
+    DIRECTORY_WIDE,
+    ENTRIES_ANNOTATION,
+    HOST_NODE_PREFIX,
+    NO_WORKER_PLUGIN,
+    PLUGIN_NAME,
+)
+
+logger = logging.getLogger("cacheaffinity.client")
 
 __all__ = [
     "ChunkIds",
@@ -53,6 +63,8 @@ __all__ = [
     "chunks",
     "map_chunks",
     "max_chunk_id_length",
+    "run_stats",
+    "uncached_message",
     "where",
 ]
 
@@ -259,6 +271,13 @@ def _scheduler_info(dask_scheduler=None) -> dict | None:
     return plugin.info()
 
 
+def _scheduler_run_stats(dask_scheduler=None, run=None, last=1) -> list | None:
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None or not hasattr(plugin, "run_stats"):
+        return None
+    return plugin.run_stats(run, last)
+
+
 def _scheduler_where(dask_scheduler=None, chunk_ids=()) -> dict | None:
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     if plugin is None or not hasattr(plugin, "where"):
@@ -276,13 +295,57 @@ _MISSING = (
 )
 
 
-def check(client) -> dict:
+def uncached_message(info: dict) -> str | None:
+    """One line naming the uncached nodes of a plugin's ``info()`` and why, or None."""
+    nodes = {n: e for n, e in (info.get("nodes") or {}).items() if e.get("uncached")}
+    if not nodes:
+        return None
+    cached = len(info["nodes"]) - len(nodes)
+    parts = [
+        f"{n} (workers {', '.join(e.get('workers') or ()) or '-'}): {e['uncached']}"
+        for n, e in sorted(nodes.items())
+    ]
+    return (
+        f"cacheaffinity: {len(nodes)} of {len(info['nodes'])} cache nodes cache nothing"
+        + (
+            ", so they get no chunks (they may steal some, which then run uncached)"
+            if cached
+            else ": no node caches, every chunk runs uncached"
+        )
+        + ": "
+        + "; ".join(parts)
+    )
+
+
+def check(client, warn: bool = True) -> dict:
     """Raise a clear ``RuntimeError`` unless the scheduler runs the plugin.
 
     Returns the plugin's :meth:`~cacheaffinity.scheduler.CacheAffinityPlugin.info`
-    (a coroutine to await with an asynchronous client).
+    (a coroutine to await with an asynchronous client).  With ``warn``, logs a
+    warning (logger ``cacheaffinity.client``) naming every node that caches
+    nothing and why (:func:`uncached_message`): its ``info()["nodes"][node]["uncached"]``.
     """
-    return _call(client, _scheduler_info, {})
+
+    def warned(info):
+        msg = uncached_message(info) if warn else None
+        if msg:
+            logger.warning(msg)
+        return info
+
+    return _call(client, _scheduler_info, {}, then=warned)
+
+
+def run_stats(client, run: str | None = None, last: int = 1) -> list[dict]:
+    """Figures of run ``run``, or of the ``last`` runs the scheduler kept (newest last).
+
+    Each is ``{"run", "started", "updated", "tasks", "chunks", "hits",
+    "peer_hits", "misses", "bytes_served", "peer_bytes", "storage_bytes",
+    "storage_opens", "steals", "uncached_chunks"}``, added up from what the
+    run's chunk tasks reported about themselves (see
+    :mod:`cacheaffinity.scheduler.runs`).  A coroutine to await with an
+    asynchronous client.
+    """
+    return _call(client, _scheduler_run_stats, {"run": run, "last": int(last)})
 
 
 def where(client, chunk_ids: Iterable[str]) -> dict[str, dict]:
@@ -295,13 +358,13 @@ def where(client, chunk_ids: Iterable[str]) -> dict[str, dict]:
     return _call(client, _scheduler_where, {"chunk_ids": [str(c) for c in chunk_ids]})
 
 
-def _call(client, func, kwargs):
+def _call(client, func, kwargs, then=None):
     address = client.scheduler.address
 
     def finish(out):
         if out is None:
             raise RuntimeError(_MISSING.format(address=address))
-        return out
+        return out if then is None else then(out)
 
     def failed(e):
         return RuntimeError(
@@ -338,23 +401,37 @@ def _worker_stats(dask_worker=None) -> dict | None:
 def cache_stats(client) -> dict[str, dict]:
     """Cache statistics per cache node, asked from every worker now.
 
-    Returns ``{node_id: {"workers": [...], "directory": ..., <counters>}}``:
-    per-process counters (hits, misses, bytes served, evictions, storage reads)
-    are summed over a node's workers; directory-wide values (bytes, entries,
-    capacity) are the node's.  Workers without the plugin are left out.  Each
+    Returns ``{node_id: {"workers": [...], "directory": ..., "uncached": ...,
+    <counters>}}``: per-process counters (hits, misses, bytes served,
+    evictions, storage reads) are summed over a node's workers; directory-wide
+    values (bytes, entries, capacity: the one in force, at most what the disk
+    holds) are the node's.  ``uncached`` is None, or why none of the node's
+    workers caches: workers without a usable cache directory or without the
+    worker plugin are their host's node ``host:<ip>``, listed so.  Each
     worker first stores its queued cache writes (at most 60 s).
     """
+    from distributed.comm import get_address_host
+
     per_worker = client.run(_worker_stats)
     nodes: dict[str, dict] = {}
+    reasons: dict[str, list] = {}
     for addr, m in sorted(per_worker.items()):
-        if not m or not m.get("node"):
-            continue
-        node = nodes.setdefault(m["node"], {"workers": [], "directory": m.get("directory")})
+        m = m or {}
+        reason = NO_WORKER_PLUGIN if not m else m.get("uncached")
+        name = m.get("node")
+        if not name:
+            name = HOST_NODE_PREFIX + get_address_host(addr)
+            reason = reason or "no cache node reported"
+        node = nodes.setdefault(name, {"workers": [], "directory": m.get("directory")})
         node["workers"].append(addr)
+        reasons.setdefault(name, []).append(reason)
         for k, v in (m.get("stats") or {}).items():
             if not isinstance(v, (int, float)):
                 continue
             node[k] = max(node.get(k, 0), v) if k in DIRECTORY_WIDE else node.get(k, 0) + v
+    for name, node in nodes.items():
+        rs = reasons[name]
+        node["uncached"] = "; ".join(sorted(set(rs))) if all(rs) else None
     return nodes
 
 

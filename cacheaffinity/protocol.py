@@ -25,7 +25,7 @@ NODE_REPORT_TOPIC = "cacheaffinity-node"
 HOST_NODE_PREFIX = "host:"
 #: Worker statistics that describe a node's shared cache directory (the same
 #: for every worker of the node), as opposed to per-process counters.
-DIRECTORY_WIDE = frozenset({"bytes", "entries", "capacity"})
+DIRECTORY_WIDE = frozenset({"bytes", "entries", "capacity", "configured_capacity"})
 #: Scheduler handler naming the nodes that processed a chunk task's entries
 #: (asked by a worker whose task missed columns; see cacheaffinity.worker.peers).
 HOLDERS_HANDLER = "cacheaffinity_holders"
@@ -33,3 +33,32 @@ HOLDERS_HANDLER = "cacheaffinity_holders"
 PACKS_HANDLER = "cacheaffinity_packs"
 #: Worker handler that sends a stored NanoEvents form document (JSON) of a file.
 FORM_HANDLER = "cacheaffinity_form"
+#: Task annotation that carries the run a chunk task belongs to (set by the
+#: coffea executor, one id per ``Runner`` call): the scheduler adds up the
+#: per-task figures of each run.  Optional: tasks without it count in a run
+#: named after the graph that submitted them.
+RUN_ANNOTATION = "cacheaffinity-run"
+#: Event topic a chunk task logs its own figures to when it ends (one message
+#: per task: ``{"key", "run", <figure>: n}``), collected per run by the
+#: scheduler plugin.
+TASK_REPORT_TOPIC = "cacheaffinity-task"
+#: The per-run figures (see :meth:`CacheAffinityPlugin.run_stats`): counted by
+#: the chunk tasks themselves (``steals`` by the scheduler), never differences
+#: of node totals, so a worker restart cannot make them negative.
+RUN_FIGURES = (
+    "chunks",  # chunk tasks that reported (a task run twice counts twice)
+    "hits",  # column buffers read from the node's own disk cache
+    "peer_hits",  # column buffers fetched from another node's cache
+    "misses",  # lookups the node's cache did not hold (peer hits included)
+    "bytes_served",  # bytes read from the node's disk cache
+    "peer_bytes",  # bytes fetched from other nodes' caches
+    "storage_bytes",  # bytes requested from storage (the data files)
+    "storage_opens",  # data files opened on storage
+    "steals",  # chunk tasks moved by the stealing policy
+    "uncached_chunks",  # chunk tasks that ran without a usable node cache
+)
+#: Uncached reason of a worker without the cacheaffinity worker plugin.
+NO_WORKER_PLUGIN = (
+    "no cacheaffinity worker plugin (start the worker with `dask worker --preload "
+    "cacheaffinity --cache-directory DIR`)"
+)

@@ -14,7 +14,15 @@
   chunk opens no file (``node_cache=False`` keeps coffea's own function and
   caching choices);
 * refuses, with a clear message, a client whose scheduler has no cacheaffinity
-  plugin.
+  plugin, and warns (once per run) naming the cache nodes that cache nothing
+  and why;
+* gives the figures of the run it just made (:attr:`CacheAffinityExecutor.last_run_stats`;
+  with ``Runner(savemetrics=True)`` also ``metrics["cacheaffinity"]``): hits,
+  peer hits, misses, bytes served, bytes and files from storage, steals,
+  uncached chunks, added up by the scheduler from what the run's own chunk
+  tasks reported (never differences of node totals: a worker restart cannot
+  make them negative).  The scheduler keeps the last runs' figures for
+  ``cacheaffinity stats SCHEDULER``.
 
 Everything else (heavy input, compression, tree reduction, retries, progress
 bar, error mapping, ``skipbadfiles``, ``use_dataframes``) is ``DaskExecutor``'s
@@ -31,7 +39,10 @@ own code: the executor only changes how tasks are submitted.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, fields
+import uuid
+from dataclasses import dataclass, field, fields
+
+import dask
 
 from coffea.processor import DaskExecutor
 
@@ -45,6 +56,7 @@ from cacheaffinity.coffea.identity import (
     warn_once,
 )
 from cacheaffinity.coffea.work import ChunkTask
+from cacheaffinity.protocol import RUN_ANNOTATION, RUN_FIGURES
 
 logger = logging.getLogger("cacheaffinity.coffea")
 
@@ -67,10 +79,27 @@ class CacheAffinityExecutor(DaskExecutor):
     ``retries``, ``priority``, ``status``, ``compression``, ``use_dataframes``
     ...).  ``worker_affinity`` is refused: it is coffea's ``hash % n_workers``
     placement, which this executor replaces.
+
+    Attributes
+    ----------
+    last_run_stats : dict or None
+        Figures of the last run this executor (or a ``Runner``'s copy of it)
+        made: ``run`` (its id), ``tasks`` (chunk tasks submitted) and
+        :data:`~cacheaffinity.protocol.RUN_FIGURES` (``chunks``, ``hits``,
+        ``peer_hits``, ``misses``, ``bytes_served``, ``peer_bytes``,
+        ``storage_bytes``, ``storage_opens``, ``steals``, ``uncached_chunks``).
     """
 
     node_cache: bool = True
     place_preprocessing: bool = True
+    #: Shared with the copies coffea's ``Runner`` makes (``ExecutorBase.copy``):
+    #: ``{"last": figures of the last run}``.
+    run_log: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def last_run_stats(self) -> dict | None:
+        """Figures of the last run (see the class docstring), or None before one."""
+        return self.run_log.get("last")
 
     def __call__(self, items, function, accumulator):
         if len(items) == 0:
@@ -86,8 +115,8 @@ class CacheAffinityExecutor(DaskExecutor):
                 "CacheAffinityExecutor needs a client of a scheduler running cacheaffinity: "
                 "CacheAffinityExecutor(client=Client(scheduler_address))"
             )
-        ca_client.check(self.client)
         preprocessing = self.function_name == "get_metadata"
+        ca_client.check(self.client, warn=not preprocessing)  # once per run
         if self.node_cache and not preprocessing:
             if adapter.unwrap(function) is None:
                 warn_once(
@@ -102,8 +131,30 @@ class CacheAffinityExecutor(DaskExecutor):
         base = DaskExecutor(
             **{f.name: getattr(self, f.name) for f in fields(DaskExecutor) if f.init}
         )
-        base.client = _ChunkClient(self.client) if place else self.client
-        return DaskExecutor.__call__(base, items, function, accumulator)
+        run = None if preprocessing else uuid.uuid4().hex
+        base.client = _ChunkClient(self.client, run) if place else self.client
+        result = DaskExecutor.__call__(base, items, function, accumulator)
+        if run is not None:
+            stats = self._run_stats(run)
+            self.run_log["last"] = stats
+            out = result[0] if isinstance(result, tuple) and result else None
+            if isinstance(out, dict) and isinstance(out.get("metrics"), dict):
+                out["metrics"]["cacheaffinity"] = dict(stats)
+        return result
+
+    def _run_stats(self, run: str) -> dict:
+        """The scheduler's figures of ``run`` (zeros if it has none, logged)."""
+        try:
+            found = ca_client.run_stats(self.client, run=run)
+        except Exception as e:  # the analysis ran: figures are not worth failing it
+            logger.warning("cacheaffinity: figures of run %s unavailable: %s", run, e)
+            found = []
+        stats = found[0] if found else {"run": run, "tasks": 0}
+        return {
+            "run": run,
+            "tasks": int(stats.get("tasks", 0)),
+            **{name: int(stats.get(name, 0)) for name in RUN_FIGURES},
+        }
 
 
 class _ChunkClient:
@@ -115,8 +166,9 @@ class _ChunkClient:
     for this run; other maps (the tree reduction) pass through.
     """
 
-    def __init__(self, client):
+    def __init__(self, client, run: str | None = None):
         self._client = client
+        self._run = run
 
     def __getattr__(self, name):
         return getattr(self._client, name)
@@ -135,9 +187,10 @@ class _ChunkClient:
                     else None
                     for x in firsts
                 ]
-                return ca_client.map_chunks(
-                    self._client, func, items, chunk_ids=ids, entries=entries, **kwargs
-                )
+                with dask.annotate(**({RUN_ANNOTATION: self._run} if self._run else {})):
+                    return ca_client.map_chunks(
+                        self._client, func, items, chunk_ids=ids, entries=entries, **kwargs
+                    )
         return self._client.map(func, *iterables, **kwargs)
 
     def _stripe_entries(self, items) -> int | dict[str, int] | None:

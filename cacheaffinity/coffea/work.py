@@ -18,7 +18,10 @@ submits in place of the function the ``Runner`` hands it.  For every chunk it
    proven (storage reports no size/time, missing file, no worker plugin),
    logging the condition once per worker process;
 5. fills ``metrics["columns"]`` with the columns served from the cache too
-   (coffea records only the columns it read from the file).
+   (coffea records only the columns it read from the file);
+6. reports its own figures (hits, peer hits, misses, bytes, storage reads, or
+   that it ran uncached) to the scheduler when it ends
+   (:func:`report_task`), where they are added up per run.
 
 Retries, ``skipbadfiles`` and ``use_result_type`` are coffea's
 (``Runner.automatic_retries``); error messages are coffea's wording.
@@ -237,8 +240,17 @@ class ChunkTask:
         if call is None or not isinstance(item, adapter.WorkItem):
             return self.function(arg)
         plugin = _plugin()
-        if plugin is None or plugin.cache is None:
-            return self.function(arg)
+        if plugin is None or plugin.cache is None or plugin.uncached:
+            out = self.function(arg)
+            report_task({"chunks": 1, "uncached_chunks": 1})
+            return out
+        with plugin.task_tally() as tally:
+            out = self._cached(arg, item, call, plugin)
+        tally["chunks"] += 1
+        report_task(tally)
+        return out
+
+    def _cached(self, arg, item, call, plugin):
         fmt = call.work["format"]
         try:
             ident = _identity(item, fmt)
@@ -250,6 +262,7 @@ class ChunkTask:
                 "cacheaffinity: cannot prove the bytes of %s unchanged (%s); such chunks "
                 "run uncached (logged once per condition)", item.filename, e,
             )  # fmt: skip
+            plugin.count_task(uncached_chunks=1)
             return self.function(arg)
 
         hits: list[str] = []
@@ -276,6 +289,28 @@ class ChunkTask:
             if isinstance(columns, set):
                 columns |= adapter.accessed_columns(hits)
         return out
+
+
+def report_task(figures) -> None:
+    """Send this chunk task's own figures to the scheduler (topic
+    ``cacheaffinity-task``), which adds them to its run; nothing outside a worker."""
+    from distributed import get_worker
+
+    from cacheaffinity.protocol import RUN_ANNOTATION, TASK_REPORT_TOPIC
+
+    try:
+        worker = get_worker()
+        key = worker.get_current_task()
+    except Exception:  # not in a worker task (coffea's own executors in tests)
+        return
+    ts = worker.state.tasks.get(key)
+    run = (getattr(ts, "annotations", None) or {}).get(RUN_ANNOTATION)
+    msg = {k: int(v) for k, v in dict(figures).items() if v}
+    msg.update(key=str(key), run=run)
+    try:
+        worker.log_event(TASK_REPORT_TOPIC, msg)
+    except Exception as e:  # a closing worker: the figures of this task are lost
+        logger.debug("cacheaffinity: task figures not sent: %r", e)
 
 
 _FAST_PATH_PROBLEMS: list[str] | None = None

@@ -18,7 +18,9 @@ The page shows, updated every second (:data:`UPDATE_MS`):
   of neighbouring chunks in the projection mix: that is the projection, not an
   error;
 * bars of the bytes cached and the hit rate of every node;
-* a table with one row per live node: workers, weight, replica points, recent
+* a warning above everything naming the nodes that cache nothing and why;
+* a table with one row per live node: cache state (``cached`` or ``UNCACHED``
+  with the reason), hosts, workers, weight, replica points, recent
   chunks, placements, queued chunk tasks, bytes cached, entries, capacity, hits,
   misses, hit rate, evictions, steals, tasks finished on / off their node,
   failovers.
@@ -100,6 +102,8 @@ GONE_COLOR = "#b0b0b0"
 #: Columns of the node table: (field, title, kind).
 TABLE_COLUMNS = (
     ("node", "node", "str"),
+    ("cache", "cache", "str"),
+    ("hosts", "hosts", "str"),
     ("workers", "workers", "int"),
     ("weight", "weight", "num"),
     ("replicas", "replicas", "int"),
@@ -120,6 +124,9 @@ TABLE_COLUMNS = (
 )
 #: What the table's short titles mean (shown under the table).
 TABLE_NOTE = (
+    "cache: \"cached\", or \"UNCACHED\" with the reason (no worker of the node has a "
+    "usable cache: it gets no placement while cached nodes exist); capacity: the one in "
+    "force (at most what the disk held at start); "
     "replicas: the node's points on the torus; drawn: its chunks drawn on the torus; "
     "placed: chunk tasks placed on the node; queued: its chunk tasks not finished; "
     "cached/entries: its cache directory; hits/misses/evictions: its workers' "
@@ -264,7 +271,7 @@ class TorusView:
             }.get(kind, StringFormatter())
             columns.append(
                 TableColumn(field=field, title=title, formatter=formatter,
-                            width=220 if field == "node" else 70)
+                            width={"node": 220, "cache": 260, "hosts": 110}.get(field, 70))
             )
         self.table = DataTable(
             source=self.stats, columns=columns, index_position=None,
@@ -393,6 +400,8 @@ class TorusView:
             labels.append(label)
             row = {
                 "node": name,
+                "cache": f"UNCACHED: {entry['uncached']}" if entry.get("uncached") else "cached",
+                "hosts": ", ".join(entry.get("hosts") or ()),
                 "workers": len(entry.get("workers") or ()),
                 "weight": _num(entry.get("weight")),
                 "replicas": int(counts.get(name, 0)),
@@ -431,7 +440,22 @@ class TorusView:
         hits = sum(rows["hits"])
         lookups = hits + sum(rows["misses"])
         stealing = info.get("stealing")
-        self.header.text = (
+        uncached = {n: e["uncached"] for n, e in nodes.items() if e.get("uncached")}
+        warning = ""
+        if uncached:
+            import html
+
+            warning = (
+                '<div class="cacheaffinity-uncached" style="color:#b00000">'
+                f"<b>{len(uncached)} node(s) cache nothing</b>"
+                + (" and get no placement" if len(uncached) < len(nodes) else "")
+                + ": "
+                + "; ".join(
+                    f"<b>{html.escape(n)}</b>: {html.escape(r)}" for n, r in sorted(uncached.items())
+                )
+                + "</div>"
+            )
+        self.header.text = warning + (
             f"<b>cacheaffinity {info.get('version', '')}</b>: {len(names)} cache nodes, "
             f"torus D={p['dimensions']}, {p['replicas']} replicas per unit weight, "
             f"seed {p['seed']}, balance {p['balance'] or 'off'}; "

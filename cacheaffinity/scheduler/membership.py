@@ -11,6 +11,11 @@ a worker that reports none is its own host's node ``host:<ip>``.  A node's
 weight is, in order: ``cacheaffinity.scheduler.weights[node]``, the weight its
 workers report, or its total threads.
 
+A node is *uncached* when none of its workers has a usable cache: each says so
+in its report (``uncached``: why), or has no cacheaffinity worker plugin at all.
+An uncached node keeps nothing for the next run, so it owns no part of the
+placement while a cached node exists (:meth:`Membership.placement_weights`).
+
 Notes
 -----
 Event-loop only (no locking).  Memory is per worker and per node, not per
@@ -22,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from cacheaffinity.protocol import HOST_NODE_PREFIX, WORKER_METRIC
+from cacheaffinity.protocol import HOST_NODE_PREFIX, NO_WORKER_PLUGIN, WORKER_METRIC
 
 if TYPE_CHECKING:
     from distributed.scheduler import WorkerState
@@ -55,6 +60,8 @@ class Membership:
         self.node_reported_weight: dict[str, float] = {}
         #: nodes whose set of live workers changed since :meth:`take_changed`
         self.changed: set[str] = set()
+        #: worker address -> why it caches nothing (workers with a cache are absent)
+        self.worker_uncached: dict[str, str] = {}
 
     def bind(self, workers: Mapping[str, WorkerState]) -> None:
         """Read worker states from ``workers`` (the scheduler's ``workers``)."""
@@ -71,6 +78,15 @@ class Membership:
         return HOST_NODE_PREFIX + ws.host, None
 
     @staticmethod
+    def uncached_of_metrics(ws: WorkerState) -> str | None:
+        """Why a worker caches nothing, from its metrics (None: it caches)."""
+        info = (ws.metrics or {}).get(WORKER_METRIC)
+        if not isinstance(info, dict):
+            return NO_WORKER_PLUGIN
+        reason = info.get("uncached")
+        return str(reason) if reason else None
+
+    @staticmethod
     def has_report(ws: WorkerState) -> bool:
         """Whether the worker's metrics carry a cacheaffinity report."""
         return isinstance((ws.metrics or {}).get(WORKER_METRIC), dict)
@@ -83,12 +99,16 @@ class Membership:
         *,
         reported: bool = False,
         report_expected: bool = False,
+        uncached: str | None = None,
     ) -> bool:
         """Record the node of worker ``addr``; True if membership changed.
 
         ``node=None`` and not ``reported``: read it from the worker's metrics;
         if ``report_expected`` (the worker plugin is registered) and there is
         no report yet, the worker becomes *pending* (no node) until it reports.
+        ``uncached``: why a reporting worker caches nothing (read from the
+        metrics when not ``reported``).  A change of a node's uncached state is
+        a membership change.
         """
         ws = self.workers.get(addr)
         if ws is None:
@@ -97,12 +117,24 @@ class Membership:
             self.pending_workers.add(addr)
             return False
         self.pending_workers.discard(addr)
+        if not reported:
+            uncached = self.uncached_of_metrics(ws)
         if node is None:
             node, weight = self.node_of_metrics(ws)
+            if reported and not uncached:
+                uncached = "no cache node reported"
         old = self.worker_node.get(addr)
         if weight is not None:
             self.node_reported_weight[node] = float(weight)
+        was = self.worker_uncached.get(addr)
+        if uncached:
+            self.worker_uncached[addr] = str(uncached)
+        else:
+            self.worker_uncached.pop(addr, None)
         if old == node:
+            if bool(was) != bool(uncached):
+                self.changed.add(node)
+                return True
             return False
         if old is not None:
             self.forget(addr)
@@ -114,6 +146,7 @@ class Membership:
     def forget(self, addr: str) -> str | None:
         """Drop worker ``addr``; returns its node (None if it had none)."""
         self.pending_workers.discard(addr)
+        self.worker_uncached.pop(addr, None)
         node = self.worker_node.pop(addr, None)
         if node is not None:
             self.changed.add(node)
@@ -164,6 +197,33 @@ class Membership:
     def weights(self) -> dict[str, float]:
         """``{node: weight}`` of every live node."""
         return {n: self.weight(n) for n in self.node_workers}
+
+    def uncached(self, node: str) -> str | None:
+        """Why live node ``node`` caches nothing (its workers' reasons), or None."""
+        workers = self.node_workers.get(node)
+        if not workers:
+            return None
+        reasons = [self.worker_uncached.get(a) for a in workers]
+        if not all(reasons):
+            return None
+        return "; ".join(sorted(set(reasons)))
+
+    def uncached_nodes(self) -> dict[str, str]:
+        """``{node: reason}`` of the live nodes that cache nothing."""
+        out = {}
+        for node in self.node_workers:
+            reason = self.uncached(node)
+            if reason:
+                out[node] = reason
+        return out
+
+    def placement_weights(self) -> dict[str, float]:
+        """``{node: weight}`` of the nodes that own a part of the placement: the
+        cached nodes, or every live node while none caches."""
+        weights = self.weights()
+        uncached = self.uncached_nodes()
+        cached = {n: w for n, w in weights.items() if n not in uncached}
+        return cached or weights
 
     def node_of(self, addr: str) -> str | None:
         """The cache node of worker ``addr`` (None: none known)."""

@@ -18,7 +18,11 @@ name                              type     source
 ``storage_opens_total``           counter  workers: data files opened on storage
 ``cached_bytes``                  gauge    workers: bytes in the node's cache directory
 ``entries``                       gauge    workers: entries in the node's cache directory
-``capacity_bytes``                gauge    workers: the node's capacity setting
+``capacity_bytes``                gauge    workers: the node's capacity in force (at most
+                                           what its file system held at start)
+``configured_capacity_bytes``     gauge    workers: the node's capacity setting
+``uncached``                      gauge    scheduler: 1 if no worker of the node has a
+                                           usable cache (it gets no placement), else 0
 ``placements_total``              counter  scheduler: chunk tasks placed on the node
 ``failovers_total``               counter  scheduler: tasks moved away after the node left
 ``steals_total``                  counter  scheduler: chunk tasks stolen by the node
@@ -89,7 +93,15 @@ WORKER_COUNTERS = (
 WORKER_GAUGES = (
     ("cached_bytes", "bytes", "Bytes stored in the node's cache directory (whole blocks)."),
     ("entries", "entries", "Entries in the node's cache directory."),
-    ("capacity_bytes", "capacity", "Capacity of the node's cache (its workers' setting)."),
+    ("capacity_bytes", "capacity", "Capacity of the node's cache in force (at most what "
+     "its file system held at start)."),
+    ("configured_capacity_bytes", "configured_capacity", "Capacity setting of the node's cache."),
+)  # fmt: skip
+#: Gauge of the scheduler's view of a node: (name, help).
+UNCACHED_GAUGE = (
+    "uncached",
+    "1 if no worker of the cache node has a usable cache (a read-only or untrusted directory, "
+    "no worker plugin): it gets no placement while cached nodes exist; else 0.",
 )
 #: Counters kept by the scheduler plugin per node: (name, counter, help).
 SCHEDULER_COUNTERS = (
@@ -133,6 +145,8 @@ class CacheAffinityMetricCollector(PrometheusCollector):
             out[name] = CounterMetricFamily(self.build_name(name), doc, labels=["node"])
         for name, _, doc in WORKER_GAUGES:
             out[name] = GaugeMetricFamily(self.build_name(name), doc, labels=["node"])
+        name, doc = UNCACHED_GAUGE
+        out[name] = GaugeMetricFamily(self.build_name(name), doc, labels=["node"])
         return out
 
     def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
@@ -164,6 +178,7 @@ class CacheAffinityMetricCollector(PrometheusCollector):
                 value = stats.get(key)
                 if isinstance(value, (int, float)):
                     families[name].add_metric([node], value)
+            families[UNCACHED_GAUGE[0]].add_metric([node], 1 if entry.get("uncached") else 0)
         node_counters = snapshot["node-counters"]
         counted = set(nodes) | set(node_counters)
         for node in sorted(counted):

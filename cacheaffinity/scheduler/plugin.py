@@ -26,6 +26,11 @@ What it does:
   worker) to their next-nearest live node before Dask reschedules them; when a
   node joins, moves the not-yet-running tasks that now map to it (with a steal
   request: not when Dask's work stealing is switched off);
+* marks a node whose workers have no usable cache *uncached* (with the reason,
+  in :meth:`info`): it owns no part of the placement while a cached node
+  exists (it may still steal work);
+* adds up the figures each chunk task reports about itself per run
+  (:class:`~cacheaffinity.scheduler.runs.RunFigures`, :meth:`run_stats`);
 * logs its decisions to the event topic ``cacheaffinity`` and to the logger
   ``cacheaffinity.scheduler`` (per-task lines on ``cacheaffinity.scheduler.tasks``);
 * :meth:`snapshot` is what the dashboard page, the Prometheus collector and the
@@ -59,12 +64,15 @@ from cacheaffinity.protocol import (
     HOLDERS_HANDLER,
     NODE_REPORT_TOPIC,
     PLUGIN_NAME,
+    RUN_ANNOTATION,
+    TASK_REPORT_TOPIC,
     WORKER_METRIC,
 )
 from cacheaffinity.scheduler import _distributed
 from cacheaffinity.scheduler.locator import Locator
 from cacheaffinity.scheduler.membership import Membership
 from cacheaffinity.scheduler.metrics import register_collector
+from cacheaffinity.scheduler.runs import RunFigures
 from cacheaffinity.scheduler.stealing import LocalityStealing
 
 if TYPE_CHECKING:
@@ -190,6 +198,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.counters: Counter[str] = Counter()
         #: cache node id -> per-node counters (placements, failovers, steals)
         self.node_counters: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        #: Figures of the last runs, reported by their chunk tasks.
+        self.runs = RunFigures()
+        #: Nodes that own a part of the placement (the cached ones, if any).
+        self.owners: set[str] = set()
         #: (chunk id, node) of the last chunks placed, newest last (dashboard page)
         self.recent_placements: deque[tuple[str, str]] = deque(maxlen=c["recent-placements"])
 
@@ -259,8 +271,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if s is None or s.plugins.get(PLUGIN_NAME) is not self:  # removed or replaced
             self._detach()  # Scheduler.remove_plugin does not call close()
             return
-        for addr, node, weight in self.membership.reported_pending():
-            self._handle_node_report(addr, node, weight)
+        for addr, _, _ in self.membership.reported_pending():
+            self._handle_node_report(addr, reported=False)
 
     def describe(self) -> str:
         p = self.placement
@@ -274,13 +286,16 @@ class CacheAffinityPlugin(SchedulerPlugin):
             self.scheduler.log_event(PLUGIN_NAME, msg)
 
     # ============================================================ membership
-    def _learn_worker(self, addr: str, node=None, weight=None, reported: bool = False) -> bool:
+    def _learn_worker(
+        self, addr: str, node=None, weight=None, reported: bool = False, uncached=None
+    ) -> bool:
         return self.membership.learn(
             addr,
             node,
             weight,
             reported=reported,
             report_expected=PLUGIN_NAME in self.scheduler.worker_plugins,
+            uncached=uncached,
         )
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
@@ -293,14 +308,25 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self._sync_workers(kwargs.get("stimulus_id") or "cacheaffinity-remove")
 
     def log_event(self, topic: str, msg: Any) -> None:
-        if topic == NODE_REPORT_TOPIC and isinstance(msg, dict) and msg.get("worker"):
-            self._handle_node_report(msg["worker"], msg.get("node"), msg.get("weight"))
+        if topic == TASK_REPORT_TOPIC and isinstance(msg, dict):
+            self.runs.report(msg)
+        elif topic == NODE_REPORT_TOPIC and isinstance(msg, dict) and msg.get("worker"):
+            self._handle_node_report(
+                msg["worker"], msg.get("node"), msg.get("weight"), msg.get("uncached")
+            )
 
-    def _handle_node_report(self, worker: str, node=None, weight=None) -> None:
+    def _handle_node_report(
+        self, worker: str, node=None, weight=None, uncached=None, reported: bool = True
+    ) -> None:
         """A worker plugin announced its cache node (None: unusable cache
-        directory, the worker is its host's node)."""
+        directory, the worker is its host's node) and, if it caches nothing,
+        why (``reported=False``: read both from its metrics)."""
         stimulus_id = f"cacheaffinity-node-{worker}"
-        if self._learn_worker(worker, None if node is None else str(node), weight, reported=True):
+        if not reported:
+            node = weight = uncached = None
+        elif node is not None:
+            node = str(node)
+        if self._learn_worker(worker, node, weight, reported=reported, uncached=uncached):
             self._membership_changed("node-reported", worker=worker, stimulus_id=stimulus_id)
             # Tasks that waited for a cache node (no-worker) may run now.
             ws = self.scheduler.workers.get(worker)
@@ -318,10 +344,13 @@ class CacheAffinityPlugin(SchedulerPlugin):
 
     def _membership_changed(self, reason: str, *, stimulus_id: str, worker=None) -> None:
         """Rebuild the placement and re-target the tasks that must move."""
-        nodes = self.membership.weights()
+        # Uncached nodes keep nothing for the next run: while a cached node
+        # exists they own no part of the placement (they may still steal).
+        nodes = self.membership.placement_weights()
         before = set(self.placement.nodes) if self.placement.nodes else set()
         if nodes:
             self.placement.set_nodes(nodes)
+        self.owners = set(nodes)
         joined = set(nodes) - before
         left = before - set(nodes)
         self._event(
@@ -337,12 +366,20 @@ class CacheAffinityPlugin(SchedulerPlugin):
         )
         if joined or left:
             logger.info(
-                "cache nodes changed (%s): +%s -%s, %d live",
+                "cache nodes changed (%s): +%s -%s, %d placing",
                 reason,
                 sorted(joined),
                 sorted(left),
                 len(nodes),
             )
+            uncached = self.membership.uncached_nodes()
+            if uncached:
+                logger.info(
+                    "cacheaffinity: %d node(s) cache nothing%s: %s",
+                    len(uncached),
+                    "" if set(uncached) & set(nodes) else " and get no placement",
+                    "; ".join(f"{n}: {r}" for n, r in sorted(uncached.items())),
+                )
         self._retarget(joined, left, stimulus_id)
 
     # ============================================================ placement
@@ -405,6 +442,9 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if not todo:
             return
         node_workers = self.membership.node_workers
+        runs = annotations.get(RUN_ANNOTATION) or {}
+        graph_run = f"graph:{stimulus_id}"
+        self.runs.submitted({ts.key: runs.get(ts.key) or graph_run for ts, _ in todo})
         if not node_workers:
             for ts, _ in todo:
                 ts.worker_restrictions = {_NO_NODE}
@@ -474,6 +514,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         locator = self.locator
         stasks = self.scheduler.tasks
         changed = self.membership.take_changed()
+        owners = self.owners
         # Tasks waiting for any node, and tasks of nodes whose workers changed.
         # Without a joined node, a task whose node kept its workers keeps its
         # target and its (equal) restrictions: only those of changed nodes are
@@ -499,7 +540,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             if _user_took_over(ts):
                 continue  # restricted by a user since it was placed: Dask's now
             old = locator.target.get(ts.key)
-            if old in node_workers and home != old and home not in joined:
+            if old in owners and home != old and home not in joined:
                 # Unchanged node set for this chunk: keep it (e.g. balance spill).
                 home = old
             if home == old and old not in changed and ts.processing_on is None:
@@ -558,6 +599,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             locator = self.locator
             if key in locator.chunk_of:
                 locator.forget_task(key)
+                self.runs.forget(key)
             return
         if start != "processing":
             return
@@ -565,8 +607,17 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if key not in locator.chunk_of:
             return
         if finish == "memory":
-            node = self.membership.worker_node.get(kwargs.get("worker"))
-            on_target = locator.finished(key, node, _compute_seconds(kwargs.get("startstops")))
+            membership = self.membership
+            worker = kwargs.get("worker")
+            node = membership.worker_node.get(worker)
+            if node is not None and worker in membership.worker_uncached:
+                # it keeps nothing: not a holder of the chunk, nor a speed sample
+                locator.finished(key, None)
+                on_target = locator.target.get(key) == node
+            else:
+                on_target = locator.finished(
+                    key, node, _compute_seconds(kwargs.get("startstops"))
+                )
             if on_target is not None:
                 which = "on-target" if on_target else "off-target"
                 self.counters[which] += 1
@@ -578,6 +629,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def _count_steal(self, ts: TaskState, victim: WorkerState, thief: WorkerState) -> None:
         """The stealing policy moved chunk task ``ts`` from ``victim`` to ``thief``."""
         self.counters["steals"] += 1
+        self.runs.steal(ts.key)
         node = self.membership.node_of(thief.address)
         if node is not None:
             self.node_counters[node]["steals"] += 1
@@ -643,7 +695,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
                             stats[k] += v
             nodes[node] = {
                 "workers": sorted(addrs),
+                "hosts": sorted({workers[a].host for a in addrs if a in workers}),
                 "weight": self.membership.weight(node),
+                "uncached": self.membership.uncached(node),
+                "placing": node in self.owners,
                 "directory": directory,
                 "stats": dict(stats),
                 "counters": dict(self.node_counters.get(node, {})),
@@ -674,6 +729,11 @@ class CacheAffinityPlugin(SchedulerPlugin):
             "locator-size": self.locator.size,
             "node-speed": self.locator.speed.to_dict(),
         }
+
+    def run_stats(self, run: str | None = None, last: int = 1) -> list[dict]:
+        """Figures of run ``run`` (``[]`` if unknown), or of the ``last`` runs
+        (newest last); see :class:`~cacheaffinity.scheduler.runs.RunFigures`."""
+        return self.runs.get(run, last)
 
     def snapshot(self) -> dict:
         """What the dashboard page and the Prometheus collector read.

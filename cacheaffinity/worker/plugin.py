@@ -27,7 +27,19 @@ Notes
 A cache directory that cannot be used (or cannot be trusted: someone else's, a
 symbolic link, writable by others, see :mod:`cacheaffinity.worker.directory`) is
 logged once with the path, its owner and the fix; the worker then caches nothing
-and reports its host as node, and analyses run uncached but correct.
+and reports its host as node, marked *uncached* with the reason (the metric's
+``uncached``), and analyses run uncached but correct.
+
+The capacity in force is at most what the directory's file system can hold:
+the free space when the plugin is set up (plus what the cache already holds),
+minus a reserve (:func:`effective_capacity`); a configured capacity above that
+is logged once and reported as ``capacity`` (the setting as
+``configured_capacity``).
+
+Every chunk task counts its own figures (:meth:`CacheWorkerPlugin.task_tally`):
+disk hits, misses and bytes of the column cache it used, columns fetched from
+peers, files and bytes read from storage.  The thread-local tally is what makes
+per-run figures exact with several threads per worker.
 """
 
 from __future__ import annotations
@@ -35,10 +47,13 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import contextlib
 import threading
-from collections.abc import MutableMapping
+from collections import Counter
+from collections.abc import Iterator, MutableMapping
 from typing import Any
 
+from dask.utils import format_bytes
 from distributed import get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
@@ -63,6 +78,26 @@ from cacheaffinity.worker.store import ColumnCache, MemoryFront
 logger = logging.getLogger("cacheaffinity.worker")
 
 __all__ = ["CacheWorkerPlugin", "cachestrategy", "default_directory", "worker_cache"]
+
+
+#: Part of the file system kept free by the effective capacity (at most :data:`RESERVE_MAX`).
+RESERVE_FRACTION = 0.05
+#: Bytes kept free at most.
+RESERVE_MAX = 2**30
+
+
+def effective_capacity(directory: str, configured: int, held: int = 0) -> tuple[int, int]:
+    """``(capacity in force, free bytes now)`` of a cache in ``directory``.
+
+    The capacity in force is ``min(configured, held + free - reserve)`` (never
+    below 0): ``held`` is what the cache already stores there, ``free`` the
+    bytes an unprivileged user may still write on the file system, ``reserve``
+    :data:`RESERVE_FRACTION` of its size, at most :data:`RESERVE_MAX`.
+    """
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    reserve = min(RESERVE_MAX, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
+    return max(0, min(int(configured), int(held) + free - reserve)), free
 
 
 #: Environment variables naming a per-job scratch directory that is deleted when the job ends.
@@ -156,6 +191,13 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.peer_serve_limit: int = 2
         #: Peer requests being served now (changed on the worker's event loop only).
         self.serving: int = 0
+        #: Why this worker caches nothing (None: it caches).
+        self.uncached: str | None = None
+        #: The capacity setting (``capacity`` is the one in force, at most the disk's).
+        self.configured_capacity: int = 0
+        #: Free bytes on the directory's file system when the plugin was set up.
+        self.free_at_start: int | None = None
+        self._tally = threading.local()
 
     def __getstate__(self):
         # Sent to workers before setup: only the arguments travel.
@@ -226,12 +268,17 @@ class CacheWorkerPlugin(WorkerPlugin):
             )
             self.forms = FormStore(self.directory)
             # the directory's recorded capacity wins (all its processes agree)
-            self.capacity = self.cache.capacity
+            self.capacity = self.configured_capacity = self.cache.capacity
+            self.uncached = self.cache.disabled and (
+                f"cache directory {self.directory} unusable: {self.cache.disabled}"
+            )
+            self._clamp_capacity()
         except UntrustedDirectory as e:
             logger.warning("cacheaffinity: %s This worker caches nothing.", e)
             self.cache = None
             self.forms = None
             self.node_id = None
+            self.uncached = f"untrusted cache directory: {e}"
         except (OSError, ValueError) as e:
             logger.warning(
                 "cacheaffinity: cache directory %s is unusable (%s); this worker caches "
@@ -242,6 +289,7 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.cache = None
             self.forms = None
             self.node_id = None
+            self.uncached = f"cache directory {self.directory} unusable: {e}"
         worker.metrics[WORKER_METRIC] = self.metric
         from cacheaffinity.worker.peers import serve_form, serve_packs
 
@@ -260,7 +308,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         # metric above goes with the registration.
         bs = getattr(worker, "batched_stream", None)
         if bs is not None:
-            msg = {"node": self.node_id, "weight": self.weight}
+            msg = {"node": self.node_id, "weight": self.weight, "uncached": self.uncached}
             try:
                 bs.send({"op": "log-event", "topic": NODE_REPORT_TOPIC, "msg": msg})
             except Exception as e:  # closed stream: the worker is going away
@@ -287,6 +335,28 @@ class CacheWorkerPlugin(WorkerPlugin):
             f"free {free}, {mode}"
         )
 
+    def _clamp_capacity(self) -> None:
+        """Keep the capacity within what the directory's file system holds (logged once)."""
+        try:
+            held = int(self.cache.totals().get("bytes", 0))
+            capacity, self.free_at_start = effective_capacity(
+                self.directory, self.configured_capacity, held
+            )
+        except (OSError, ValueError) as e:
+            logger.debug("cacheaffinity: free space of %s unknown: %r", self.directory, e)
+            return
+        if capacity < self.configured_capacity:
+            logger.warning(
+                "cacheaffinity: cache capacity %s is more than the file system of %s can "
+                "hold (%s free, %s already cached, a reserve kept free): using %s. Lower "
+                "cacheaffinity.worker.capacity (--cache-capacity) or free space on that disk.",
+                format_bytes(self.configured_capacity), self.directory,
+                format_bytes(self.free_at_start), format_bytes(held), format_bytes(capacity),
+            )  # fmt: skip
+            self.capacity = capacity
+            # The store evicts down to its ``capacity``: the figure in force.
+            self.cache.capacity = capacity
+
     def teardown(self, worker) -> None:
         worker.metrics.pop(WORKER_METRIC, None)
         worker.handlers.pop(PACKS_HANDLER, None)
@@ -307,7 +377,10 @@ class CacheWorkerPlugin(WorkerPlugin):
         """
         if flush:
             self.flush(60.0)
-        out: dict[str, Any] = {"capacity": self.capacity}
+        out: dict[str, Any] = {
+            "capacity": self.capacity,
+            "configured_capacity": self.configured_capacity or self.capacity,
+        }
         with self._lock:
             out.update(self.storage)
             out.update(self.peer)
@@ -329,6 +402,7 @@ class CacheWorkerPlugin(WorkerPlugin):
             "node": self.node_id,
             "weight": self.weight,
             "directory": self.directory,
+            "uncached": self.uncached,
             "stats": self.stats(flush=False),
         }
 
@@ -344,6 +418,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         with self._lock:
             self.storage["storage_opens"] += opens
             self.storage["storage_bytes"] += nbytes
+        self.count_task(storage_opens=opens, storage_bytes=nbytes)
 
     def count_peer(
         self,
@@ -372,11 +447,93 @@ class CacheWorkerPlugin(WorkerPlugin):
             p["peer_forms"] += forms
             p["peer_served_forms"] += served_forms
             p["peer_busy"] += busy
+        if hits or nbytes:
+            self.count_task(peer_hits=hits, peer_bytes=nbytes)
+
+    # ------------------------------------------------------------ per task
+    @contextlib.contextmanager
+    def task_tally(self) -> Iterator[Counter]:
+        """Count the figures of the chunk task running in this thread.
+
+        Yields a ``Counter`` that collects, until the block ends, this thread's
+        column-cache hits, misses and bytes served (of fronts made by
+        :meth:`front`), peer hits and bytes, storage opens and bytes.
+        """
+        tally: Counter = Counter()
+        outer = getattr(self._tally, "counter", None)
+        self._tally.counter = tally
+        try:
+            yield tally
+        finally:
+            self._tally.counter = outer
+
+    def count_task(self, **deltas: int) -> None:
+        """Add to the tally of the chunk task running in this thread (if any)."""
+        tally = getattr(self._tally, "counter", None)
+        if tally is not None:
+            tally.update(deltas)
 
     # ------------------------------------------------------------ for tasks
     def front(self) -> MemoryFront:
-        """A fresh in-memory front over the node cache, for one chunk."""
-        return MemoryFront(self.cache, capacity=self.memory)
+        """A fresh in-memory front over the node cache, for one chunk (its disk
+        reads counted in the tally of :meth:`task_tally`, if one is open)."""
+        store = None if self.cache is None else _Tallied(self.cache, self.count_task)
+        return MemoryFront(store, capacity=self.memory)
+
+
+class _Tallied(MutableMapping):
+    """The node cache as one chunk's front sees it: reads counted for the task tally
+    (``hits``, ``misses``, ``bytes_served``); everything else is the cache's own."""
+
+    def __init__(self, cache: ColumnCache, count):
+        self.cache = cache
+        self._count = count
+
+    def get(self, key, default=None):
+        value = self.cache.get(key, _MISSING)
+        if value is _MISSING:
+            self._count(misses=1)
+            return default
+        self._count(hits=1, bytes_served=int(getattr(value, "nbytes", 0)))
+        return value
+
+    def get_many(self, keys: list[str]) -> dict:
+        found = self.cache.get_many(keys)
+        self._count(
+            hits=len(found),
+            misses=len(keys) - len(found),
+            bytes_served=sum(int(getattr(v, "nbytes", 0)) for v in found.values()),
+        )
+        return found
+
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
+        """Chunk pack lookups (:mod:`cacheaffinity.coffea.packs`): the task's and the cache's."""
+        self._count(hits=hits, misses=misses, bytes_served=nbytes)
+        self.cache.count_served(hits=hits, misses=misses, nbytes=nbytes)
+
+    def __getitem__(self, key):
+        value = self.get(key, _MISSING)
+        if value is _MISSING:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key, value) -> None:
+        self.cache[key] = value
+
+    def __delitem__(self, key) -> None:
+        del self.cache[key]
+
+    def __contains__(self, key) -> bool:
+        return key in self.cache
+
+    def __iter__(self):
+        return iter(self.cache)
+
+    def __len__(self) -> int:
+        return len(self.cache)
+
+    def __getattr__(self, name):
+        return getattr(self.cache, name)
 
 
 def worker_cache(worker=None) -> CacheWorkerPlugin:
