@@ -59,7 +59,7 @@ class Cluster:
     def __init__(self, tmp: Path):
         self.tmp = tmp
         self.procs: dict[str, subprocess.Popen] = {}
-        path = os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")]))
+        path = os.pathsep.join(filter(None, [str(Path(__file__).parent), str(Path(__file__).parent.parent), os.environ.get("PYTHONPATH")]))
         self.env = dict(
             os.environ, PYTHONPATH=path, DASK_CACHEAFFINITY__SCHEDULER__STEALING__ENABLED="False"
         )
