@@ -116,7 +116,7 @@ def test_validate_names_key_value_and_an_example(section, key, value, words):
         )
         assert f'"cacheaffinity.{section}.{key}: ' in message and env in message
     else:
-        assert "capacity, directory, memory" in message
+        assert "capacity, directory, gc, memory" in message
 
 
 def test_validate_accepts_defaults_underscores_and_env_values(monkeypatch):

@@ -221,3 +221,41 @@ def test_worker_killed_mid_run_still_gives_correct_result(tmp_path, nanoaod_dir)
             t.join(180)
             assert not t.is_alive()
     assert summary(result["out"]) == reference
+
+
+def test_cached_rerun_of_every_shared_nanoaod_file_opens_no_file(client, nanoaod_dir):
+    """Every file of the shared NanoAOD set, the empty one (0 entries) included:
+    run 2 opens no file and reads nothing from storage, results as coffea's."""
+    names = sorted(p.name for p in nanoaod_dir.glob("*.root"))
+    assert "nano_dy_empty.root" in names and len(names) >= 8
+    fileset = {name.split(".")[0]: [str(nanoaod_dir / name)] for name in names}
+    try:
+        iterative = summary(run(processor.IterativeExecutor(), fileset))
+    except Exception as e:  # pragma: no cover - the analysis must read them all
+        pytest.fail(f"coffea cannot run the analysis on the shared files: {e!r}")
+    out1, d1 = run_counted(client, fileset)
+    out2, d2 = run_counted(client, fileset)
+    assert summary(out1) == iterative and summary(out2) == iterative
+    assert d1["storage_opens"] > 0
+    assert d2["storage_opens"] == 0 and d2["storage_bytes"] == 0 and d2["misses"] == 0, d2
+
+
+def test_gc_freeze_setting_freezes_once_after_the_first_chunk(tmp_path, nanoaod_dir):
+    """``cacheaffinity.worker.gc: freeze``: after its first chunk task a worker
+    process has frozen its objects (gc.get_freeze_count() > 0) and results are
+    unchanged; with the default nothing is frozen."""
+    import gc
+
+    fileset = {"dy": [str(nanoaod_dir / "nano_dy.root")]}
+    expected = summary(run(processor.IterativeExecutor(), fileset))
+    counts = {}
+    for mode in ("default", "freeze"):
+        settings = {**preload_config(tmp_path / mode), "cacheaffinity.worker.gc": mode}
+        with dask.config.set(settings), LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0", host="127.0.0.1"
+        ) as cluster, Client(cluster) as c:
+            assert set(c.run(gc.get_freeze_count).values()) == {0}
+            out = run(cacheaffinity.CacheAffinityExecutor(client=c, status=False), fileset)
+            assert summary(out) == expected
+            (counts[mode],) = c.run(gc.get_freeze_count).values()
+    assert counts["default"] == 0 and counts["freeze"] > 10_000, counts

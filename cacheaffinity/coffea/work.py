@@ -470,6 +470,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
             mapping.finish()  # counts the chunk's lookups, stores what it read as one pack
         nbytes, opens = opener.close()
         plugin.count_storage(opens=opens, nbytes=nbytes)
+        plugin.after_chunk()
 
     if w["savemetrics"]:
         metrics: dict[str, Any] = {
