@@ -368,7 +368,8 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
     doc = forms.get(form_name, identity=expect) if forms is not None else None
     if doc is not None and doc.get("kind") == "TTree" and not set(_DOC_FIELDS) <= set(doc):
         doc = None  # written before cluster offsets were stored: rebuilt and replaced
-    store = _with_peers(raw_store(), plugin)
+    raw = raw_store()
+    store = _with_peers(raw, plugin)
     if doc is None and hasattr(store, "form"):
         # another node ran a chunk of this file: its form spares opening the file
         doc = store.form(form_name, expect)
@@ -429,7 +430,9 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
         materialized: list = []
         base_form = doc["base_form"]
         try:
-            if CHUNK_PACKS:
+            # packs where the chunk's store keeps them (the node's, also through
+            # cacheaffinity.cachestrategy); a user's own mapping gets coffea's buffers
+            if CHUNK_PACKS and callable(getattr(raw, "get_packs", None)):
                 source = {"packs": {
                     "store": store,
                     "token": ident.token,
@@ -439,7 +442,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
                     if start >= stop else None,
                 }}
             else:
-                source = {"buffer_cache": IdentityKeyedCache(raw_store(), ident.token, [])}
+                source = {"buffer_cache": IdentityKeyedCache(raw, ident.token, [])}
             factory, mapping = adapter.events_from_form(
                 opener, file_uuid, doc["object_path"], start, stop,
                 base_form, w["schema"], metadata,

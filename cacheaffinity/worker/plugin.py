@@ -73,7 +73,7 @@ from cacheaffinity.worker.directory import (
 )
 from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import read_or_create_node_id
-from cacheaffinity.worker.store import ColumnCache, MemoryFront
+from cacheaffinity.worker.store import ColumnCache, MemoryFront, protocol
 
 logger = logging.getLogger("cacheaffinity.worker")
 
@@ -617,6 +617,16 @@ class IdentifiedKeys(MutableMapping):
 
     def _identified(self, key: str) -> bool:
         return str(key).split("/", 1)[0] not in self.UNIDENTIFIED
+
+    # chunk packs are keyed by the file's identity already: the node's front
+    def get_packs(self, grp: str, start: int, stop: int) -> list:
+        return protocol.get_packs(self.front, grp, start, stop)
+
+    def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> None:
+        protocol.put_pack(self.front, grp, start, stop, arrays)
+
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
+        protocol.count_served(self.front, hits=hits, misses=misses, nbytes=nbytes)
 
     def get(self, key, default=None):
         if self._identified(key):
