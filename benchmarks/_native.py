@@ -24,12 +24,31 @@ Variants (``variant``; ``--native-variant`` of benchmarks/consecutive_runs.py):
     weight=len), NoCompressionCodec())``: the docstring's hierarchical example, a memory
     front of :data:`MEMORY_BYTES` per worker process over the same files.
 
-Measured on this machine (2 cores, shared), light analysis, ``--storage local --events
-20000 --files 2 --chunksize 5000 --workers 2 --runs 3``, warm runs (2 and 3) in seconds,
-median of the runs and repeats:  file 1.63, blosc-zstd 1.76, memory+file 1.56.
-(see the module ``benchmarks/consecutive_runs.py`` for the meaning of each figure; the
-differences are within the run-to-run scatter of this shared machine, so ``file``, the
-plain setup, stays the default).
+Measured here (2 cores shared with other developers' tests, load average 8-13 during the
+runs), realistic analysis, ``--storage local --events 20000 --files 2 --chunksize 5000
+--workers 2 --runs 3 --modes coffea-native cacheaffinity --no-floors``, two invocations per
+variant, interleaved; warm runs (2 and 3) in seconds, and coffea-native / cacheaffinity of
+the same run and invocation:
+
+=============  ===========================  ==============================
+variant        warm runs, s                 warm run / cacheaffinity's
+=============  ===========================  ==============================
+file           8.30, 11.62, 16.07, 9.65     0.98, 2.13, 2.88, 0.90
+blosc-zstd     9.26, 12.67, 20.76, 9.84     1.73, 2.81, 4.50, 5.21
+memory+file    32.92, 35.61, 16.79, 11.35   1.42, 1.59, 2.23, 4.57
+=============  ===========================  ==============================
+
+The load made these runs too scattered to rank the variants.  In isolation (one process,
+every buffer of one realistic 5,000-event chunk, 183 buffers, 9.5 MB, read back through
+each variant from a warm page cache, min of 7 passes): file 3.5 ms, blosc-zstd 21.9 ms,
+memory+file 0.3 ms (a dict: 0.1 ms); writing them: 23, 60, 5 ms.  Against a warm chunk of
+~1-2 s (coffea reopens the file and rebuilds the form for every chunk: coffea-native's run 2
+still reads ~0.9 MB of ROOT metadata per chunk from storage), neither variant's gain is
+visible in a run, so the default stays ``file``, the plain on-disk setup the BufferCache
+docstring recommends; ``blosc-zstd`` is slower to read (decompression), ``memory+file`` faster
+by ~3 ms per chunk here, and possibly more where the page cache does not hold the files
+(not measured: a full-size run on a quiet machine would tell).  ``zict.File(memmap=True)``
+is not offered: it fails on an empty buffer (``ValueError: cannot mmap an empty file``).
 
 Counting: the mapping returned wraps the BufferCache in :class:`CountedBufferCache`, which
 only counts (``get`` found / not found, bytes stored) so that the benchmark can report a

@@ -274,6 +274,11 @@ class Config:
             raise ValueError(
                 f"native_variant={self.native_variant!r}: choose from {', '.join(_native.VARIANTS)}"
             )
+        if self.native_variant == "blosc-zstd" and NATIVE in (*self.modes, *self.membership_modes):
+            import importlib.util
+
+            if importlib.util.find_spec("numcodecs") is None:
+                raise ValueError("--native-variant blosc-zstd needs numcodecs: pip install numcodecs")
         if self.analysis not in ANALYSES:
             raise ValueError(f"analysis={self.analysis!r}: choose from {', '.join(ANALYSES)}")
         if self.repeats < 1:
