@@ -1,4 +1,4 @@
-"""Consecutive runs of one coffea analysis, five ways, over real XRootD storage (VISPA Fig. 3).
+"""Consecutive runs of one coffea analysis, six ways, over real XRootD storage (VISPA Fig. 3).
 
 The headline result in the form of the VISPA paper's Fig. 3: R consecutive runs of one
 analysis (``--analysis``: ``realistic``, :class:`examples.realistic.TTbarLikeProcessor`, a
@@ -18,6 +18,14 @@ empty, cache directory), on the same files, in one invocation:
 ``coffea-affinity+cache``
     ``DaskExecutor(worker_affinity=True)`` (coffea's ``hash % n_workers``, strict
     restrictions) + the same cache strategy and worker plugin.
+``coffea-native``
+    what a coffea user builds without cacheaffinity (coffea >= 2026.3):
+    ``DaskExecutor(worker_affinity=True)`` + ``Runner(cachestrategy=...)`` returning
+    coffea's own ``coffea.nanoevents.BufferCache`` over ``zict.File`` in the worker's local
+    directory, one per worker process for its lifetime (:mod:`benchmarks._native`; codec
+    ``NoCompressionCodec``; ``--native-variant`` for the docstring's Blosc/zstd codec or a
+    ``zict.Buffer`` memory front, measured there); no cacheaffinity code on its cluster.
+    Its hit rate comes from a counting wrapper around the BufferCache.
 ``xcache``
     ``DaskExecutor``, no column cache, reading through an XCache proxy (XRootD
     ``libXrdPfc``, blocks on disk in a temporary directory, prefetch 0) in front of the
@@ -67,8 +75,10 @@ Repeats (``--repeats N``): N independent repeats, each with fresh clusters and e
 for every mode (the membership scenario in the first only); the mode order rotates from one
 repeat to the next.  The headline (``headline`` in the JSON) is the median [min, max] over the
 repeats of run-1 and run-2 wall, the floors, and the ratios (each ratio formed within a
-repeat): run 1 / run 2, every mode's run 2 / cacheaffinity's, run 2 / floor (b), run 2 /
-floor (a), cacheaffinity's run 1 / direct's run 1 (what the cache writes cost the first run).
+repeat): run 1 / run 2, every mode's run 2 / cacheaffinity's (target > 1; for
+``coffea-native``, issue 28: >= 2), coffea-native's run 3 / cacheaffinity's, run 2 / floor
+(b), run 2 / floor (a), cacheaffinity's run 1 / direct's run 1 (what the cache writes cost
+the first run).
 
 Every cluster's workers are warmed up when it starts (:meth:`ModeCluster.warm_up`: the
 processor once on 200 events of the generator's template, not a dataset file, no column
@@ -98,7 +108,9 @@ uncached modes: every run decompresses every branch the analysis reads, the unco
 bytes of those branches from uproot's ``TBranch.uncompressed_bytes``, ``decompressed_per_
 uncached_run`` in the JSON); ``hit_rate`` (column-cache
 hits / lookups from the worker caches' counters, :func:`cacheaffinity.cache_totals` deltas,
-the same counter for every cached mode: the node's own cache); ``peer_hits`` / ``cache_rate``
+the same counter for every cached mode: the node's own cache; ``coffea-native``: its
+BufferCache's ``get`` calls that found / did not find the key, :func:`benchmarks._native.stats`
+deltas, and ``decompressed_bytes`` the bytes of the arrays it stored); ``peer_hits`` / ``cache_rate``
 (columns another node's cache sent, cacheaffinity's peer fetch; (hits + peer hits) / lookups:
 served by caches, not decompressed); ``steals`` (cacheaffinity: its stealing's moves;
 stock stealing: ``confirm`` events of Dask's ``stealing`` topic); ``on_preferred`` (tasks
@@ -120,6 +132,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import re
@@ -154,7 +167,7 @@ from coffea.nanoevents import NanoAODSchema  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 
 import cacheaffinity  # noqa: E402
-from benchmarks import _floor  # noqa: E402
+from benchmarks import _floor, _native  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     branch_bytes,
     dataset_stats,
@@ -186,8 +199,16 @@ __all__ = [
     "table_rows",
 ]
 
-MODES = ("direct", "dask-default+cache", "coffea-affinity+cache", "xcache", "cacheaffinity")
+MODES = ("direct", "dask-default+cache", "coffea-affinity+cache", "coffea-native", "xcache",
+         "cacheaffinity")
+#: modes with cacheaffinity's column cache (worker plugin, :func:`cacheaffinity.cache_totals`)
 CACHED = ("dask-default+cache", "coffea-affinity+cache", "cacheaffinity")
+#: coffea's own BufferCache (:mod:`benchmarks._native`)
+NATIVE = "coffea-native"
+#: modes with a column cache of any kind (their run 2 should decompress less than run 1)
+COLUMN_CACHED = (*CACHED, NATIVE)
+#: issue 28: cacheaffinity's run 2 at least this many times faster than coffea-native's
+NATIVE_TARGET = 2.0
 COUNTERS = ("hits", "misses", "bytes_written", "storage_bytes", "storage_opens", "peer_hits", "peer_bytes")
 #: analysis name -> (processor class, summary function)
 ANALYSES = {
@@ -234,6 +255,8 @@ class Config:
     stripe_entries: int | None = None
     #: freeze (SIGSTOP) the worker processes of the clusters not running (see above)
     freeze_idle: bool = True
+    #: the coffea-native mode's BufferCache (:data:`benchmarks._native.VARIANTS`)
+    native_variant: str = "file"
 
     def check(self) -> None:
         bad = [m for m in (*self.modes, *self.membership_modes) if m not in MODES]
@@ -247,6 +270,15 @@ class Config:
         for s in self.scenarios:
             if s not in ("stable", "membership"):
                 raise ValueError(f"unknown scenario {s!r}; use stable and/or membership")
+        if self.native_variant not in _native.VARIANTS:
+            raise ValueError(
+                f"native_variant={self.native_variant!r}: choose from {', '.join(_native.VARIANTS)}"
+            )
+        if self.native_variant == "blosc-zstd" and NATIVE in (*self.modes, *self.membership_modes):
+            import importlib.util
+
+            if importlib.util.find_spec("numcodecs") is None:
+                raise ValueError("--native-variant blosc-zstd needs numcodecs: pip install numcodecs")
         if self.analysis not in ANALYSES:
             raise ValueError(f"analysis={self.analysis!r}: choose from {', '.join(ANALYSES)}")
         if self.repeats < 1:
@@ -445,6 +477,7 @@ class ModeCluster:
         self.cache_root = workdir / f"caches-{mode}{'-membership' if membership else ''}{tag}"
         self.plugin = mode == "cacheaffinity"
         self.cached = mode in CACHED
+        self.native = mode == NATIVE
         self.settings: dict[str, Any] = {
             "distributed.scheduler.preload": ["cacheaffinity"] if self.plugin else [],
             "distributed.worker.preload": ["cacheaffinity"] if self.cached else [],
@@ -465,11 +498,14 @@ class ModeCluster:
     def start(self) -> ModeCluster:
         shutil.rmtree(self.cache_root, ignore_errors=True)
         cfg = self.cfg
+        # coffea-native's cache lives in each worker's local directory: put those beside
+        # the other modes' cache directories (same disk; removed with the cluster)
+        local = {"local_directory": str(self.cache_root)} if self.native else {}
         with dask.config.set(self.settings):  # read when the scheduler and workers start
             self.cluster = self.stack.enter_context(
                 LocalCluster(
                     n_workers=cfg.workers, threads_per_worker=1, processes=True,
-                    host="127.0.0.1", dashboard_address="127.0.0.1:0",
+                    host="127.0.0.1", dashboard_address="127.0.0.1:0", **local,
                 )  # fmt: skip
             )
             self.client = self.stack.enter_context(Client(self.cluster))
@@ -481,7 +517,7 @@ class ModeCluster:
         else:
             self.executor = processor.DaskExecutor(
                 client=self.client, status=False,
-                worker_affinity=self.mode == "coffea-affinity+cache",
+                worker_affinity=self.mode in ("coffea-affinity+cache", NATIVE),
             )  # fmt: skip
         return self
 
@@ -574,12 +610,14 @@ class ModeCluster:
         self.run_no += 1
         event, removed_share = self._membership_event() if self.membership else (None, None)
         cached, plugin = self.cached, self.plugin
-        before = cacheaffinity.cache_totals(client) if cached else {}
+        before = self.cache_totals()
         c0 = cacheaffinity.check(client)["counters"] if plugin else {}
         disk0 = self.disk_read_bytes()
         o0 = storage.origin_bytes()
         since = time.time()
         runner_kw: dict[str, Any] = {"cachestrategy": cacheaffinity.cachestrategy} if cached else {}
+        if self.native:  # one BufferCache per worker process, built on its first chunk
+            runner_kw["cachestrategy"] = functools.partial(_native.buffer_cache, self.cfg.native_variant)
         runner = self._runner(metadata_cache=self.metadata_cache, **runner_kw)
         fileset, uproot_options = storage.fileset(mode), storage.uproot_options()
         t0 = time.perf_counter()
@@ -595,7 +633,8 @@ class ModeCluster:
         wall = time.perf_counter() - t0
         disk1 = self.disk_read_bytes()
         o1 = storage.origin_bytes()
-        after = cacheaffinity.cache_totals(client) if cached else {}
+        after = self.cache_totals()
+        cached = cached or self.native
         d = {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS} if cached else {}
         lookups = d.get("hits", 0) + d.get("misses", 0)
         row: dict[str, Any] = {
@@ -612,7 +651,7 @@ class ModeCluster:
             "hit_rate": d["hits"] / lookups if cached and lookups else None,
             "hits": d.get("hits"),
             "misses": d.get("misses"),
-            "peer_hits": d.get("peer_hits") if cached else None,
+            "peer_hits": d.get("peer_hits") if self.cached else None,  # cacheaffinity's peer fetch
             "cache_rate": (d["hits"] + d.get("peer_hits", 0)) / lookups if cached and lookups else None,
             "files_opened": d.get("storage_opens") if plugin else None,
             # what the workers read from block storage (not the page cache): cache entries
@@ -630,11 +669,30 @@ class ModeCluster:
             off = c1.get("off-target", 0) - c0.get("off-target", 0)
             row["steals"] = c1.get("steals", 0) - c0.get("steals", 0)
             row["on_preferred"] = on / (on + off) if on + off else None
-        elif mode != "coffea-affinity+cache":  # strict restrictions: nothing is stolen
+        elif mode not in ("coffea-affinity+cache", NATIVE):  # strict restrictions: no steals
             row["steals"] = _stock_steals(client, since)
         else:
             row["steals"] = 0
         return row
+
+    def cache_totals(self) -> dict[str, int]:
+        """The column-cache counters summed over the workers so far (:data:`COUNTERS`;
+        empty for the uncached modes): cacheaffinity's (:func:`cacheaffinity.cache_totals`),
+        or coffea-native's BufferCache counts (:func:`benchmarks._native.stats`)."""
+        if self.cached:
+            return cacheaffinity.cache_totals(self.client)
+        if not self.native:
+            return {}
+        out = dict.fromkeys(COUNTERS, 0)
+        for st in self.client.run(_native.stats).values():
+            for k in ("hits", "misses", "bytes_written"):
+                out[k] += st[k]
+        return out
+
+    def native_stats(self) -> dict[str, dict]:
+        """coffea-native: per worker, :func:`benchmarks._native.stats` (entries, files,
+        bytes on disk, directory)."""
+        return self.client.run(_native.stats) if self.native else {}
 
     # ------------------------------------------------------------------ floors
 
@@ -856,7 +914,7 @@ def _fill_uncached_decompressed(sequences: dict, volume: int) -> None:
     value = max(cold) if cold else volume
     for rows in sequences.values():
         for mode, m in rows.items():
-            if mode not in CACHED:
+            if mode not in COLUMN_CACHED:
                 for r in m:
                     r["decompressed_bytes"] = value
 
@@ -916,6 +974,9 @@ def headline(doc: dict) -> dict:
         for mode, rows in stable.items():
             if mode != "cacheaffinity" and len(rows) >= 2:
                 add(f"{mode} run 2 / cacheaffinity run 2", rows[1]["wall_s"] / r2)
+        nat = stable.get(NATIVE)
+        if nat and len(nat) >= 3 and len(ca) >= 3:  # the peer coffea users have, once more warm
+            add(f"{NATIVE} run 3 / cacheaffinity run 3", nat[2]["wall_s"] / ca[2]["wall_s"])
         if "direct" in stable:
             add("cacheaffinity run 1 / direct run 1", ca[0]["wall_s"] / stable["direct"][0]["wall_s"])
         if fb_med:
@@ -982,9 +1043,17 @@ def evaluate_targets(doc: dict, cfg: Config) -> dict:
         target(name, v, ">= 5", v is not None and v >= 5, rng(name))
         for mode in stable:
             name = f"{mode} run 2 / cacheaffinity run 2"
-            if name in ratios:
+            if name in ratios and mode == NATIVE:  # issue 28: at least 2x faster than it
+                v = med(name)
+                target(name, v, f">= {NATIVE_TARGET:g}", v is not None and v >= NATIVE_TARGET,
+                       rng(name))  # fmt: skip
+            elif name in ratios:
                 v = med(name)
                 target(name, v, "> 1", v is not None and v > 1, rng(name))
+        name = f"{NATIVE} run 3 / cacheaffinity run 3"
+        if name in ratios:
+            v = med(name)
+            target(name, v, "reported", True, rng(name))
         name = "cacheaffinity run 1 / run 2 without coffea's preprocessing"
         if name in ratios:
             v = med(name)
@@ -1170,6 +1239,9 @@ def parse_args(argv=None) -> tuple[Config, str]:
     p.add_argument("--no-floors", action="store_true", help="skip the two floors")
     p.add_argument("--no-freeze-idle", action="store_true",
                    help="keep the worker processes of the clusters not running unfrozen")
+    p.add_argument("--native-variant", choices=_native.VARIANTS, default=d.native_variant,
+                   help="coffea-native's BufferCache (benchmarks/_native.py): file (zict.File, "
+                        "no compression), blosc-zstd, memory+file (zict.Buffer over zict.File)")
     p.add_argument("--stripe-entries", type=int, default=None,
                    help="entries per placement stripe (default: the chunksize)")
     p.add_argument("--out", default=str(DEFAULT_OUT))
@@ -1183,6 +1255,7 @@ def parse_args(argv=None) -> tuple[Config, str]:
         membership_modes=tuple(a.membership_modes), data=a.data, workdir=a.workdir,
         analysis=a.analysis, repeats=a.repeats, floors=not a.no_floors,
         stripe_entries=a.stripe_entries, freeze_idle=not a.no_freeze_idle,
+        native_variant=a.native_variant,
     )  # fmt: skip
     return cfg, a.out
 

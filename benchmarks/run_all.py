@@ -5,7 +5,8 @@ benchmarks).  Steps, in order (the consecutive-run benchmark first, while the ma
 freshest; the pure-CPU ones last):
 
 1. ``consecutive_runs``: the realistic analysis, 80k events LZMA-9, 4 nodes, XRootD origin,
-   all five modes, 5 runs, 3 repeats, membership scenario, both floors;
+   all six modes (coffea-native included), 5 runs, 3 repeats, membership scenario, both
+   floors;
 2. ``consecutive_runs_light``: the light analysis, same data, direct / xcache /
    cacheaffinity, 5 runs, 3 repeats;
 3. ``scheduler_overhead``: 10^4 chunk tasks vs plain restricted tasks, 5 rounds;
@@ -46,7 +47,7 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
       "--chunksize", "10000", "--workers", "4", "--runs", "5", "--repeats", "3", "--out", "{out}"],
      [f"{B}/consecutive_runs.py", "--analysis", "realistic", "--events", "1200", "--files", "1",
       "--chunksize", "600", "--workers", "2", "--runs", "2", "--repeats", "2", "--scenarios", "stable",
-      "--modes", "direct", "xcache", "cacheaffinity", "--data", "{data}", "--out", "{out}"]),
+      "--modes", "direct", "xcache", "coffea-native", "cacheaffinity", "--data", "{data}", "--out", "{out}"]),
     ("consecutive_runs_light",
      [f"{B}/consecutive_runs.py", "--analysis", "light", "--events", "80000", "--files", "4",
       "--chunksize", "1250", "--workers", "4", "--runs", "5", "--repeats", "3", "--scenarios", "stable",

@@ -29,13 +29,18 @@ def test_bench_steps_in_order_with_repeats():
     for flag, value in (("--analysis", "realistic"), ("--repeats", "3"), ("--workers", "4"),
                         ("--events", "160000"), ("--chunksize", "10000"), ("--out", "OUT")):  # fmt: skip
         assert head[head.index(flag) + 1] == value
-    assert "--storage" not in head  # XRootD origin (the default), all five modes
+    # XRootD origin (the default) and the default modes: all six, coffea-native included
+    assert "--storage" not in head and "--modes" not in head
+    from benchmarks.consecutive_runs import MODES
+
+    assert "coffea-native" in MODES
     so = cmd["scheduler_overhead"]
     assert so[so.index("--tasks") + 1] == "10000"
     # quick: every script, into the given directory, no README rendering
     quick = dict(run_all.commands(True, "Q", "D"))
     assert "render_readme" not in quick and len(quick) == len(cmd) - 1
     assert all("Q" in argv for argv in quick.values())
+    assert "coffea-native" in quick["consecutive_runs"]  # the native peer in the quick headline too
 
 
 def test_git_stamp_and_spread(tmp_path):

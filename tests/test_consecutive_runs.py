@@ -19,6 +19,8 @@ from pathlib import Path
 import dask
 import pytest
 
+import cacheaffinity
+
 from testbed import skip_or_fail
 
 from testbed import xrootd as xrd
@@ -37,6 +39,8 @@ def test_bad_configuration_is_refused(tmp_path):
         cr.Config(modes=("nope",)).check()
     with pytest.raises(ValueError, match="analysis='nope'"):
         cr.Config(analysis="nope").check()
+    with pytest.raises(ValueError, match="native_variant='nope': choose from file, blosc-zstd"):
+        cr.Config(native_variant="nope").check()
     with pytest.raises(ValueError, match="repeats=0"):
         cr.Config(repeats=0).check()
     with pytest.raises(ValueError, match="--runs 4"):
@@ -117,6 +121,109 @@ def test_local_storage_stable_and_membership(tmp_path):
     assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = cr.table_rows(doc)
     assert len(rows) == 4 + 4 + 4
+
+
+@pytest.mark.timeout(300)
+def test_coffea_native_mode_runs_from_its_buffer_cache(tmp_path):
+    """``coffea-native`` (coffea's BufferCache over zict.File, worker_affinity=True) in the
+    same invocation as the others: the same result, run 2 served from its cache (no miss,
+    nothing decompressed, less read from storage), the issue-28 target and ratios, the
+    README renderer's row."""
+    cfg = cr.Config(
+        workers=2, runs=3, storage="local", data=str(tmp_path / "data"),
+        modes=("direct", "coffea-native", "cacheaffinity"), scenarios=("stable",), **TINY,
+    )  # fmt: skip
+    with dask.config.set({"cacheaffinity.client.stripe-entries": TINY["chunksize"]}):
+        doc = cr.run_benchmark(cfg, log=lambda line: None)
+    assert doc["identical_results"]  # coffea-native's histograms equal every other mode's
+    nat = doc["sequences"]["stable"]["coffea-native"]
+    assert [r["run"] for r in nat] == [1, 2, 3]
+    assert nat[0]["misses"] > 0 and nat[0]["decompressed_bytes"] > 0
+    for r in nat[1:]:  # warm: every lookup found in the worker's BufferCache
+        assert r["misses"] == 0 and r["hits"] > 0 and r["hit_rate"] == 1, r
+        assert r["decompressed_bytes"] == 0
+        assert r["storage_bytes"] < nat[0]["storage_bytes"]  # no branch data read again
+        assert r["steals"] == 0 and r["peer_hits"] is None
+    direct = doc["sequences"]["stable"]["direct"]
+    assert direct[1]["storage_bytes"] == direct[0]["storage_bytes"]  # uncached: all again
+    ratios = doc["headline"]["ratios"]
+    assert ratios["coffea-native run 2 / cacheaffinity run 2"]["n"] == 1
+    assert ratios["coffea-native run 3 / cacheaffinity run 3"]["n"] == 1
+    t = doc["targets"]["coffea-native run 2 / cacheaffinity run 2"]
+    assert t["limit"] == ">= 2" and t["pass"] == (t["value"] >= 2)
+    assert doc["targets"]["direct run 2 / cacheaffinity run 2"]["limit"] == "> 1"
+    cr.write_results(doc, cfg, tmp_path / "out")
+    from tools.render_readme import render_consecutive_runs
+
+    text = render_consecutive_runs(str(tmp_path / "out"), "consecutive_runs_light")
+    row = next(line for line in text.splitlines() if line.startswith("| `coffea-native`"))
+    assert "BufferCache" in row and "100.0%" in row
+    assert "--modes direct coffea-native cacheaffinity" in text
+    assert "- coffea-native run 3 / cacheaffinity run 3: " in text
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("mode, kept", [
+    pytest.param("coffea-native", False, id="coffea-native-keeps-nothing"),
+    pytest.param("cacheaffinity", True, id="cacheaffinity-keeps-its-node-cache"),
+])  # fmt: skip
+def test_what_a_worker_restart_keeps(tmp_path, mode, kept):
+    """What README says each mode keeps across a worker restart (``client.restart()``: new
+    worker processes).  coffea-native: nothing readable; one BufferCache per worker process,
+    its files in the worker's local directory, which the worker removes; the run after the
+    restart is as cold as run 1.  cacheaffinity: the node's cache directory (node id, index,
+    entries) outlives the process; the run after the restart is all hits."""
+    cfg = cr.Config(workers=2, storage="local", data=str(tmp_path / "data"), modes=(mode,), **TINY)
+    files = cr.prepare_data(cfg)
+    storage = cr.Storage(cfg, files, tmp_path)
+    with dask.config.set({"cacheaffinity.client.stripe-entries": TINY["chunksize"]}):
+        c = cr.ModeCluster(mode, cfg, storage, tmp_path).start()
+        try:
+            cold = c.run()
+            assert cold["misses"] > 0
+            assert c.run()["hit_rate"] == 1
+            before = c.native_stats()
+            if mode == "coffea-native":  # one cache per worker, in its local directory
+                local = c.client.run(lambda dask_worker: dask_worker.local_directory)
+                for addr, st in before.items():
+                    assert st["directory"].startswith(local[addr]) and st["files"] == st["entries"] > 0
+            else:
+                c.client.run(lambda dask_worker: cacheaffinity.worker_cache(dask_worker).flush())
+            pids = set(c.client.run(os.getpid).values())
+            with dask.config.set(c.settings):  # the new processes read the mode's settings
+                c.client.restart()
+            assert not pids & set(c.client.run(os.getpid).values())  # new processes
+            if mode == "cacheaffinity":  # the same node directories, new processes
+                cr._wait_nodes(c.client, 2, True)
+                dirs = c.client.run(lambda dask_worker: str(cacheaffinity.worker_cache(dask_worker).directory))
+                assert sorted(Path(d).name for d in dirs.values()) == ["node-0", "node-1"]
+            else:
+                assert all(st["directory"] is None for st in c.native_stats().values())
+                assert not any(Path(st["directory"]).exists() for st in before.values())
+            after = c.run()
+        finally:
+            c.close()
+    if kept:
+        assert after["misses"] == 0 and after["hit_rate"] == 1, after
+    else:  # as cold as run 1: every buffer decompressed and stored again
+        assert after["misses"] == cold["misses"], after
+        assert after["decompressed_bytes"] == cold["decompressed_bytes"] > 0
+
+
+def test_a_second_buffer_cache_cannot_read_the_first_ones_files(tmp_path):
+    """coffea's BufferCache keeps dtype and shape in memory: a new instance over the same
+    zict.File directory sees the file but decodes nothing (why _native keeps one per
+    process, and why coffea-native's files are useless after a restart)."""
+    import numpy as np
+    import zict
+    from coffea.nanoevents import BufferCache
+    from coffea.nanoevents.mapping.buffer_cache import NoCompressionCodec
+
+    first = BufferCache(zict.File(tmp_path), NoCompressionCodec())
+    first["k"] = np.arange(5)
+    assert np.array_equal(first.get("k"), np.arange(5))
+    second = BufferCache(zict.File(tmp_path), NoCompressionCodec())
+    assert "k" in second.cache and second.get("k") is None
 
 
 @pytest.mark.timeout(600)

@@ -104,6 +104,7 @@ MODE_LABELS = {
     "direct": "`direct` (coffea DaskExecutor)",
     "dask-default+cache": "`dask-default+cache` (Dask placement + our column cache)",
     "coffea-affinity+cache": "`coffea-affinity+cache` (`worker_affinity=True` + our cache)",
+    "coffea-native": "`coffea-native` (`worker_affinity=True` + coffea's `BufferCache` on `zict.File`)",
     "xcache": "`xcache` (XRootD XCache proxy in front of the origin)",
     "cacheaffinity": "**`cacheaffinity`**",
 }
@@ -122,7 +123,9 @@ def render_consecutive_runs(results: str, name: str = "consecutive_runs") -> str
     loads = f"load average {min(x[0] for x in load):.1f}-{max(x[0] for x in load):.1f}" if load else ""
     analysis = r.get("analysis", "light")
     repeats = len(r.get("repeats") or [None])
-    all_modes = ["direct", "dask-default+cache", "coffea-affinity+cache", "xcache", "cacheaffinity"]
+    # the script's default modes: a JSON with exactly these needs no --modes in its command
+    all_modes = ["direct", "dask-default+cache", "coffea-affinity+cache", "coffea-native", "xcache",
+                 "cacheaffinity"]
     cmd = (
         f"python benchmarks/consecutive_runs.py --events {c['events']} --files {c['files']} "
         f"--chunksize {c['chunksize']} --workers {c['workers']} --runs {c['runs']}"
@@ -132,6 +135,8 @@ def render_consecutive_runs(results: str, name: str = "consecutive_runs") -> str
         + (" --scenarios " + " ".join(c["scenarios"])
            if c.get("scenarios") and list(c["scenarios"]) != ["stable", "membership"] else "")
         + (" --no-floors" if c.get("floors") is False else "")
+        + (f" --native-variant {c['native_variant']}"
+           if c.get("native_variant", "file") != "file" and "coffea-native" in (c.get("modes") or ()) else "")
     )  # fmt: skip
     caption = (
         f"Measured on commit {commit_label(doc)}, {_date(doc)}: {analysis} analysis, "
