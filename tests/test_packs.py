@@ -233,8 +233,9 @@ def test_entries_processed_off_their_stripe_are_found_next_run(tmp_path):
 
 def test_mapping_buffers_equal_coffeas_for_any_range(files, tmp_path):
     """PackSourceMapping gives the very buffers coffea's UprootSourceMapping
-    gives, for random ranges, cold (read and packed), warm (one pack covers the
-    range: views) and assembled from several packs; an empty range opens no file."""
+    gives, for random ranges: cold (read and packed), warm (one pack covers the
+    range: views; or assembled from several packs), and from coffea's final
+    buffers stored for exactly that range; an empty range opens no file."""
     import random
 
     from coffea.nanoevents.mapping import UprootSourceMapping
@@ -279,10 +280,16 @@ def test_mapping_buffers_equal_coffeas_for_any_range(files, tmp_path):
         for a, b in cold:  # cold: every range read from the file and packed
             assert check(a, b).misses > 0
         assert store.info()["packs"] == len(cold)
-        for a, b in ranges + cold:  # warm: any range is served by the packs
+        for a, b in ranges + cold:  # warm: any range is served by the packs, nothing read
             mapping = check(a, b)
             assert mapping.misses == 0 and mapping.hits > 0, (a, b)
-        assert store.info()["packs"] == len(cold)  # nothing read, nothing new stored
+        # coffea's final buffers of each new range were stored with a pack of that range
+        ranges = sorted(set(ranges + cold))
+        assert store.info()["packs"] == len(ranges)
+        for a, b in ranges:  # now every buffer comes straight from a pack: one hit per key
+            mapping = check(a, b)
+            assert (mapping.misses, mapping.hits) == (0, len(keys)), (a, b)
+        assert store.info()["packs"] == len(ranges)
         # an empty range (a file of 0 entries) is answered from the form: no file opened
         opener = _Opener({uuid: files[1]}, None, {})
         forms = dict(zip(base_form["fields"], base_form["contents"]))

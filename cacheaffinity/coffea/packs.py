@@ -20,7 +20,13 @@ tree of that file's bytes (:meth:`~cacheaffinity.worker.store.ColumnCache.get_pa
   from the very arrays uproot decompressed: no copy).
 
 coffea then derives its buffers (``!offsets``, ``!content``, ...) from that
-array exactly as from a fresh read, so results are identical.  Branches of any
+array exactly as from a fresh read, so results are identical.  Those final
+buffers are kept too (the mapping is its own ``buffer_cache``) and stored in the
+chunk's pack, most of them as views of the branch arrays (stored once, see
+:func:`cacheaffinity.worker.store.files.toc_of`), under coffea's version: a
+re-run with the same chunking takes every buffer straight from its pack, with
+no ``!load`` and no transform, as coffea's own ``buffer_cache`` would serve it
+from memory.  Branches of any
 other layout (nested jagged, strings, objects) are read from storage as coffea
 does, uncached.  An empty range (a file with 0 entries) is answered from the
 form, without opening the file.
@@ -28,8 +34,9 @@ form, without opening the file.
 Trade-offs (measured in ``benchmarks/warm_run_profile.py``): a pack is read
 whole, so a re-run that reads fewer columns than the run that wrote the pack
 still reads all of its bytes (from the page cache or SSD: cheap next to LZMA);
-and a run that reads new columns adds a pack holding only those, so a chunk may
-read several packs.  Member names and the group key are defined in
+a run that reads new columns adds a pack holding only those, so a chunk may
+read several packs; and the first run of a new chunking stores its final
+buffers once more (copies, for ranges no pack matches exactly).  Member names and the group key are defined in
 :mod:`cacheaffinity.worker.store.layout`.
 """
 
@@ -40,6 +47,7 @@ import logging
 from dataclasses import dataclass
 
 import awkward
+import coffea
 import numpy as np
 import xxhash
 from coffea.nanoevents.mapping import UprootSourceMapping
@@ -51,6 +59,10 @@ from cacheaffinity.worker.store.layout import FLAT_PARTS, JAGGED_PARTS, group, m
 logger = logging.getLogger("cacheaffinity.coffea")
 
 __all__ = ["PackSourceMapping", "branch_kinds"]
+
+#: Member names of coffea's final buffers start with this (they depend on
+#: coffea's transforms, so on its version: another version's are not used).
+BUFFER_PREFIX = f"buf/{coffea.__version__}/"
 
 
 def branch_kinds(base_form: dict) -> dict[str, list]:
@@ -121,7 +133,12 @@ class PackSourceMapping(UprootSourceMapping):
     """
 
     def __init__(self, fileopener, start, stop, *, store, token, treepath, kinds, forms=None, **kwargs):
-        super().__init__(fileopener, start, stop, **kwargs)
+        buffers = _ChunkBuffers()
+        super().__init__(fileopener, start, stop, buffer_cache=buffers, **kwargs)
+        buffers.mapping = self
+        self._range = f"{int(start)}-{int(stop)}"
+        #: coffea's final buffers computed by this chunk (stored with its pack).
+        self._final: dict[str, np.ndarray] = {}
         self._store = store
         self._group = group(token, treepath)
         self._kinds = kinds
@@ -180,6 +197,40 @@ class PackSourceMapping(UprootSourceMapping):
             )
         return array
 
+    # ---------------------------------------------------- coffea's final buffers
+    def _buffer_name(self, key: str) -> str | None:
+        parts = str(key).split("/", 3)  # <uuid>/<tree>/<start>-<stop>/<attribute>/<form key>
+        if len(parts) != 4 or parts[2] != self._range:
+            return None
+        return BUFFER_PREFIX + parts[3]
+
+    def buffer(self, key: str, default):
+        """coffea's final buffer ``key`` of this chunk: computed earlier in this
+        task, or stored in a pack of exactly this chunk's range (a view: no
+        ``!load``, no transform); else ``default``."""
+        name = self._buffer_name(key)
+        if name is None:
+            return default
+        value = self._final.get(name)
+        if value is not None:
+            return value
+        if self._packs is None:
+            self._packs = protocol.get_packs(self._store, self._group, self._start, self._stop)
+        for p in self._packs:
+            if p.start == self._start and p.stop == self._stop:
+                value = p.members.get(name)
+                if value is not None:
+                    self.hits += 1
+                    self.bytes_served += value.nbytes
+                    return value
+        return default
+
+    def record_buffer(self, key: str, value) -> None:
+        """Keep a final buffer coffea computed (stored with the chunk's pack)."""
+        name = self._buffer_name(key)
+        if name is not None and isinstance(value, np.ndarray) and not value.dtype.hasobject:
+            self._final[name] = value
+
     def _find(self, names: list[str], start: int, stop: int) -> tuple | None:
         """The parts ``names`` of ``[start, stop)`` from the packs, or None."""
         if self._packs is None:
@@ -211,12 +262,14 @@ class PackSourceMapping(UprootSourceMapping):
         """Count this chunk's lookups and store what it read from storage as one
         pack (written behind).  Called once, when the chunk task ends."""
         protocol.count_served(self._store, hits=self.hits, misses=self.misses, nbytes=self.bytes_served)
-        if self._new and self._new_range is not None:
+        arrays = dict(self._new) if self._new_range in (None, (self._start, self._stop)) else {}
+        arrays.update(self._final)  # views of the branch arrays are stored once
+        if arrays and self._start < self._stop:
             try:
-                protocol.put_pack(self._store, self._group, *self._new_range, self._new)
+                protocol.put_pack(self._store, self._group, self._start, self._stop, arrays)
             except Exception as e:  # a cache problem is only a miss next time
                 warn_once("pack-store", "cacheaffinity: chunk pack not cached: %r", e)
-        self._new = {}
+        self._new, self._final = {}, {}
         self._packs = None
 
     def _direct(self, h: _Handle, start, stop, allow_missing, use_ak_forth):
@@ -257,6 +310,19 @@ class PackSourceMapping(UprootSourceMapping):
             "uncached", h.name, type(layout).__name__, kind,
         )  # fmt: skip
         return None
+
+
+class _ChunkBuffers:
+    """The ``buffer_cache`` coffea's mapping consults before computing a buffer
+    (it calls only ``get`` and ``__setitem__``): the chunk's final buffers."""
+
+    mapping: PackSourceMapping
+
+    def get(self, key, default=None):
+        return self.mapping.buffer(key, default)
+
+    def __setitem__(self, key, value) -> None:
+        self.mapping.record_buffer(key, value)
 
 
 def _slice(pack, names: list[str], a: int, b: int) -> tuple:

@@ -172,7 +172,7 @@ class _Item:
         self.key, self.grp, self.start, self.stop, self.arrays = key, grp, start, stop, arrays
         from cacheaffinity.worker.store.files import toc_of
 
-        self.nbytes = toc_of(arrays)[1]
+        self.nbytes = toc_of(arrays)[1]  # views of other members are not counted twice
         self.size = blocks(self.nbytes)
 
 

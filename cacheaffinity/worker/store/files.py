@@ -75,15 +75,48 @@ def unlink(path: str) -> bool:
         return False
 
 
-def toc_of(arrays: dict[str, np.ndarray]) -> tuple[list, int]:
+def toc_of(arrays: dict[str, np.ndarray]) -> tuple[list, int, list[str]]:
     """Table of contents ``[[member, dtype, shape, offset], ...]`` of a pack of
-    ``arrays`` (in their order) and the pack's byte count."""
-    toc, offset = [], 0
-    for name, arr in arrays.items():
+    ``arrays``, the pack's byte count, and the members whose bytes are written
+    (in that order).
+
+    A member whose bytes lie inside another member's (a view of it: coffea's
+    ``!content`` buffer of a branch array, say) is stored once: its entry points
+    into the other member's bytes.  The others start at multiples of :data:`ALIGN`.
+    """
+    spans = sorted(
+        ((a.ctypes.data, -a.nbytes, i) for i, a in enumerate(arrays.values()) if a.nbytes),
+    )
+    parent: dict[int, tuple[int, int]] = {}  # index -> (root index, byte offset in it)
+    root = end = None
+    for ptr, neg, i in spans:
+        if root is not None and ptr + -neg <= end:
+            parent[i] = (root, ptr - root_ptr)
+        else:
+            root, root_ptr, end = i, ptr, ptr + -neg
+    names = list(arrays)
+    values = list(arrays.values())
+    offsets: dict[int, int] = {}
+    written: list[str] = []
+    offset = 0
+    for i, arr in enumerate(values):
+        if i in parent:
+            continue
         offset = aligned(offset)
-        toc.append([name, arr.dtype.str, list(arr.shape), offset])
+        offsets[i] = offset
+        written.append(names[i])
         offset += arr.nbytes
-    return toc, offset
+    toc = []
+    for i, arr in enumerate(values):
+        if i in parent:
+            r, delta = parent[i]
+            if (offsets[r] + delta) % max(arr.dtype.alignment, 1):
+                raise ValueError(f"member {names[i]!r} is a misaligned view of {names[r]!r}")
+            start = offsets[r] + delta
+        else:
+            start = offsets[i]
+        toc.append([names[i], arr.dtype.str, list(arr.shape), start])
+    return toc, offset, written
 
 
 def members_of(buffer: np.ndarray, toc: Any, nbytes: int) -> dict[str, np.ndarray]:
@@ -107,7 +140,7 @@ def members_of(buffer: np.ndarray, toc: Any, nbytes: int) -> dict[str, np.ndarra
                 or not all(type(n) is int and n >= 0 for n in shape)
                 or type(offset) is not int
                 or offset < 0
-                or offset % ALIGN
+                or offset % max(dtype.alignment, 1)
             ):
                 raise ValueError("not a plain array")
             size = math.prod(shape) * dtype.itemsize
@@ -181,11 +214,13 @@ class DataFiles:
         tuple
             ``(name, toc, nbytes, digest)``; the index is not touched.
         """
-        toc, nbytes = toc_of(arrays)
+        toc, nbytes, written = toc_of(arrays)
+        where = {entry[0]: entry[3] for entry in toc}
         pieces: list = []
         h = xxhash.xxh3_64()
         offset = 0
-        for (_, _, _, start), arr in zip(toc, arrays.values()):
+        for member in written:
+            start, arr = where[member], arrays[member]
             if start > offset:
                 pad = memoryview(_PAD)[: start - offset]
                 pieces.append(pad)
