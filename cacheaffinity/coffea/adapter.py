@@ -21,6 +21,12 @@ Private names (leading underscore)
     - ``coffea.nanoevents.NanoEventsFactory._from_mapping``: events from a
       stored form and a mapping (called with keywords: coffea 2026.7 has an
       extra ``buffer_cache`` parameter).
+    - ``BaseSchema._form`` (the schema's form dict, whose top-level
+      ``parameters["metadata"]`` the schema fills) and
+      ``NanoEventsFactory(schema, mapping, partition_key, mode=...)``:
+      :class:`SchemaCache` builds a file's schema once per process and gives
+      each chunk a copy with the chunk's metadata, as ``_from_mapping`` would
+      have built it.
     - ``coffea.nanoevents.mapping.base.BaseSourceMapping._column_source(uuid,
       path_in_source)``: overridden by
       :class:`cacheaffinity.coffea.packs.PackSourceMapping` (so that a
@@ -55,7 +61,10 @@ Public seams used as documented: ``Runner(cachestrategy=...)`` (the
 
 from __future__ import annotations
 
+import copy
 import inspect
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -63,7 +72,8 @@ from typing import Any
 from coffea.nanoevents import NanoEventsFactory, schemas
 from coffea.nanoevents.mapping import UprootSourceMapping
 from coffea.nanoevents.mapping.base import BaseSourceMapping, UUIDOpener
-from coffea.nanoevents.util import key_to_tuple
+from coffea.nanoevents.schemas.base import BaseSchema
+from coffea.nanoevents.util import key_to_tuple, tuple_to_key
 from coffea.processor import DaskExecutor, ProcessorABC, Runner
 from coffea.processor.executor import FileMeta, WorkItem
 
@@ -71,6 +81,7 @@ __all__ = [
     "FileMeta",
     "ProcessorABC",
     "RunnerCall",
+    "SchemaCache",
     "UUIDOpener",
     "WorkItem",
     "accessed_columns",
@@ -134,6 +145,9 @@ SIGNATURES = {
         ("self", "columnhandle", "start", "stop", "allow_missing", "use_ak_forth"),
     ),
     "UUIDOpener.__init__": (UUIDOpener.__init__, ("self", "uuid_pfnmap")),
+    "NanoEventsFactory.__init__": (
+        NanoEventsFactory.__init__, ("self", "schema", "mapping", "partition_key", "mode"),
+    ),
     "WorkItem": (
         WorkItem,
         ("dataset", "filename", "treename", "entrystart", "entrystop", "fileuuid",
@@ -173,6 +187,9 @@ def check() -> list[str]:
             problems.append(f"{label} lacks parameters {sorted(set(expected) - params)}")
     if "buffer_cache" not in inspect.signature(UprootSourceMapping.__init__).parameters:
         problems.append("UprootSourceMapping has no buffer_cache parameter")
+    probe = BaseSchema({"fields": [], "contents": [], "parameters": {}})
+    if not isinstance(getattr(probe, "_form", None), dict) or "parameters" not in probe._form:
+        problems.append("BaseSchema keeps its form elsewhere than _form['parameters']")
     return problems
 
 
@@ -277,6 +294,7 @@ def events_from_form(
     buffer_cache: Any = None,
     tree: Any = None,
     packs: dict | None = None,
+    schema_instance: Any = None,
 ):
     """Virtual NanoEvents of a chunk from a stored base form (what
     ``NanoEventsFactory.from_root(mode="virtual")`` builds, without reading the
@@ -299,6 +317,12 @@ def events_from_form(
         mapping = UprootSourceMapping(opener, start, stop, buffer_cache=buffer_cache, **common)
     if tree is not None:
         mapping.preload_column_source(file_uuid, object_path, tree)
+    if schema_instance is not None:  # built by SchemaCache: no schema build per chunk
+        factory = NanoEventsFactory(
+            schema_instance, mapping, tuple_to_key((file_uuid, object_path, f"{start}-{stop}")),
+            mode="virtual",
+        )
+        return factory, mapping
     kwargs = {}
     if "buffer_cache" in inspect.signature(NanoEventsFactory._from_mapping).parameters:
         kwargs["buffer_cache"] = buffer_cache  # coffea 2026.7 (unused there)
@@ -312,6 +336,51 @@ def events_from_form(
         **kwargs,
     )
     return factory, mapping
+
+
+class SchemaCache:
+    """A file's NanoEvents schema, built once per process, copied per chunk.
+
+    coffea builds the schema (``NanoAODSchema(base_form)``: every collection of a
+    ~1,500-branch form zipped anew; ~40 ms and some 10^4 objects) for every
+    chunk; only the top-level ``metadata`` parameter differs between the chunks
+    of a file.  :meth:`schema` builds it once per (``key``, schema class), with a
+    probe metadata dict to learn what the schema adds to it (NanoAOD: its
+    ``version``), and gives each chunk a shallow copy whose form has the chunk's
+    own top-level parameters: the form dicts below are shared, read-only.
+    Thread-safe; at most ``size`` schemas are kept (least recently used go).
+    """
+
+    def __init__(self, size: int = 64):
+        self.size = size
+        self._schemas: OrderedDict = OrderedDict()
+        self._lock = threading.Lock()
+
+    def schema(self, key: str, schemaclass, base_form, metadata: dict | None):
+        """The chunk's schema instance; ``base_form()`` gives a fresh base form
+        (called on the first chunk of ``key`` only: the schema may change it)."""
+        with self._lock:
+            entry = self._schemas.get((key, schemaclass))
+            if entry is not None:
+                self._schemas.move_to_end((key, schemaclass))
+        if entry is None:
+            form = base_form()
+            probe: dict = {}
+            form["parameters"] = dict(form.get("parameters") or {}, metadata=probe)
+            built = schemaclass(form)
+            if not isinstance(built, BaseSchema):
+                raise RuntimeError("Invalid schema type")
+            entry = (built, dict(probe))
+            with self._lock:
+                self._schemas[(key, schemaclass)] = entry
+                while len(self._schemas) > self.size:
+                    self._schemas.popitem(last=False)
+        built, added = entry
+        chunk = copy.copy(built)
+        parameters = dict(built._form["parameters"])
+        parameters["metadata"] = {**(metadata or {}), **added}
+        chunk._form = {**built._form, "parameters": parameters}
+        return chunk
 
 
 def accessed_columns(buffer_keys) -> set[str]:

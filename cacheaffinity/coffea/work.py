@@ -29,6 +29,7 @@ Retries, ``skipbadfiles`` and ``use_result_type`` are coffea's
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import uuid as uuidlib
@@ -321,6 +322,12 @@ _FAST_PATH_PROBLEMS: list[str] | None = None
 CHUNK_PACKS = True
 #: Fields of a stored TTree form document (documents without them are rebuilt).
 _DOC_FIELDS = ("base_form", "object_path", "num_entries", "branch_kinds")
+#: Schemas built once per file and process (:class:`adapter.SchemaCache`).
+SCHEMAS = adapter.SchemaCache()
+#: Form documents read in this process, by form name (the name carries the
+#: identity of the file's bytes): not parsed again for every chunk.
+_DOCS: dict = {}
+_DOCS_SIZE = 64
 
 
 def _fast_path_applies(call: adapter.RunnerCall, item) -> bool:
@@ -365,7 +372,9 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
     forms = plugin.forms
     form_name = FormStore.key(ident.token, item.treename, sorted(iteritems_options.items(), key=repr))
     expect = ident.as_dict()
-    doc = forms.get(form_name, identity=expect) if forms is not None else None
+    doc = _DOCS.get(form_name)
+    if doc is None and forms is not None:
+        doc = forms.get(form_name, identity=expect)
     if doc is not None and doc.get("kind") == "TTree" and not set(_DOC_FIELDS) <= set(doc):
         doc = None  # written before cluster offsets were stored: rebuilt and replaced
     raw = raw_store()
@@ -424,9 +433,8 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
             metadata.update(item.usermeta)
         start = max(item.entrystart, 0)
         stop = min(item.entrystop, doc["num_entries"])
-        # ``doc`` is this call's own (parsed from the form file or a peer's reply, or
-        # built above), so coffea may change its base form in place: no copy
-        # (a deepcopy of a ~1,500-branch form was ~2% of a warm chunk task)
+        # the schema is built once per file and process from a copy of the base form
+        # (SCHEMAS); the document itself is kept read-only for the next chunks
         materialized: list = []
         base_form = doc["base_form"]
         try:
@@ -443,9 +451,16 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
                 }}
             else:
                 source = {"buffer_cache": IdentityKeyedCache(raw, ident.token, [])}
+            if doc.get("kind") == "TTree":
+                if len(_DOCS) >= _DOCS_SIZE:
+                    _DOCS.pop(next(iter(_DOCS)), None)
+                _DOCS[form_name] = doc
+            schema = SCHEMAS.schema(
+                form_name, w["schema"], lambda: json.loads(json.dumps(base_form)), metadata
+            )
             factory, mapping = adapter.events_from_form(
                 opener, file_uuid, doc["object_path"], start, stop,
-                base_form, w["schema"], metadata,
+                None, w["schema"], metadata, schema_instance=schema,
                 access_log=materialized,
                 file_handle=LazyFile(opener, file_uuid),
                 tree=tree,
