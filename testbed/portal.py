@@ -91,15 +91,38 @@ def _removals(client, since: float) -> list[dict]:
     return out
 
 
-def _per_node(before: dict, after: dict) -> dict[str, dict]:
+def _worker_counters(client) -> dict[str, dict]:
+    """Each worker's cache counters now: ``{address: {"node": id, <counter>: n}}``."""
+    from cacheaffinity.client import _worker_stats
+
     out = {}
-    for node, a in after.items():
-        b = before.get(node, {})
-        out[node] = {k: v - b.get(k, 0) for k, v in a.items() if isinstance(v, (int, float))}
-        out[node].update({k: 0 for k in COUNTERS if k not in out[node]})
-        out[node]["workers"] = a.get("workers")
-        # a worker process that restarted during the run counts from 0 again
-        out[node]["restarted"] = sorted(set(a.get("workers", [])) - set(b.get("workers", [])))
+    for addr, m in client.run(_worker_stats).items():
+        if m and m.get("node"):
+            out[addr] = {"node": m["node"], **{k: v for k, v in (m.get("stats") or {}).items()
+                                               if isinstance(v, (int, float))}}  # fmt: skip
+    return out
+
+
+def _per_node(before: dict, after: dict) -> dict[str, dict]:
+    """A run's counters per node, from per-worker readings before and after it.
+
+    The counters are per worker process: a worker that started during the run counts from
+    0 (listed in ``started``); one that left during it took its counts along (``lost``).
+    """
+    out: dict[str, dict] = {}
+    for addr, a in after.items():
+        b = before.get(addr, {})
+        node = out.setdefault(a["node"], {k: 0 for k in COUNTERS} | {"workers": [], "started": [], "lost": []})
+        for k, v in a.items():
+            if k != "node":
+                node[k] = node.get(k, 0) + v - b.get(k, 0)
+        node["workers"].append(addr)
+        if addr not in before:
+            node["started"].append(addr)
+    for addr, b in before.items():
+        if addr not in after:
+            out.setdefault(b["node"], {k: 0 for k in COUNTERS} | {"workers": [], "started": [], "lost": []})
+            out[b["node"]]["lost"].append(addr)
     return out
 
 
@@ -110,7 +133,7 @@ def run(client, files: Sequence[str], chunksize: int, progress: bool) -> dict:
     import cacheaffinity
     from examples.realistic import TTbarLikeProcessor, summary
 
-    before = cacheaffinity.cache_stats(client)
+    before = _worker_counters(client)
     c0 = cacheaffinity.check(client)
     nodes_before = _nodes(client)
     since = time.time()
@@ -136,7 +159,7 @@ def run(client, files: Sequence[str], chunksize: int, progress: bool) -> dict:
     wall = time.perf_counter() - t0
     end = time.time()
     stop.set()
-    after = cacheaffinity.cache_stats(client)
+    after = _worker_counters(client)
     c1 = cacheaffinity.check(client)
     per_node = _per_node(before, after)
     totals = {k: sum(d[k] for d in per_node.values()) for k in COUNTERS}

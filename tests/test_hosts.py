@@ -8,9 +8,11 @@ CI, where we are root, they fail instead: :func:`testbed.skip_or_fail`).
 
 Dask timeouts of every box here (:data:`TIMEOUTS`), which bound how long a partition can
 hold a run: the scheduler removes a worker it has not heard from for
-``distributed.scheduler.worker-ttl`` (10 s) and a TCP connection whose data go unacknowledged
-for ``distributed.comm.timeouts.tcp`` (15 s; distributed refuses less than 11 s) breaks; connecting gives up after
-``distributed.comm.timeouts.connect`` (5 s); a peer fetch after
+``distributed.scheduler.worker-ttl`` (5 s, checked every 5 s: 5 to 10 s, then it tries to
+restart the worker through its nanny, which a partition makes wait for
+``distributed.comm.timeouts.connect``, 5 s); a TCP connection whose data go unacknowledged
+breaks after ``distributed.comm.timeouts.tcp`` (15 s; distributed refuses less than 11 s),
+which is what makes the cut-off worker close; a peer fetch gives up after
 ``cacheaffinity.worker.peer-timeout`` (3 s).  Figures measured are printed (``-s``) as
 ``FIGURES <json>`` lines.
 """
@@ -33,7 +35,7 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserW
 
 EVENTS, FILES, CHUNKSIZE = 4000, 2, 250  # 16 chunks of the realistic analysis
 TIMEOUTS = {
-    "distributed.scheduler.worker-ttl": "10s",
+    "distributed.scheduler.worker-ttl": "5s",
     "distributed.comm.timeouts.connect": "5s",
     "distributed.comm.timeouts.tcp": "15s",
     "cacheaffinity.worker.peer-timeout": "3 s",
