@@ -546,11 +546,21 @@ class ClusterBox:
                 _cmd([*run, "qdisc", "replace", "dev", dev, "parent", "1:10", "handle", "10:", *netem])
                 self._netem.add(member)
 
+    def shape(self, member: str, *, rate: str | None = None, delay: str | None = None,
+              loss: str | None = None) -> Link:  # fmt: skip
+        """Change a member's link now, both directions (tc units: ``rate="1gbit"``; delay and
+        loss need netem); returns the new :class:`Link`."""
+        changes = {k: v for k, v in (("rate", rate), ("delay", delay), ("loss", loss)) if v is not None}
+        link = self.links[member] = dataclasses.replace(self.links[member], **changes)
+        self._qdisc(member, link, "change")
+        return link
+
     def qdiscs(self, member: str) -> str:
-        """``tc qdisc show`` of both ends of a member's link."""
+        """``tc qdisc show`` and ``tc class show`` of both ends of a member's link."""
         return "\n".join(
-            _cmd([_ip(), "netns", "exec", ns, _tc(), "qdisc", "show", "dev", dev]).stdout.strip()
+            _cmd([_ip(), "netns", "exec", ns, _tc(), what, "show", "dev", dev]).stdout.strip()
             for ns, dev in self._ends(member)
+            for what in ("qdisc", "class")
         )
 
     def cut(self, member: str, how: str = "block") -> float:

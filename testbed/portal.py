@@ -10,8 +10,9 @@ set by :meth:`testbed.hosts.ClusterBox.portal`), does one thing and prints one l
 - ``run FILE ... --chunksize C``: one run of the realistic analysis
   (``examples/realistic.py``) with :class:`cacheaffinity.CacheAffinityExecutor`: its
   summary, wall time, the cache counters of the run summed and per node (hits, misses,
-  peer hits, files opened), the plugin's per-node placement counters and the scheduler's
-  worker removals and additions during the run.
+  peer hits, files opened), the plugin's per-node placement counters, where each chunk was
+  processed (the plugin's holder memory: chunk digest -> node) and the scheduler's worker
+  removals and additions during the run.
 
 Everything is bounded: ``--timeout`` ends a command that would hang with exit status 3.
 """
@@ -80,6 +81,17 @@ def _scheduler_progress(dask_scheduler=None) -> dict:
         processing[ws.host] = processing.get(ws.host, 0) + len(ws.processing)
     memory = sum(1 for ts in dask_scheduler.tasks.values() if ts.state == "memory")
     return {"t": time.time(), "memory": memory, "processing": processing}
+
+
+def _scheduler_holders(dask_scheduler=None) -> dict[str, str]:
+    """Where each chunk id (by digest) was processed last: the plugin's locator memory."""
+    from cacheaffinity.protocol import PLUGIN_NAME
+
+    plugin = dask_scheduler.plugins[PLUGIN_NAME]
+    out = {}
+    for digest, record in plugin.locator.holder.items():
+        out[str(digest)] = record if isinstance(record, str) else str(record[0])
+    return out
 
 
 def _removals(client, since: float) -> list[dict]:
@@ -182,6 +194,7 @@ def run(client, files: Sequence[str], chunksize: int, progress: bool) -> dict:
         "nodes_before": nodes_before,
         "nodes_after": _nodes(client),
         "membership": _removals(client, since),
+        "holders": client.run_on_scheduler(_scheduler_holders),
     }
 
 

@@ -237,3 +237,147 @@ def test_stale_objects_of_a_crashed_run_are_removed(box_ok):
     assert hb.leftovers(box_id)["netns"] and hb.leftovers(box_id)["mounts"]
     assert box_id in hb.cleanup_stale()
     assert hb.leftovers(box_id) == {"netns": [], "mounts": [], "dirs": []}
+
+
+# --------------------------------------------------------------------------- make test-hosts
+
+
+def per_host(r: dict, key: str) -> dict[str, int]:
+    """A run's per-node counter by host name (node ids start with it)."""
+    out: dict[str, int] = {}
+    for node, d in r["per_node"].items():
+        out[node.split("-")[0]] = out.get(node.split("-")[0], 0) + d[key]
+    return out
+
+
+def moved(a: dict, b: dict) -> int:
+    """Chunk ids processed on another host in run ``b`` than in run ``a``."""
+    host = lambda n: n.split("-")[0]  # noqa: E731
+    return sum(1 for c, n in b["holders"].items() if c in a["holders"] and host(a["holders"][c]) != host(n))
+
+
+@pytest.mark.hosts
+@pytest.mark.timeout(360)
+def test_scheduler_restart_between_runs(dataset):
+    """The scheduler restarts between run 2 and run 3: the workers reconnect (supervised),
+    the nodes keep their ids (from their cache directories) and run 3 hits like run 2.
+
+    The placement after the restart is the hash placement of the same node ids; the
+    scheduler's memory of where chunks were processed (the locator's holders, which run 2
+    followed) is gone with the process, so a chunk that run 1 moved (a steal) goes back to
+    its hashed node: ``moved_run2_to_run3`` counts those (0 when run 1 stole nothing); they
+    still hit when that node holds their ROOT clusters."""
+    files, reference = dataset
+    with hb.ClusterBox(4, dask_config=CONFIG) as box:
+        before = box.python("wait", "--workers", 4, timeout=90)["nodes"]
+        r1, r2 = run(box, files), run(box, files)
+        t0 = time.time()
+        box.stop_scheduler()
+        box.start_scheduler()
+        back = box.python("wait", "--workers", 4, timeout=120)["nodes"]
+        t_back = time.time() - t0
+        r3 = run(box, files)
+    fig = {"run1": brief(r1), "run2": brief(r2), "run3": brief(r3), "cluster_back_s": t_back,
+           "moved_run2_to_run3": moved(r2, r3), "chunk_ids": len(r3["holders"])}  # fmt: skip
+    figures("scheduler_restart", **fig)
+    assert r1["summary"] == r2["summary"] == r3["summary"] == reference
+    assert set(back) == set(before)
+    assert r3["hit_rate"] == r2["hit_rate"] and r3["hit_rate"] >= 0.99, fig
+    assert r3["storage_opens"] == 0
+    if r1["counters"].get("steals", 0) == 0:
+        assert fig["moved_run2_to_run3"] == 0, fig
+        assert per_host(r3, "hits") == per_host(r2, "hits")
+
+
+@pytest.mark.hosts
+@pytest.mark.timeout(360)
+def test_host_lost_and_replaced_by_an_empty_one(dataset):
+    """h3 is replaced by an empty host at the same address (worker stopped, a new empty
+    file system, worker started): a new node id; chunks move only to and from h3."""
+    files, reference = dataset
+    with hb.ClusterBox(4, dask_config=CONFIG) as box:
+        before = box.python("wait", "--workers", 4, timeout=90)["nodes"]
+        r1, r2 = run(box, files), run(box, files)
+        box.replace_host("h3")
+        after = box.python("wait", "--workers", 4, timeout=120)["nodes"]
+        r3 = run(box, files)
+        r4 = run(box, files)
+    old3, new3 = node_of(before, "h3"), node_of(after, "h3")
+    host = lambda n: n.split("-")[0]  # noqa: E731
+    changes = [(host(r2["holders"][c]), host(n)) for c, n in r3["holders"].items()
+               if c in r2["holders"] and host(r2["holders"][c]) != host(n)]  # fmt: skip
+    fig = {"run2": brief(r2), "run3": brief(r3), "run4": brief(r4), "old_h3": old3, "new_h3": new3,
+           "moved": len(changes), "moves": changes, "chunk_ids": len(r3["holders"]),
+           "run3_misses_per_host": per_host(r3, "misses"), "run3_peer_hits_per_host": per_host(r3, "peer_hits"),
+           "run4_misses_per_host": per_host(r4, "misses"), "moved_run3_to_run4": moved(r3, r4),
+           "run3_counters": r3["counters"], "run4_counters": r4["counters"]}  # fmt: skip
+    figures("host_replaced", **fig)
+    assert all(r["summary"] == reference for r in (r1, r2, r3, r4))
+    assert new3 != old3
+    assert set(after) - {new3} == set(before) - {old3}
+    assert all("h3" in pair for pair in changes), changes  # only h3's chunks move
+    assert r3["storage_opens"] > 0 or r3["peer_hits"] > 0  # the new node filled itself
+    # run 4: everything hits, except a chunk a steal moved off its node (the machine is shared:
+    # a slow moment can make an idle worker steal)
+    per_chunk = (r4["hits"] + r4["misses"]) / r4["chunks"]
+    assert r4["misses"] <= r4["counters"].get("steals", 0) * per_chunk, fig
+
+
+@pytest.mark.hosts
+@pytest.mark.timeout(360)
+def test_disk_full_on_one_host(dataset):
+    """h1's disk is too small for its share of the columns: its cache writes fail with
+    ENOSPC, which costs misses and a log line, never a wrong or failed result."""
+    files, reference = dataset
+    specs = [hb.HostSpec("h1", disk="1m"), *(hb.HostSpec(f"h{i}") for i in (2, 3, 4))]
+    with hb.ClusterBox(specs, dask_config=CONFIG) as box:
+        box.python("wait", "--workers", 4, timeout=90)
+        r1, r2 = run(box, files), run(box, files)
+        usage = box.disk_usage("h1")
+        log = box.services["worker-h1"].log.read_text(errors="replace")
+    full_lines = [line for line in log.splitlines()
+                  if "cacheaffinity" in line and ("space" in line.lower() or "ENOSPC" in line or "full" in line)]  # fmt: skip
+    fig = {"run1": brief(r1), "run2": brief(r2), "h1_disk": usage,
+           "run2_misses_per_host": per_host(r2, "misses"), "h1_log_lines": full_lines[:5],
+           "h1_log_line_count": len(full_lines)}  # fmt: skip
+    figures("disk_full", **fig)
+    assert r1["summary"] == r2["summary"] == reference
+    misses = per_host(r2, "misses")
+    assert misses["h1"] > 0, fig
+    assert all(misses[h] == 0 for h in ("h2", "h3", "h4")), fig
+    assert 1 <= len(full_lines) <= 3, fig  # one line (per worker process), not one per write
+
+
+@pytest.mark.hosts
+@pytest.mark.timeout(420)
+def test_slow_peer_link_falls_back_to_storage(dataset):
+    """h4 joins before run 2 and takes chunks whose columns h1..h3 hold; h2's link is slowed
+    to 256 kbit/s, so fetching from h2 exceeds ``worker.peer-timeout`` (3 s) and storage
+    serves those columns, while peers h1 and h3 answer.  The result is identical; the
+    slowdown is stated.  (This kernel may lack netem: a slow link is an HTB rate.)"""
+    files, reference = dataset
+    with hb.ClusterBox(4, dask_config=CONFIG, start=False) as box:
+        box.start_scheduler()
+        for h in ("h1", "h2", "h3"):
+            box.start_worker(h)
+        box.python("wait", "--workers", 3, timeout=90)
+        r1 = run(box, files)
+        box.shape("h2", rate="256kbit")
+        qdisc = box.qdiscs("h2")
+        box.start_worker("h4")
+        box.python("wait", "--workers", 4, timeout=90)
+        r2 = run(box, files)
+        box.shape("h2", rate="10gbit")
+        r3 = run(box, files)
+    fig = {"run1": brief(r1), "run2": brief(r2), "run3": brief(r3),
+           "run2_peer_failed_per_host": per_host(r2, "peer_failed"),
+           "run2_peer_hits_per_host": per_host(r2, "peer_hits"),
+           "run2_storage_opens_per_host": per_host(r2, "storage_opens"),
+           "run2_misses_per_host": per_host(r2, "misses"),
+           "run2_storage_bytes_per_host": per_host(r2, "storage_bytes"), "run2_counters": r2["counters"]}  # fmt: skip
+    figures("slow_peer_link", **fig)
+    assert "256Kbit" in qdisc or "256000bit" in qdisc, qdisc
+    assert r1["summary"] == r2["summary"] == r3["summary"] == reference
+    assert r2["peer_failed"] > 0, fig  # gave up on h2
+    assert per_host(r2, "misses")["h4"] > 0, fig  # and storage served those columns instead
+    assert r2["wall_s"] < r1["wall_s"] + 60, fig  # bounded by peer-timeout per fetch
