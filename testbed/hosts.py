@@ -27,8 +27,9 @@ placeholder resolved by the worker from its own host name), under a supervisor t
 the command again when it exits (what systemd's ``Restart=always`` or a batch system does):
 a worker that Dask closed after a partition comes back by itself, with its cache directory.
 
-Every object is named with the prefix ``cabox-<id>-`` (namespaces) or lives under
-``/tmp/cabox-<id>/`` (mounts, logs); ``<root>/owner`` holds the pid of the process that made
+Every object is named with the prefix ``cabox-<id>-`` (namespaces, and their ``hosts`` files
+in ``/etc/netns/``, which ``ip netns exec`` mounts on ``/etc/hosts`` so that box host names
+resolve inside the box) or lives under ``/tmp/cabox-<id>/`` (mounts, logs); ``<root>/owner`` holds the pid of the process that made
 the box.  Leaving the context manager (also on an exception) stops every process the box
 started (by process group id), deletes its namespaces (which removes the veths, the bridge
 and their qdiscs) and unmounts its disks.  :func:`cleanup_stale` removes what an earlier run
@@ -58,7 +59,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.xrootd import INSTALL_HINT, _ip, _tc, _which
+from testbed.xrootd import BOUNDED_CLIENT_ENV, INSTALL_HINT, _ip, _tc, _which
 
 __all__ = [
     "PREFIX",
@@ -76,6 +77,8 @@ __all__ = [
 PREFIX = "cabox-"
 #: where every box keeps its mounts, logs and owner file: ``/tmp/cabox-<id>``
 BASE = Path("/tmp")
+#: per-namespace files that ``ip netns exec`` mounts over /etc (the box's ``hosts``)
+ETC_NETNS = Path("/etc/netns")
 SUBNET = "10.213.0"
 SCHEDULER_PORT = 8786
 ORIGIN_PORT = 1094
@@ -193,6 +196,10 @@ def _remove(box_id: str) -> list[str]:
             problems.append(f"mount {mnt}: {proc.stderr.strip()}")
     if not any(m.startswith(f"{root}/") for m in _mounts()):
         shutil.rmtree(root, ignore_errors=True)
+    for etc in ETC_NETNS.glob(f"{PREFIX}{box_id}-*"):
+        shutil.rmtree(etc, ignore_errors=True)
+    with contextlib.suppress(OSError):  # only if empty: another user's entries stay
+        ETC_NETNS.rmdir()
     return problems
 
 
@@ -208,6 +215,10 @@ def _box_ids() -> set[str]:
             ids.add(m.group(1))
     for d in BASE.glob(f"{PREFIX}*"):
         m = re.fullmatch(rf"{PREFIX}([0-9a-f]+)", d.name)
+        if m:
+            ids.add(m.group(1))
+    for d in ETC_NETNS.glob(f"{PREFIX}*"):
+        m = re.match(rf"{PREFIX}([0-9a-f]+)-", d.name)
         if m:
             ids.add(m.group(1))
     return ids
@@ -236,13 +247,15 @@ def cleanup_stale() -> list[str]:
 
 
 def leftovers(box_id: str | None = None) -> dict[str, list[str]]:
-    """The box objects that exist now: ``{"netns": [...], "mounts": [...], "dirs": [...]}``.
+    """The box objects that exist now: ``{"netns": [...], "mounts": [...], "dirs": [...]}``
+    (``dirs``: its directory under /tmp and its /etc/netns entries).
 
     ``box_id=None``: of every box.
     """
     pre = f"{PREFIX}{box_id}-" if box_id else PREFIX
     root = f"{BASE}/{PREFIX}{box_id}/" if box_id else f"{BASE}/{PREFIX}"
     dirs = [str(BASE / f"{PREFIX}{box_id}")] if box_id else [str(d) for d in BASE.glob(f"{PREFIX}*")]
+    dirs += [str(d) for d in ETC_NETNS.glob(f"{pre}*")]
     return {
         "netns": [ns for ns in _netns_list() if ns.startswith(pre)],
         "mounts": [m for m in _mounts() if m.startswith(root)],
@@ -507,6 +520,13 @@ class ClusterBox:
             _cmd([ip, "-n", ns, "addr", "add", f"{self.addresses[member]}/24", "dev", "eth0"])
             _cmd([ip, "-n", ns, "link", "set", "eth0", "up"])
             self._qdisc(member, self.links[member], "add")
+        # name resolution inside the box: `ip netns exec NS` mounts /etc/netns/NS/hosts on
+        # /etc/hosts, so every member resolves every box host name (xrootd needs its own)
+        hosts_text = "127.0.0.1 localhost\n" + "".join(f"{a} {n}\n" for n, a in self.addresses.items())
+        for member in [*FIXED, *self.specs]:
+            etc = ETC_NETNS / self.ns(member)
+            etc.mkdir(parents=True, exist_ok=True)
+            (etc / "hosts").write_text(hosts_text)
         for host, spec in self.specs.items():
             d = self.disk(host)
             d.mkdir(parents=True)
@@ -614,6 +634,7 @@ class ClusterBox:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO), env.get("PYTHONPATH", "")) if p)
         env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "")])
+        env.update(BOUNDED_CLIENT_ENV)  # XRootD clients: a lost origin is an error in seconds
         for key, value in self.dask_config.items():
             env["DASK_" + "__".join(part.upper().replace("-", "_") for part in key.split("."))] = (
                 value if isinstance(value, str) else json.dumps(value)

@@ -20,9 +20,12 @@ which is what makes the cut-off worker close; a peer fetch gives up after
 from __future__ import annotations
 
 import json
+import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -30,6 +33,7 @@ import pytest
 
 from testbed import skip_or_fail
 from testbed import hosts as hb
+from testbed import xrootd as xrd
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
 
@@ -53,9 +57,10 @@ def box_ok():
 
 
 @pytest.fixture(scope="module")
-def dataset(tmp_path_factory, box_ok):
+def dataset(box_ok):
     """Two generated LZMA NanoAOD-like files (the realistic analysis' branches) and
-    ``IterativeExecutor``'s summary of them."""
+    ``IterativeExecutor``'s summary of them, in a directory the XRootD origin's
+    unprivileged user can read (not under pytest's 0700 tmp_path)."""
     from coffea import processor
     from coffea.nanoevents import NanoAODSchema
 
@@ -64,12 +69,16 @@ def dataset(tmp_path_factory, box_ok):
     from benchmarks.consecutive_runs import analysis_branches
     from examples.realistic import TTbarLikeProcessor, summary
 
-    d = tmp_path_factory.mktemp("boxdata")
-    files = [str(f) for f in make_dataset(d, events=EVENTS, files=FILES, seed=27,
-                                          branches=analysis_branches("realistic"), progress=False)]  # fmt: skip
-    runner = processor.Runner(executor=processor.IterativeExecutor(), schema=NanoAODSchema, chunksize=CHUNKSIZE)
-    out = runner({"synthetic": files}, processor_instance=TTbarLikeProcessor(), treename="Events")
-    return files, summary(out)
+    d = Path(tempfile.mkdtemp(prefix="cacheaffinity-test-hosts-"))
+    try:
+        os.chmod(d, 0o755)
+        files = [str(f) for f in make_dataset(d, events=EVENTS, files=FILES, seed=27,
+                                              branches=analysis_branches("realistic"), progress=False)]  # fmt: skip
+        runner = processor.Runner(executor=processor.IterativeExecutor(), schema=NanoAODSchema, chunksize=CHUNKSIZE)
+        out = runner({"synthetic": files}, processor_instance=TTbarLikeProcessor(), treename="Events")
+        yield files, summary(out)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def figures(name: str, **values) -> None:
@@ -81,7 +90,8 @@ def run(box: hb.ClusterBox, files, **kw) -> dict:
 
 
 def brief(r: dict) -> dict:
-    keys = ("wall_s", "chunks", "hit_rate", "hits", "misses", "peer_hits", "peer_failed", "storage_opens")
+    keys = ("wall_s", "chunks", "hit_rate", "hits", "misses", "peer_hits", "peer_failed", "storage_opens",
+            "storage_bytes")
     return {k: r[k] for k in keys} | {"steals": r["counters"].get("steals", 0),
                                       "off_target": r["counters"].get("off-target", 0)}
 
@@ -96,8 +106,16 @@ def node_of(nodes: dict, host: str) -> str:
 
 @pytest.mark.timeout(240)
 def test_steady_state_four_hosts(dataset):
+    """4 hosts read the files from a real XRootD origin over its 1 Gbit/s link (VISPA's
+    NFS links were 1 and 4 Gbit/s); run 2 is served by the hosts' own caches."""
+    missing = xrd.missing_requirements(netns=False)
+    if missing:
+        skip_or_fail("the box's XRootD origin needs " + "; ".join(missing))
     files, reference = dataset
-    with hb.ClusterBox(4, dask_config=CONFIG) as box:
+    origin_dir = Path(files[0]).parent
+    with hb.ClusterBox(4, dask_config=CONFIG, origin_dir=origin_dir, origin_link=hb.Link(rate="1gbit")) as box:
+        urls = [box.url(f) for f in files]
+        assert all(u.startswith("root://10.213.0.3:1094//") for u in urls)
         up = box.python("wait", "--workers", 4, timeout=90)
         # each host: its own address, host name and {host} cache directory on its own disk
         assert sorted(w["hostname"] for w in up["workers"].values()) == ["h1", "h2", "h3", "h4"]
@@ -113,13 +131,15 @@ def test_steady_state_four_hosts(dataset):
         assert listening["sched"] == [f"{box.addresses['sched']}:8786", "127.0.0.1:8787"]
         for h in box.hosts:
             assert all(a.split(":")[0] in (box.addresses[h], "127.0.0.1") for a in listening[h]), listening
-        r1 = run(box, files)
-        r2 = run(box, files)
+        r1 = run(box, urls)
+        r2 = run(box, urls)
         used = {h: box.disk_usage(h) for h in box.hosts}
+        origin_log = box.services["origin"].log_tail(5)
     figures("steady_state", run1=brief(r1), run2=brief(r2), disk_used={h: u["size"] - u["free"] for h, u in used.items()})
     assert r1["summary"] == reference and r2["summary"] == reference
     assert r1["chunks"] == r2["chunks"] == 16
-    assert r1["misses"] > 0 and r1["storage_opens"] > 0
+    assert r1["misses"] > 0 and r1["storage_opens"] > 0 and r1["storage_bytes"] > 0
+    assert "origin serving" in origin_log
     assert r2["hit_rate"] >= 0.99, brief(r2)
     assert r2["storage_opens"] == 0, brief(r2)
     # every node holds columns on its own disk
