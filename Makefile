@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-matrix bench bench-dry bench-quick venv clean system-deps
+.PHONY: demo test test-slow test-hosts test-matrix bench bench-dry bench-quick venv clean system-deps
 
 venv: $(STAMP)
 
@@ -38,6 +38,12 @@ test:
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# Fault tests on the cluster in a box (testbed/hosts.py: hosts as network namespaces, shaped
+# links, tmpfs disks; needs root): slow peer link, host replaced, scheduler restart, disk
+# full. The steady-state and partition tests of tests/test_hosts.py run in the default suite.
+test-hosts: $(STAMP)
+	$(PY) -m pytest -q -s -m hosts tests/test_hosts.py
 
 # Core tests (executor, coffea inputs, coffea's own executor tests, scheduler plugin,
 # stealing) at the oldest (requirements/oldest.txt) and newest (requirements/constraints.txt)
