@@ -1,6 +1,7 @@
 # Two commands set everything up on a fresh machine:
 #   make demo   - the end-to-end demo (local cluster, generated NanoAOD-like data, consecutive runs)
-#   make test   - the test suite
+#   make test   - the test suite (it builds the docs too: tests/test_docs.py)
+#   make docs   - the documentation site (Sphinx, warnings as errors) into docs/_build/html
 # Both create .venv with the pinned dependencies (requirements/constraints.txt) first.
 
 PYTHON ?= python3
@@ -8,7 +9,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test test-slow test-hosts test-matrix bench bench-dry bench-quick venv clean system-deps
+.PHONY: demo docs test test-slow test-hosts test-matrix bench bench-dry bench-quick venv clean system-deps
 
 venv: $(STAMP)
 
@@ -20,6 +21,11 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 
 demo: $(STAMP)
 	$(PY) -m examples.demo
+
+# The documentation site (docs/): user guide, configuration reference generated from
+# cacheaffinity/cacheaffinity.yaml and its schema, API reference, design, benchmarks.
+docs: $(STAMP)
+	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
 # What CI runs (.ci/run). Steps, each timed (tools/timed), the times printed at the end:
 #   venv, system-deps   the pinned venv and the Debian packages the tests need
@@ -53,7 +59,7 @@ test-matrix:
 	$(PYTHON) tools/matrix.py
 
 # Every benchmark in order with repeats, each step timed (benchmarks/run_all.py), then the
-# README tables rendered from the new JSON (tools/render_readme.py). Run it ALONE on a quiet
+# README and docs/benchmarks.md tables rendered from the new JSON (tools/render_readme.py). Run it ALONE on a quiet
 # machine: needs root (private network namespace for XRootD); ~4-5 h on 2 cores.
 #   make bench-dry   the commands only;  make bench-quick   every script at a tiny size (~15 min)
 bench: $(STAMP) system-deps
@@ -71,4 +77,4 @@ system-deps:
 	@bash .ci/install-system-deps || echo "warning: system packages missing (run as root: bash .ci/install-system-deps)"
 
 clean:
-	rm -rf $(VENV) .venv-oldest .venv-newest .pytest_cache .hypothesis
+	rm -rf $(VENV) .venv-oldest .venv-newest .pytest_cache .hypothesis docs/_build

@@ -1,6 +1,7 @@
-"""README's measured-results tables are rendered from benchmarks/results/*.json
-(tools/render_readme.py): the README in the repository matches the JSON, and a changed
-figure in a JSON file changes the table and fails the check."""
+"""The measured-results tables of README.md (the headline only) and docs/benchmarks.md
+(every table) are rendered from benchmarks/results/*.json (tools/render_readme.py): both
+files in the repository match the JSON, and a changed figure in a JSON file changes the
+table and fails the check."""
 
 from __future__ import annotations
 
@@ -17,12 +18,39 @@ sys.path.insert(0, str(REPO))
 from tools import render_readme  # noqa: E402
 
 
-def test_readme_matches_results_json():
+def test_readme_and_benchmarks_page_match_results_json():
     proc = subprocess.run(
         [sys.executable, str(REPO / "tools" / "render_readme.py"), "--check"],
         capture_output=True, text=True, cwd=REPO, timeout=60,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert "README.md tables match" in proc.stdout
+    assert "docs/benchmarks.md tables match" in proc.stdout
+
+
+def _tables(path: Path) -> list[str]:
+    return [m.group("name") for m in render_readme.MARKER.finditer(path.read_text())]
+
+
+def test_readme_holds_the_headline_and_the_benchmarks_page_every_table():
+    assert _tables(REPO / "README.md") == ["consecutive_runs"]
+    assert set(_tables(REPO / "docs" / "benchmarks.md")) == set(render_readme.RENDERERS)
+
+
+def test_a_changed_figure_fails_the_check_of_the_benchmarks_page(tmp_path):
+    results = tmp_path / "results"
+    shutil.copytree(REPO / "benchmarks" / "results", results)
+    page = tmp_path / "benchmarks.md"
+    shutil.copy(REPO / "docs" / "benchmarks.md", page)
+    path = results / "chunksize_change.json"  # a table only the benchmarks page holds
+    doc = json.loads(path.read_text())
+    doc["results"][1]["wall_s"] = 1234.5678
+    path.write_text(json.dumps(doc))
+    argv = ["--readme", str(page), "--results", str(results)]
+    assert render_readme.main([*argv, "--check"]) == 1
+    assert render_readme.main(argv) == 0
+    assert "| 2 | 2500 | 32 | 1234.6 |" in page.read_text()
+    assert render_readme.main([*argv, "--check"]) == 0
 
 
 def test_a_changed_figure_is_rendered_and_fails_the_check(tmp_path):

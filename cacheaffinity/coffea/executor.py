@@ -75,10 +75,11 @@ class CacheAffinityExecutor(DaskExecutor):
         Run chunks through the identity-checked node cache (default True).
     place_preprocessing : bool, optional
         Place preprocessing tasks by file as well (default True).
-    All other parameters are ``DaskExecutor``'s (``treereduction``,
-    ``retries``, ``priority``, ``status``, ``compression``, ``use_dataframes``
-    ...).  ``worker_affinity`` is refused: it is coffea's ``hash % n_workers``
-    placement, which this executor replaces.
+    **kwargs
+        All other parameters are ``DaskExecutor``'s (``treereduction``,
+        ``retries``, ``priority``, ``status``, ``compression``, ``use_dataframes``
+        ...).  ``worker_affinity`` is refused: it is coffea's ``hash % n_workers``
+        placement, which this executor replaces.
 
     Attributes
     ----------
