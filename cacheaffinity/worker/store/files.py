@@ -89,6 +89,7 @@ def toc_of(arrays: dict[str, np.ndarray]) -> tuple[list, int, list[str]]:
     )
     parent: dict[int, tuple[int, int]] = {}  # index -> (root index, byte offset in it)
     root = end = None
+    root_ptr = 0
     for ptr, neg, i in spans:
         if root is not None and ptr + -neg <= end:
             parent[i] = (root, ptr - root_ptr)
