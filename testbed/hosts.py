@@ -31,8 +31,8 @@ Every object is named with the prefix ``cabox-<id>-`` (namespaces, and their ``h
 in ``/etc/netns/``, which ``ip netns exec`` mounts on ``/etc/hosts`` so that box host names
 resolve inside the box) or lives under ``/tmp/cabox-<id>/`` (mounts, logs);
 ``<root>/owner`` holds the pid of the process that made the box.  Leaving the context
-manager (also on an exception) stops every process the box started (by process group id), deletes its namespaces (which removes the veths, the bridge
-and their qdiscs) and unmounts its disks.  :func:`cleanup_stale` removes what an earlier run
+manager (also on an exception) stops every process the box started (by process group
+id), deletes its namespaces (which removes the veths, the bridge and their qdiscs) and unmounts its disks.  :func:`cleanup_stale` removes what an earlier run
 left behind after being killed: boxes whose owner is no longer alive; :func:`leftovers` lists
 what of the box's objects exist (empty after a clean teardown).
 
