@@ -29,12 +29,13 @@ a worker that Dask closed after a partition comes back by itself, with its cache
 
 Every object is named with the prefix ``cabox-<id>-`` (namespaces, and their ``hosts`` files
 in ``/etc/netns/``, which ``ip netns exec`` mounts on ``/etc/hosts`` so that box host names
-resolve inside the box) or lives under ``/tmp/cabox-<id>/`` (mounts, logs);
-``<root>/owner`` holds the pid of the process that made the box.  Leaving the context
-manager (also on an exception) stops every process the box started (by process group
-id), deletes its namespaces (which removes the veths, the bridge and their qdiscs) and unmounts its disks.  :func:`cleanup_stale` removes what an earlier run
-left behind after being killed: boxes whose owner is no longer alive; :func:`leftovers` lists
-what of the box's objects exist (empty after a clean teardown).
+resolve inside the box) or lives under ``/tmp/cabox-<id>/`` (mounts, logs); ``<root>/owner``
+holds the pid of the process that made the box.  Leaving the context manager (also on an
+exception) stops every process the box started (by process group id), deletes its namespaces
+(which removes the veths, the bridge and their qdiscs) and unmounts its disks.
+:func:`cleanup_stale` removes what an earlier run left behind after being killed: boxes
+whose owner is no longer alive; :func:`leftovers` lists what of the box's objects exist
+(empty after a clean teardown).
 
 Runs in the test or benchmark process (as root); every command goes through ``ip``, ``tc``,
 ``mount`` and ``unshare`` (Debian iproute2, util-linux).
