@@ -17,6 +17,8 @@ decompressed columns.  The package is laid out by the process each part runs in:
 - :mod:`cacheaffinity.client` (client): :func:`chunk`, :func:`chunks`,
   :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`, :func:`run_stats`.
 - :mod:`cacheaffinity.config`: the ``cacheaffinity`` Dask config namespace.
+- :mod:`cacheaffinity.filesystems` (anywhere): :func:`filesystem_of`, whether a
+  cache directory is on a file system shared between machines.
 
 - :mod:`cacheaffinity.preload` (scheduler and workers): the preloads.
   ``dask scheduler --preload cacheaffinity`` and ``dask worker --preload

@@ -198,15 +198,7 @@ RULES = [
     pytest.param("cacheaffinity.scheduler", "cacheaffinity.gateway", id="scheduler-not-gateway"),
     pytest.param("cacheaffinity.scheduler", "cacheaffinity.client", id="scheduler-not-client"),
     pytest.param("cacheaffinity.worker", "cacheaffinity.coffea", id="worker-not-coffea"),
-    pytest.param(
-        "cacheaffinity.worker", "cacheaffinity.jobqueue", id="worker-not-jobqueue",
-        marks=pytest.mark.xfail(
-            strict=True,
-            reason="cacheaffinity.worker.directory imports cacheaffinity.jobqueue "
-            "(filesystem_of, in default_directory); it moves to worker/ "
-            "(issue 26)",
-        ),
-    ),
+    pytest.param("cacheaffinity.worker", "cacheaffinity.jobqueue", id="worker-not-jobqueue"),
     pytest.param("cacheaffinity.worker", "cacheaffinity.gateway", id="worker-not-gateway"),
     pytest.param("cacheaffinity.worker", "cacheaffinity.scheduler", id="worker-not-scheduler"),
     pytest.param("cacheaffinity.worker", "cacheaffinity.client", id="worker-not-client"),
@@ -216,6 +208,7 @@ RULES = [
     pytest.param("cacheaffinity.protocol", "cacheaffinity", id="protocol-imports-nothing"),
     pytest.param("cacheaffinity.config", "cacheaffinity", id="config-imports-nothing"),
     pytest.param("cacheaffinity._version", "cacheaffinity", id="version-imports-nothing"),
+    pytest.param("cacheaffinity.filesystems", "cacheaffinity", id="filesystems-imports-nothing"),
     pytest.param("cacheaffinity.jobqueue", "cacheaffinity.worker", id="jobqueue-not-worker"),
     pytest.param("cacheaffinity.gateway", "cacheaffinity.worker", id="gateway-not-worker"),
 ]  # fmt: skip

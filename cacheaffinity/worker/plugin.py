@@ -323,7 +323,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         system, capacity, free space there, and the sharing mode."""
         from dask.utils import format_bytes
 
-        from cacheaffinity.jobqueue import filesystem_of
+        from cacheaffinity.filesystems import filesystem_of
 
         fs = filesystem_of(self.directory)
         try:
