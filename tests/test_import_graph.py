@@ -245,20 +245,13 @@ def defined_names(path: Path) -> set[str]:
 @pytest.mark.parametrize(
     "package",
     [
-        pytest.param(
-            "worker",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="cacheaffinity/worker/plugin.py defines cachestrategy and IdentifiedKeys "
-                "(it parses coffea's buffer keys); they move to cacheaffinity/coffea/ (issue 26)",
-            ),
-        ),
+        pytest.param("worker"),
         pytest.param("scheduler"),
     ],
 )
 def test_coffea_key_grammar_lives_in_coffea(package):
-    """Not an import (worker/plugin.py parses the keys without importing coffea/),
-    so checked by name: no module outside coffea/ defines the coffea cache hook."""
+    """Not an import (code that parses the keys need not import coffea/), so
+    checked by name: no module outside coffea/ defines the coffea cache hook."""
     found = {
         f"{path.relative_to(PACKAGE.parent)} defines {name}"
         for path in sorted((PACKAGE / package).rglob("*.py"))
