@@ -209,6 +209,7 @@ RULES = [
     pytest.param("cacheaffinity.config", "cacheaffinity", id="config-imports-nothing"),
     pytest.param("cacheaffinity._version", "cacheaffinity", id="version-imports-nothing"),
     pytest.param("cacheaffinity.filesystems", "cacheaffinity", id="filesystems-imports-nothing"),
+    pytest.param("cacheaffinity._logging", "cacheaffinity", id="logging-imports-nothing"),
     pytest.param("cacheaffinity.jobqueue", "cacheaffinity.worker", id="jobqueue-not-worker"),
     pytest.param("cacheaffinity.gateway", "cacheaffinity.worker", id="gateway-not-worker"),
 ]  # fmt: skip

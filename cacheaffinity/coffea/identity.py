@@ -34,7 +34,6 @@ from __future__ import annotations
 import logging
 import os
 import stat as statmod
-import threading
 import uuid as uuidlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +41,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import xxhash
+
+from cacheaffinity._logging import LogOnce
 
 logger = logging.getLogger("cacheaffinity.coffea")
 
@@ -203,18 +204,9 @@ def file_identities(paths, storage_options: dict | None = None, threads: int = 1
     return out
 
 
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def warn_once(condition: str, msg: str, *args: Any) -> None:
-    """Log ``msg`` at warning level once per process and ``condition``."""
-    with _warned_lock:
-        if condition in _warned:
-            logger.debug(msg, *args)
-            return
-        _warned.add(condition)
-    logger.warning(msg, *args)
+#: ``warn_once(condition, msg, *args)``: ``msg`` at warning level once per process
+#: and ``condition`` (at debug level after), for every module of the chunk tasks.
+warn_once = LogOnce(logger)
 
 
 def _uuid_text(fileuuid: Any) -> str:

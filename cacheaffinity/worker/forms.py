@@ -43,6 +43,8 @@ from typing import Any
 
 import xxhash
 
+from cacheaffinity._logging import LogOnce
+
 logger = logging.getLogger("cacheaffinity.worker")
 
 __all__ = ["FormStore"]
@@ -71,7 +73,8 @@ class FormStore:
 
     def __init__(self, directory: str):
         self.directory = os.path.join(directory, "forms")
-        self._warned: set[str] = set()
+        #: Each condition logged once per store (then at debug level).
+        self._log_once = LogOnce(logger)
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -85,13 +88,6 @@ class FormStore:
         """
         token = xxhash.xxh3_128_hexdigest(repr((file_identity, treename, options)).encode())
         return f"{token}.json"
-
-    # ------------------------------------------------------------ logging
-    def _log_once(self, condition: str, level: int, msg: str, *args: Any) -> None:
-        with self._lock:
-            first = condition not in self._warned
-            self._warned.add(condition)
-        logger.log(level if first else logging.DEBUG, msg, *args)
 
     def _miss(self) -> None:
         with self._lock:
@@ -118,7 +114,7 @@ class FormStore:
             return None
         except (OSError, ValueError) as e:
             self._log_once(
-                "unreadable", logging.WARNING,
+                "unreadable",
                 "cacheaffinity: unreadable form %s (%s); removed, rebuilding from the file "
                 "(further unreadable forms are logged at debug level)", path, e,
             )  # fmt: skip
@@ -129,9 +125,10 @@ class FormStore:
         if problem is not None:
             level = logging.INFO if problem == "identity" else logging.WARNING
             self._log_once(
-                problem, level,
+                problem,
                 "cacheaffinity: form %s: %s mismatch; removed, rebuilding from the file "
                 "(further %s mismatches are logged at debug level)", path, problem, problem,
+                level=level,
             )  # fmt: skip
             self._remove(path)
             self._miss()
@@ -179,7 +176,7 @@ class FormStore:
             code = getattr(e, "errno", None)
             condition = f"write:{errno.errorcode.get(code, type(e).__name__)}"
             self._log_once(
-                condition, logging.WARNING,
+                condition,
                 "cacheaffinity: cannot store file metadata in %s (%s); chunks of such files "
                 "reopen them (logged once; further %s failures at debug level)",
                 self.directory, e, condition,
