@@ -19,7 +19,8 @@ Identity and integrity
 
 JSON only
     Nothing in a shared cache directory is ever unpickled.  A document is
-    written under a temporary name and renamed into place, so readers see a
+    written under a temporary name and renamed into place
+    (:func:`cacheaffinity.worker.store.files.atomic_write`), so readers see a
     whole document or none.
 
 Failures are misses
@@ -38,12 +39,12 @@ import json
 import logging
 import os
 import threading
-import uuid as uuidlib
 from typing import Any
 
 import xxhash
 
 from cacheaffinity._logging import LogOnce
+from cacheaffinity.worker.store.files import atomic_write
 
 logger = logging.getLogger("cacheaffinity.worker")
 
@@ -160,7 +161,6 @@ class FormStore:
         """Store ``doc`` (JSON-serialisable) with the file ``identity`` it was
         built from; a failure is logged once per condition, never raised."""
         path = os.path.join(self.directory, name)
-        tmp = f"{path}.{os.getpid()}.{uuidlib.uuid4().hex[:8]}.tmp"
         try:
             body = json.dumps({"identity": identity, "doc": doc}, separators=(",", ":"))
             data = json.dumps(
@@ -168,9 +168,8 @@ class FormStore:
                 separators=(",", ":"),
             )
             os.makedirs(self.directory, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            # mode 0o666 less the umask: what open(path, "w") gives
+            atomic_write(path, data, mode=0o666)
             return True
         except (OSError, TypeError, ValueError) as e:
             code = getattr(e, "errno", None)
@@ -181,7 +180,6 @@ class FormStore:
                 "reopen them (logged once; further %s failures at debug level)",
                 self.directory, e, condition,
             )  # fmt: skip
-            self._remove(tmp)
             return False
 
     def clear(self) -> int:
