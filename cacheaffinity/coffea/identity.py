@@ -27,6 +27,13 @@ between two runs of one client session has a new size or modification time
 (or checksum), hence new chunk identities and new cache keys.  A replacement
 that keeps size *and* modification time to the nanosecond *and* the ROOT UUID
 is not detected; for parquet the footer digest covers that case too.
+
+One digest function, two names: :attr:`FileIdentity.token` (all three parts:
+the cache-key prefix, taken by workers after reading the file's UUID or footer)
+and :attr:`FileIdentity.stamp_token` (size and stamp only: the placement
+identity's stamp, taken by the client from storage metadata without opening the
+file).  They differ on purpose: the client must not open every file of a run,
+and a cache key must cover what the file says about itself.
 """
 
 from __future__ import annotations
@@ -91,11 +98,34 @@ class FileIdentity:
 
     @property
     def token(self) -> str:
-        """A short hex digest of all three parts (the cache-key prefix)."""
-        return xxhash.xxh3_64_hexdigest(f"{self.content}|{self.size}|{self.stamp}".encode())
+        """A short hex digest of all three parts: the cache-key prefix (workers).
+
+        The column cache, the chunk packs and the stored forms are keyed by it,
+        so an entry never outlives the bytes it came from; workers take it with
+        the ``content`` read from the file (:func:`cacheaffinity.coffea.work`).
+        """
+        return _token(self.content, self.size, self.stamp)
+
+    @property
+    def stamp_token(self) -> str:
+        """The digest of ``size`` and ``stamp`` only: the placement identity's
+        stamp part (client, :func:`chunk_identity`).
+
+        Storage metadata alone, so the client takes it for every file of a run
+        without opening one; the file's UUID is a readable part of the chunk
+        identity beside it.  The same function as :attr:`token` without the
+        content (equal to the ``token`` of an identity whose ``content`` is
+        ``""``: chunk identities are those of earlier releases).
+        """
+        return _token("", self.size, self.stamp)
 
     def as_dict(self) -> dict[str, Any]:
         return {"size": self.size, "stamp": self.stamp, "content": self.content}
+
+
+def _token(content: str, size: int, stamp: str) -> str:
+    """xxh3-64 hex digest of a file's identity parts (:attr:`FileIdentity.token`)."""
+    return xxhash.xxh3_64_hexdigest(f"{content}|{size}|{stamp}".encode())
 
 
 def _local_path(path: str) -> str | None:
@@ -330,7 +360,7 @@ def chunk_identity(
         ident = identities[filename]
     else:
         ident = file_identities([filename]).get(filename)
-    stamp = f".{ident.token}" if ident is not None else ""
+    stamp = f".{ident.stamp_token}" if ident is not None else ""
     if hasattr(item, "entrystart") and hasattr(item, "fileuuid"):
         file_id = _uuid_text(item.fileuuid) or filename
         if isinstance(stripe_entries, dict):
