@@ -11,12 +11,15 @@ decompressed columns.  The package is laid out by the process each part runs in:
   chunk tasks on their cache node; :class:`LocalityStealing` throttles stealing
   (:mod:`cacheaffinity.scheduler.stealing`).
 - :mod:`cacheaffinity.worker` (workers): :class:`ColumnCache` on local disk,
-  :class:`CacheWorkerPlugin`, the coffea hook :func:`cachestrategy`.
+  :class:`CacheWorkerPlugin`.
 - :mod:`cacheaffinity.coffea` (client and workers): :class:`CacheAffinityExecutor`
-  for coffea's ``Runner`` and the only code that knows coffea internals.
+  for coffea's ``Runner``, the hook :func:`cachestrategy` for coffea's own
+  executors, and the only code that knows coffea internals.
 - :mod:`cacheaffinity.client` (client): :func:`chunk`, :func:`chunks`,
   :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`, :func:`run_stats`.
 - :mod:`cacheaffinity.config`: the ``cacheaffinity`` Dask config namespace.
+- :mod:`cacheaffinity.filesystems` (anywhere): :func:`filesystem_of`, whether a
+  cache directory is on a file system shared between machines.
 
 - :mod:`cacheaffinity.preload` (scheduler and workers): the preloads.
   ``dask scheduler --preload cacheaffinity`` and ``dask worker --preload
@@ -45,6 +48,8 @@ from cacheaffinity.client import (
     run_stats,
     where,
 )
+# imports neither coffea nor uproot (cacheaffinity.coffea imports them on first use)
+from cacheaffinity.coffea.buffer_cache import cachestrategy
 from cacheaffinity.placement import TorusPlacement
 # what ``--preload cacheaffinity`` runs: distributed looks up ``dask_setup`` in the
 # module it is named and passes command-line options only to a click command
@@ -55,7 +60,6 @@ from cacheaffinity.worker import (
     CacheWorkerPlugin,
     ColumnCache,
     MemoryFront,
-    cachestrategy,
     worker_cache,
 )
 

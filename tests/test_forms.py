@@ -94,6 +94,11 @@ def test_file_identity_changes_with_the_bytes(tmp_path, nanoaod_dir):
     b = file_identity(str(path))
     assert a != b and a.token != b.token
     assert FileIdentity(1, "mtime:1", "x").token != FileIdentity(1, "mtime:1", "y").token
+    # the placement's stamp leaves the content out (the client does not open the file),
+    # and is what chunk identities always used: the token of an identity without content
+    x = FileIdentity(1, "mtime:1", "x")
+    assert x.stamp_token == FileIdentity(1, "mtime:1", "y").stamp_token == FileIdentity(1, "mtime:1").token
+    assert x.stamp_token != FileIdentity(2, "mtime:1", "x").stamp_token != x.token
     with pytest.raises(FileNotFoundError):
         file_identity(str(tmp_path / "missing.root"))
     with pytest.raises(IdentityUnavailable):

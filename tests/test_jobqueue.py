@@ -20,9 +20,9 @@ import pytest
 from distributed import Client
 
 import cacheaffinity
+from cacheaffinity.filesystems import NETWORK_FILESYSTEMS, filesystem_of
 from cacheaffinity.jobqueue import (
     cluster_kwargs,
-    filesystem_of,
     htcondor_cluster,
     scheduler_options,
     slurm_cluster,
@@ -240,7 +240,7 @@ def test_shared_filesystem_here_is_refused_unless_allowed(tmp_path):
     # /proc is no network file system, but we can check the refusal path with a real shared
     # mount only where one exists; otherwise check that allow_shared_filesystem is honoured
     shared = next(
-        (m for m, t in _mounts() if t in cacheaffinity.jobqueue.NETWORK_FILESYSTEMS), None
+        (m for m, t in _mounts() if t in NETWORK_FILESYSTEMS), None
     )
     if shared is not None:
         with pytest.raises(ValueError, match="shared between machines"):
@@ -254,7 +254,7 @@ def test_shared_filesystem_here_is_refused_unless_allowed(tmp_path):
 
 
 def _mounts():
-    from cacheaffinity.jobqueue import _mounts
+    from cacheaffinity.filesystems import _mounts
 
     return _mounts()
 

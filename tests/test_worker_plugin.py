@@ -189,8 +189,8 @@ def test_cachestrategy_mapping_reads_many_keys_with_one_lookup_each(tmp_path):
     from disk exactly once and counted as one hit (IdentifiedKeys had no ``get_many``,
     so PeerStore fell back to ``k in m`` then ``m[k]``: two reads and two hits per key),
     keys of unidentified files from the chunk's memory, a missing key one miss."""
+    from cacheaffinity.coffea.buffer_cache import IdentifiedKeys
     from cacheaffinity.worker.peers import PeerStore
-    from cacheaffinity.worker.plugin import IdentifiedKeys
     from cacheaffinity.worker.store import ColumnCache, MemoryFront
 
     keys = [f"c3/tok/Events/col{i}/d/0-10/data" for i in range(5)]

@@ -27,6 +27,13 @@ between two runs of one client session has a new size or modification time
 (or checksum), hence new chunk identities and new cache keys.  A replacement
 that keeps size *and* modification time to the nanosecond *and* the ROOT UUID
 is not detected; for parquet the footer digest covers that case too.
+
+One digest function, two names: :attr:`FileIdentity.token` (all three parts:
+the cache-key prefix, taken by workers after reading the file's UUID or footer)
+and :attr:`FileIdentity.stamp_token` (size and stamp only: the placement
+identity's stamp, taken by the client from storage metadata without opening the
+file).  They differ on purpose: the client must not open every file of a run,
+and a cache key must cover what the file says about itself.
 """
 
 from __future__ import annotations
@@ -34,7 +41,6 @@ from __future__ import annotations
 import logging
 import os
 import stat as statmod
-import threading
 import uuid as uuidlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -42,6 +48,8 @@ from typing import Any
 from urllib.parse import urlparse
 
 import xxhash
+
+from cacheaffinity._logging import LogOnce
 
 logger = logging.getLogger("cacheaffinity.coffea")
 
@@ -90,11 +98,34 @@ class FileIdentity:
 
     @property
     def token(self) -> str:
-        """A short hex digest of all three parts (the cache-key prefix)."""
-        return xxhash.xxh3_64_hexdigest(f"{self.content}|{self.size}|{self.stamp}".encode())
+        """A short hex digest of all three parts: the cache-key prefix (workers).
+
+        The column cache, the chunk packs and the stored forms are keyed by it,
+        so an entry never outlives the bytes it came from; workers take it with
+        the ``content`` read from the file (:func:`cacheaffinity.coffea.work`).
+        """
+        return _token(self.content, self.size, self.stamp)
+
+    @property
+    def stamp_token(self) -> str:
+        """The digest of ``size`` and ``stamp`` only: the placement identity's
+        stamp part (client, :func:`chunk_identity`).
+
+        Storage metadata alone, so the client takes it for every file of a run
+        without opening one; the file's UUID is a readable part of the chunk
+        identity beside it.  The same function as :attr:`token` without the
+        content (equal to the ``token`` of an identity whose ``content`` is
+        ``""``: chunk identities are those of earlier releases).
+        """
+        return _token("", self.size, self.stamp)
 
     def as_dict(self) -> dict[str, Any]:
         return {"size": self.size, "stamp": self.stamp, "content": self.content}
+
+
+def _token(content: str, size: int, stamp: str) -> str:
+    """xxh3-64 hex digest of a file's identity parts (:attr:`FileIdentity.token`)."""
+    return xxhash.xxh3_64_hexdigest(f"{content}|{size}|{stamp}".encode())
 
 
 def _local_path(path: str) -> str | None:
@@ -203,18 +234,9 @@ def file_identities(paths, storage_options: dict | None = None, threads: int = 1
     return out
 
 
-_warned: set[str] = set()
-_warned_lock = threading.Lock()
-
-
-def warn_once(condition: str, msg: str, *args: Any) -> None:
-    """Log ``msg`` at warning level once per process and ``condition``."""
-    with _warned_lock:
-        if condition in _warned:
-            logger.debug(msg, *args)
-            return
-        _warned.add(condition)
-    logger.warning(msg, *args)
+#: ``warn_once(condition, msg, *args)``: ``msg`` at warning level once per process
+#: and ``condition`` (at debug level after), for every module of the chunk tasks.
+warn_once = LogOnce(logger)
 
 
 def _uuid_text(fileuuid: Any) -> str:
@@ -338,7 +360,7 @@ def chunk_identity(
         ident = identities[filename]
     else:
         ident = file_identities([filename]).get(filename)
-    stamp = f".{ident.token}" if ident is not None else ""
+    stamp = f".{ident.stamp_token}" if ident is not None else ""
     if hasattr(item, "entrystart") and hasattr(item, "fileuuid"):
         file_id = _uuid_text(item.fileuuid) or filename
         if isinstance(stripe_entries, dict):

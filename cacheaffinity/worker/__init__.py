@@ -4,14 +4,13 @@ Runs in Dask worker processes; never decides placement.
 """
 
 from cacheaffinity.worker.node import read_or_create_node_id
-from cacheaffinity.worker.plugin import CacheWorkerPlugin, cachestrategy, worker_cache
+from cacheaffinity.worker.plugin import CacheWorkerPlugin, worker_cache
 from cacheaffinity.worker.store import ColumnCache, MemoryFront
 
 __all__ = [
     "CacheWorkerPlugin",
     "ColumnCache",
     "MemoryFront",
-    "cachestrategy",
     "read_or_create_node_id",
     "worker_cache",
 ]

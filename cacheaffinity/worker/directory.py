@@ -305,7 +305,7 @@ def default_directory() -> str:
     at all) ``<temporary-directory>/cacheaffinity-<user>``, which is checked
     like any other (owned by the user, mode 0700) before it is used.
     """
-    from cacheaffinity.jobqueue import filesystem_of
+    from cacheaffinity.filesystems import filesystem_of
 
     base = os.environ.get("XDG_CACHE_HOME", "")
     if not os.path.isabs(base):  # unset or relative: the XDG spec says ~/.cache

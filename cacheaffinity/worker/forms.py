@@ -19,7 +19,8 @@ Identity and integrity
 
 JSON only
     Nothing in a shared cache directory is ever unpickled.  A document is
-    written under a temporary name and renamed into place, so readers see a
+    written under a temporary name and renamed into place
+    (:func:`cacheaffinity.worker.store.files.atomic_write`), so readers see a
     whole document or none.
 
 Failures are misses
@@ -38,10 +39,12 @@ import json
 import logging
 import os
 import threading
-import uuid as uuidlib
 from typing import Any
 
 import xxhash
+
+from cacheaffinity._logging import LogOnce
+from cacheaffinity.worker.store.files import atomic_write
 
 logger = logging.getLogger("cacheaffinity.worker")
 
@@ -71,7 +74,8 @@ class FormStore:
 
     def __init__(self, directory: str):
         self.directory = os.path.join(directory, "forms")
-        self._warned: set[str] = set()
+        #: Each condition logged once per store (then at debug level).
+        self._log_once = LogOnce(logger)
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -85,13 +89,6 @@ class FormStore:
         """
         token = xxhash.xxh3_128_hexdigest(repr((file_identity, treename, options)).encode())
         return f"{token}.json"
-
-    # ------------------------------------------------------------ logging
-    def _log_once(self, condition: str, level: int, msg: str, *args: Any) -> None:
-        with self._lock:
-            first = condition not in self._warned
-            self._warned.add(condition)
-        logger.log(level if first else logging.DEBUG, msg, *args)
 
     def _miss(self) -> None:
         with self._lock:
@@ -118,7 +115,7 @@ class FormStore:
             return None
         except (OSError, ValueError) as e:
             self._log_once(
-                "unreadable", logging.WARNING,
+                "unreadable",
                 "cacheaffinity: unreadable form %s (%s); removed, rebuilding from the file "
                 "(further unreadable forms are logged at debug level)", path, e,
             )  # fmt: skip
@@ -129,9 +126,10 @@ class FormStore:
         if problem is not None:
             level = logging.INFO if problem == "identity" else logging.WARNING
             self._log_once(
-                problem, level,
+                problem,
                 "cacheaffinity: form %s: %s mismatch; removed, rebuilding from the file "
                 "(further %s mismatches are logged at debug level)", path, problem, problem,
+                level=level,
             )  # fmt: skip
             self._remove(path)
             self._miss()
@@ -163,7 +161,6 @@ class FormStore:
         """Store ``doc`` (JSON-serialisable) with the file ``identity`` it was
         built from; a failure is logged once per condition, never raised."""
         path = os.path.join(self.directory, name)
-        tmp = f"{path}.{os.getpid()}.{uuidlib.uuid4().hex[:8]}.tmp"
         try:
             body = json.dumps({"identity": identity, "doc": doc}, separators=(",", ":"))
             data = json.dumps(
@@ -171,20 +168,18 @@ class FormStore:
                 separators=(",", ":"),
             )
             os.makedirs(self.directory, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(data)
-            os.replace(tmp, path)
+            # mode 0o666 less the umask: what open(path, "w") gives
+            atomic_write(path, data, mode=0o666)
             return True
         except (OSError, TypeError, ValueError) as e:
             code = getattr(e, "errno", None)
             condition = f"write:{errno.errorcode.get(code, type(e).__name__)}"
             self._log_once(
-                condition, logging.WARNING,
+                condition,
                 "cacheaffinity: cannot store file metadata in %s (%s); chunks of such files "
                 "reopen them (logged once; further %s failures at debug level)",
                 self.directory, e, condition,
             )  # fmt: skip
-            self._remove(tmp)
             return False
 
     def clear(self) -> int:

@@ -8,8 +8,9 @@ places chunks on node ids, never on worker addresses.
 Notes
 -----
 Creation is atomic and race-free between processes: the id is written to a
-temporary file and hard-linked to ``node-id``; whoever links first wins and
-everyone reads the winner's id.  A new directory is created with mode 0700 and
+temporary file and hard-linked to ``node-id``
+(:func:`cacheaffinity.worker.store.files.atomic_write` with ``exclusive=True``);
+whoever links first wins and everyone reads the winner's id.  A new directory is created with mode 0700 and
 ``node-id`` is never read through a symbolic link (``O_NOFOLLOW``); whether the
 directory can be trusted at all is checked before, by
 :func:`cacheaffinity.worker.directory.trusted_directory`.  Nothing here ever
@@ -24,6 +25,8 @@ import os
 import re
 import socket
 import uuid
+
+from cacheaffinity.worker.store.files import atomic_write
 
 __all__ = ["NODE_ID_FILE", "read_node_id", "read_or_create_node_id"]
 
@@ -55,22 +58,8 @@ def read_or_create_node_id(directory: str) -> str:
         pass
     host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60] or "node"
     new_id = f"{host}-{uuid.uuid4().hex[:12]}"
-    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with open(fd, "w") as f:
-            f.write(new_id + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        try:
-            os.link(tmp, path)
-        except FileExistsError:
-            pass
-    finally:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+    # hard-linked, never renamed: whoever links first wins, nobody replaces it
+    atomic_write(path, new_id + "\n", mode=0o644, exclusive=True, fsync=True)
     return read_node_id(path)
 
 

@@ -1,10 +1,13 @@
-"""The cacheaffinity worker plugin and the coffea cache hook (run in workers).
+"""The cacheaffinity worker plugin (runs in workers).
 
 Defines :class:`CacheWorkerPlugin`, registered under the fixed name
 ``cacheaffinity`` on each worker (by ``dask worker --preload cacheaffinity``, by
 the ``distributed.worker.preload`` config key, or by
-``client.register_plugin(CacheWorkerPlugin())``), and :func:`cachestrategy`, the
-callable to pass as ``coffea.processor.Runner(cachestrategy=...)``.
+``client.register_plugin(CacheWorkerPlugin())``), and :func:`worker_cache`, the
+plugin of the current worker.  coffea's hook into it,
+``Runner(cachestrategy=cacheaffinity.cachestrategy)``, is
+:func:`cacheaffinity.coffea.buffer_cache.cachestrategy` (coffea's buffer keys are
+parsed in ``cacheaffinity/coffea/`` only).
 
 The plugin resolves its settings *on the worker* (the disk is local):
 ``cacheaffinity.worker.directory`` (``{name}`` is replaced by the worker name,
@@ -77,7 +80,7 @@ from cacheaffinity.worker.store import ColumnCache, MemoryFront, protocol
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-__all__ = ["CacheWorkerPlugin", "cachestrategy", "default_directory", "worker_cache"]
+__all__ = ["CacheWorkerPlugin", "default_directory", "worker_cache"]
 
 
 #: Part of the file system kept free by the effective capacity (at most :data:`RESERVE_MAX`).
@@ -323,7 +326,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         system, capacity, free space there, and the sharing mode."""
         from dask.utils import format_bytes
 
-        from cacheaffinity.jobqueue import filesystem_of
+        from cacheaffinity.filesystems import filesystem_of
 
         fs = filesystem_of(self.directory)
         try:
@@ -579,93 +582,3 @@ def worker_cache(worker=None) -> CacheWorkerPlugin:
             f"this task would run uncached: {plugin.failed}"
         )
     return plugin
-
-
-def cachestrategy() -> MemoryFront:
-    """coffea ``Runner(cachestrategy=cacheaffinity.cachestrategy)`` hook.
-
-    coffea calls it once per chunk, inside the task, and passes the result to
-    ``NanoEventsFactory.from_root(buffer_cache=...)``.  Returns a memory front
-    over this worker's node cache; raises a clear ``RuntimeError`` on a worker
-    without the cacheaffinity plugin instead of running uncached silently.
-    """
-    return IdentifiedKeys(worker_cache().front())
-
-
-class IdentifiedKeys(MutableMapping):
-    """A ``buffer_cache`` that sends to the node cache only keys naming their file.
-
-    coffea's buffer keys start with the file's UUID (``<uuid>/<tree>/<start>-<stop>/...``).
-    A parquet file without ``uuid`` in its Arrow metadata gives the literal ``None``
-    there, so two different files would share keys: such buffers stay in this
-    chunk's memory and never reach the disk cache (no hit, never a wrong one).
-    :class:`~cacheaffinity.coffea.CacheAffinityExecutor` keys by the file's full
-    identity instead and caches those files too.
-
-    Parameters
-    ----------
-    front : MutableMapping
-        The node cache's memory front for this chunk.
-    """
-
-    #: UUID parts that do not identify a file.
-    UNIDENTIFIED = frozenset({"", "None", "none", "null"})
-
-    def __init__(self, front: MutableMapping):
-        self.front = front
-        self.local: dict = {}
-
-    def _identified(self, key: str) -> bool:
-        return str(key).split("/", 1)[0] not in self.UNIDENTIFIED
-
-    # chunk packs are keyed by the file's identity already: the node's front
-    def get_packs(self, grp: str, start: int, stop: int) -> list:
-        return protocol.get_packs(self.front, grp, start, stop)
-
-    def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> None:
-        protocol.put_pack(self.front, grp, start, stop, arrays)
-
-    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
-        protocol.count_served(self.front, hits=hits, misses=misses, nbytes=nbytes)
-
-    def get(self, key, default=None):
-        if self._identified(key):
-            return self.front.get(key, default)
-        return self.local.get(key, default)
-
-    def __getitem__(self, key):
-        return (self.front if self._identified(key) else self.local)[key]
-
-    def get_many(self, keys: list[str]) -> dict:
-        """``{key: buffer}`` of those ``keys`` held: the identified ones with one
-        ``front.get_many`` call (one index query for all), each looked up once."""
-        out: dict = {}
-        ids = []
-        for key in keys:
-            if self._identified(key):
-                ids.append(key)
-            elif key in self.local:
-                out[key] = self.local[key]
-        if ids:
-            get_many = getattr(self.front, "get_many", None)
-            if get_many is not None:
-                out.update(get_many(ids))
-            else:
-                for key in ids:
-                    value = self.front.get(key, _MISSING)
-                    if value is not _MISSING:
-                        out[key] = value
-        return out
-
-    def __setitem__(self, key, value) -> None:
-        (self.front if self._identified(key) else self.local)[key] = value
-
-    def __delitem__(self, key) -> None:
-        del (self.front if self._identified(key) else self.local)[key]
-
-    def __iter__(self):
-        yield from self.front
-        yield from self.local
-
-    def __len__(self) -> int:
-        return len(self.front) + len(self.local)

@@ -92,6 +92,7 @@ import numpy as np
 from dask.utils import format_bytes, parse_bytes
 
 from cacheaffinity import config
+from cacheaffinity._logging import LogOnce
 from cacheaffinity.worker.directory import group_id, trusted_directory
 from cacheaffinity.worker.store.errors import (
     Closed,
@@ -267,7 +268,8 @@ class ColumnCache(MutableMapping):
         self._heals = bool(heal)
         self._stats_lock = threading.Lock()
         self._counts = dict.fromkeys(_COUNTERS, 0)
-        self._warned: set[str] = set()
+        #: Each problem logged once per cache (then at debug level).
+        self._warn_once = LogOnce(logger)
         self._closed = False
         self._pid = os.getpid()
         self._pause_until = 0.0
@@ -434,12 +436,6 @@ class ColumnCache(MutableMapping):
         """Record lookups answered outside :meth:`get` (chunk pack members served
         from, or read past, this cache by :mod:`cacheaffinity.coffea.packs`)."""
         self._count(hits=hits, misses=misses, bytes_served=nbytes)
-
-    def _warn_once(self, topic: str, msg: str, *args: Any) -> None:
-        with self._stats_lock:
-            first = topic not in self._warned
-            self._warned.add(topic)
-        logger.log(logging.WARNING if first else logging.DEBUG, msg, *args)
 
     def _check_usable(self) -> None:
         if self._closed:

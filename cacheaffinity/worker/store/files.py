@@ -28,6 +28,14 @@ Writes
     Members are written straight from the arrays (``os.writev`` of their
     buffers and the zero padding between them): no copy in Python; the digest
     is computed over the same buffers as they are written.
+
+Atomic writes
+    :func:`atomic_write` is the one way a file of a cache directory is written
+    (data files here, ``forms/`` documents in :mod:`cacheaffinity.worker.forms`,
+    ``node-id`` in :mod:`cacheaffinity.worker.node`): a new temporary created
+    with :data:`NEW_FILE` (never an existing file, never through a symbolic
+    link), then renamed (or hard-linked) to its name, the temporary removed on
+    any failure.  Readers see a whole file or none.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import os
 import stat
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -52,7 +61,7 @@ from cacheaffinity.worker.store.layout import (
     aligned,
 )
 
-__all__ = ["DataFiles", "as_bytes", "unlink"]
+__all__ = ["NEW_FILE", "DataFiles", "as_bytes", "atomic_write", "unlink"]
 
 _PAD = bytes(ALIGN)
 #: writev takes at most this many buffers per call (Linux IOV_MAX is 1024).
@@ -62,6 +71,87 @@ _IOV = 1000
 def as_bytes(arr: np.ndarray) -> np.ndarray:
     """A C-contiguous array's data as a flat uint8 view (works for datetimes too)."""
     return arr.reshape(-1).view(np.uint8)
+
+
+#: ``os.open`` flags of every file a cache creates: a new file (``O_EXCL``: never
+#: an existing one, so never one planted in its place), never through a symbolic
+#: link (``O_NOFOLLOW``), not inherited by child processes.
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
+
+
+def atomic_write(
+    path: str,
+    data: bytes | str | list,
+    *,
+    mode: int = 0o600,
+    chmod: int | None = None,
+    temporary: str | None = None,
+    exclusive: bool = False,
+    fsync: bool = False,
+    publish: Callable[[str, str], Any] = os.replace,
+) -> bool:
+    """Write ``data`` to ``path`` so that readers see the whole file or none.
+
+    Parameters
+    ----------
+    path
+        The file's name.
+    data
+        ``bytes``, ``str`` (written as UTF-8) or a list of buffers (written
+        with ``os.writev``, no copy).
+    mode
+        Creation mode of the temporary (the umask applies).
+    chmod
+        If given, the file's exact mode (``fchmod``, whatever the umask).
+    temporary
+        The temporary's name; default ``<path>.<pid>.<random>.tmp`` beside it.
+    exclusive
+        False: rename the temporary over ``path`` (``publish``), replacing any
+        file there.  True: hard-link it to ``path``, which is never replaced:
+        the first writer wins and later ones return False.
+    fsync
+        ``fsync`` the file before it gets its name (survives a power loss).
+    publish
+        ``publish(temporary, path)`` renames (``os.replace``); the store passes
+        its own (:meth:`DataFiles.write`).
+
+    Returns
+    -------
+    bool
+        Whether ``path`` now holds ``data`` (False only with ``exclusive``).
+
+    Raises
+    ------
+    OSError
+        Creating, writing or renaming failed; the temporary is removed.
+    """
+    tmp = temporary or f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    pieces = [memoryview(data)] if isinstance(data, (bytes, bytearray, memoryview)) else list(data)
+    fd = os.open(tmp, NEW_FILE, mode)
+    try:
+        try:
+            if chmod is not None:
+                os.fchmod(fd, chmod)
+            _writev_all(fd, pieces)
+            if fsync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        if not exclusive:
+            publish(tmp, path)
+            return True
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+        finally:
+            unlink(tmp)
+    except BaseException:
+        unlink(tmp)
+        raise
 
 
 def unlink(path: str) -> bool:
@@ -202,7 +292,7 @@ class DataFiles:
         self.mkdir(self.data)
         self.mkdir(self.tmp)
         path = os.path.join(self.tmp, f"{uuid.uuid4().hex}.tmp")
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+        fd = os.open(path, NEW_FILE, 0o600)
         os.close(fd)
         os.unlink(path)
 
@@ -231,27 +321,21 @@ class DataFiles:
             h.update(view)
             offset = start + arr.nbytes
         name = uuid.uuid4().hex
-        tmp = os.path.join(self.tmp, name + ".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
-        try:
-            try:
-                if self.shared_gid is not None:
-                    # readable by the group whatever the umask; written once, by its
-                    # writer only: another member can delete it, never change it
-                    os.fchmod(fd, 0o640)
-                _writev_all(fd, pieces)
-            finally:
-                os.close(fd)
-            self._publish(name)
-        except BaseException:
-            unlink(tmp)
-            raise
+        atomic_write(
+            self.path(name),
+            pieces,
+            # readable by the group whatever the umask; written once, by its
+            # writer only: another member can delete it, never change it
+            chmod=None if self.shared_gid is None else 0o640,
+            # in columns-tmp/, where remove_stale_temporaries finds what a dead writer left
+            temporary=os.path.join(self.tmp, name + ".tmp"),
+            publish=self._publish,
+        )
         return name, toc, nbytes, h.digest()
 
-    def _publish(self, name: str) -> None:
-        """Rename a complete temporary to its data file name."""
-        tmp = os.path.join(self.tmp, name + ".tmp")
-        final = self.path(name)
+    def _publish(self, tmp: str, final: str) -> None:
+        """Rename a complete temporary to its data file name (creating the data
+        subdirectory if needed)."""
         try:
             os.rename(tmp, final)
         except FileNotFoundError:
