@@ -384,6 +384,7 @@ def test_shared_group_cache_between_two_users(adversary, shared_group, shared_tm
     # and one that claims to be root's: the first is shared, the second is a miss.
     value = np.arange(30, dtype=np.int64)
     digest = xxhash.xxh3_64_digest(value.tobytes())
+    toc = json.dumps([["", "<i8", [30], 0]])  # a plain entry's table of contents
     as_user_in_group = subprocess.run(
         [SYSTEM_PYTHON, "-c", textwrap.dedent(f"""
             import os, sqlite3, time
@@ -396,9 +397,9 @@ def test_shared_group_cache_between_two_users(adversary, shared_group, shared_tm
                 with open(path, "wb") as f:
                     f.write(bytes.fromhex({value.tobytes().hex()!r}))
                 con.execute(
-                    "INSERT INTO entries (key, file, dtype, shape, nbytes, size, checksum,"
-                    " stored, writer) VALUES (?, ?, '<i8', '[30]', 240, 4096, ?, ?, ?)",
-                    (key, name, bytes.fromhex({digest.hex()!r}), time.time(), writer))
+                    "INSERT INTO entries (key, file, toc, nbytes, size, checksum,"
+                    " stored, writer) VALUES (?, ?, ?, 240, 4096, ?, ?, ?)",
+                    (key, name, {toc!r}, bytes.fromhex({digest.hex()!r}), time.time(), writer))
             con.commit()
         """)],
         user=adversary.pw_uid, group=adversary.pw_gid, extra_groups=[gid],
@@ -547,8 +548,8 @@ def test_where_with_a_bad_address_returns_promptly():
         for address in ("not-an-address", "tcp://127.0.0.1:1")
     ]
     assert time.monotonic() - start < 45
-    for r in results:
-        assert_one_line_error(r, "cannot connect to a Dask scheduler")
+    assert_one_line_error(results[0], "neither a scheduler file nor an address")
+    assert_one_line_error(results[1], "cannot connect to a Dask scheduler")
 
 
 # ====================================================================== orphans

@@ -76,7 +76,7 @@ from cacheaffinity.worker.directory import (
 )
 from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import read_or_create_node_id
-from cacheaffinity.worker.store import ColumnCache, MemoryFront, protocol
+from cacheaffinity.worker.store import ColumnCache, MemoryFront
 
 logger = logging.getLogger("cacheaffinity.worker")
 
