@@ -1060,13 +1060,13 @@ def evaluate_targets(doc: dict, cfg: Config) -> dict:
             target(name, v, "reported", True, rng(name))
         name = "cacheaffinity run 2 / floor (b) coffea-in-memory"
         v = med(name)
-        target(name, v, "<= 1.15", v is not None and v <= 1.15, rng(name))
+        target(name, v, "<= 1.00", v is not None and v <= 1.00, rng(name))
         name = "cacheaffinity run 2 / floor (a) processor-only"
         v = med(name)
-        target(name, v, "reported", True, rng(name))
+        target(name, v, "<= 1.6", v is not None and v <= 1.6, rng(name))
         name = "cacheaffinity run 1 / direct run 1"
         v = med(name)
-        target(name, v, "<= 1.05", v is not None and v <= 1.05, rng(name))
+        target(name, v, "<= 1.03", v is not None and v <= 1.03, rng(name))
         r1 = doc["headline"]["modes"]["cacheaffinity"]["run1_wall_s"]["median"]
         target("run 1 >= 60 s (full size)", r1, ">= 60", r1 >= 60)
     dd = stable.get("dask-default+cache")

@@ -81,7 +81,8 @@ def test_rechunked_run_reads_the_neighbour_stripe_from_its_node(files, tmp_path)
         # stored where they were used; and the serving side's reads were not
         # counted as lookups: the same lookups are now exactly the hits
         assert third["misses"] == 0 and third["storage_opens"] == 0, third
-        assert third["hits"] == second["hits"] + second["misses"], (second, third)
+        # found locally now (coffea's buffers of these chunks were packed in run 2)
+        assert third["peer_hits"] == 0 and third["hits"] > 0, (second, third)
 
 
 def test_peer_fetch_off_reads_storage(files, tmp_path):
@@ -248,6 +249,10 @@ def test_a_node_without_the_files_form_gets_it_from_a_peer(files, tmp_path):
         # node 0 loses its forms; the scheduler names the other workers as holders
         for n in os.listdir(plugins[0].forms.directory):
             os.remove(os.path.join(plugins[0].forms.directory, n))
+        # ... and what its process read of them (as a new worker process would)
+        from cacheaffinity.coffea import work
+
+        work._DOCS.clear()
         others = [w.address for w in workers[1:]]
 
         def name_others(dask_scheduler=None, others=()):

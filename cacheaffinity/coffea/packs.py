@@ -149,6 +149,9 @@ class PackSourceMapping(UprootSourceMapping):
         self._new: dict[str, np.ndarray] = {}
         self._new_range: tuple[int, int] | None = None
         self.hits = self.misses = self.bytes_served = 0
+        #: coffea buffer keys served from packs without a ``!load`` (coffea's access
+        #: log misses them: they go into ``metrics["columns"]`` like its buffer cache hits).
+        self.served_keys: list[str] = []
 
     # file access is deferred to the first miss
     def _column_source(self, uuid, path_in_source):
@@ -222,6 +225,7 @@ class PackSourceMapping(UprootSourceMapping):
                 if value is not None:
                     self.hits += 1
                     self.bytes_served += value.nbytes
+                    self.served_keys.append(key)
                     return value
         return default
 

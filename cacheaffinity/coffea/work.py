@@ -372,7 +372,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
     forms = plugin.forms
     form_name = FormStore.key(ident.token, item.treename, sorted(iteritems_options.items(), key=repr))
     expect = ident.as_dict()
-    doc = _DOCS.get(form_name)
+    doc = _DOCS.get((id(forms), form_name))
     if doc is None and forms is not None:
         doc = forms.get(form_name, identity=expect)
     if doc is not None and doc.get("kind") == "TTree" and not set(_DOC_FIELDS) <= set(doc):
@@ -454,7 +454,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
             if doc.get("kind") == "TTree":
                 if len(_DOCS) >= _DOCS_SIZE:
                     _DOCS.pop(next(iter(_DOCS)), None)
-                _DOCS[form_name] = doc
+                _DOCS[(id(forms), form_name)] = doc  # per node store (in-process clusters)
             schema = SCHEMAS.schema(
                 form_name, w["schema"], lambda: json.loads(json.dumps(base_form)), metadata
             )
@@ -493,7 +493,8 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
     if w["savemetrics"]:
         metrics: dict[str, Any] = {
             "bytesread": nbytes,
-            "columns": adapter.logged_columns(materialized),
+            "columns": adapter.logged_columns(materialized)
+            | adapter.accessed_columns(getattr(mapping, "served_keys", ())),
             "entries": len(events),
             "processtime": toc - tic,
         }
