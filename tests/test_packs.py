@@ -289,6 +289,19 @@ def test_mapping_buffers_equal_coffeas_for_any_range(files, tmp_path):
         for a, b in ranges:  # now every buffer comes straight from a pack: one hit per key
             mapping = check(a, b)
             assert (mapping.misses, mapping.hits) == (0, len(keys)), (a, b)
+        # coffea 2026.7 asks ``key in buffer_cache`` and then ``buffer_cache[key]``
+        a, b = ranges[0]
+        opener = _Opener({uuid: files[1]}, None, {})
+        mapping = PackSourceMapping(opener, a, b, store=store, token="tok", treepath="Events",
+                                    kinds=kinds, cache={}, use_ak_forth=True)  # fmt: skip
+        key = tuple_to_key((uuid, "Events", f"{a}-{b}", "0", "event,!load", "data"))
+        cache = mapping._buffer_cache
+        assert key in cache and "no/such/0-1/key" not in cache
+        assert np.array_equal(cache[key], UprootSourceMapping(opener, a, b, cache={})[key])
+        assert mapping.hits == 1  # ``in`` does not count
+        with pytest.raises(KeyError):
+            cache["no/such/0-1/key"]
+        opener.close()
         assert store.info()["packs"] == len(ranges)
         # an empty range (a file of 0 entries) is answered from the form: no file opened
         opener = _Opener({uuid: files[1]}, None, {})

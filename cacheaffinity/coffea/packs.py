@@ -207,10 +207,11 @@ class PackSourceMapping(UprootSourceMapping):
             return None
         return BUFFER_PREFIX + parts[3]
 
-    def buffer(self, key: str, default):
+    def buffer(self, key: str, default, count: bool = True):
         """coffea's final buffer ``key`` of this chunk: computed earlier in this
         task, or stored in a pack of exactly this chunk's range (a view: no
-        ``!load``, no transform); else ``default``."""
+        ``!load``, no transform); else ``default``.  ``count``: a lookup of the
+        chunk (False for coffea 2026.7's ``key in cache`` before ``cache[key]``)."""
         name = self._buffer_name(key)
         if name is None:
             return default
@@ -223,9 +224,10 @@ class PackSourceMapping(UprootSourceMapping):
             if p.start == self._start and p.stop == self._stop:
                 value = p.members.get(name)
                 if value is not None:
-                    self.hits += 1
-                    self.bytes_served += value.nbytes
-                    self.served_keys.append(key)
+                    if count:
+                        self.hits += 1
+                        self.bytes_served += value.nbytes
+                        self.served_keys.append(key)
                     return value
         return default
 
@@ -317,16 +319,29 @@ class PackSourceMapping(UprootSourceMapping):
 
 
 class _ChunkBuffers:
-    """The ``buffer_cache`` coffea's mapping consults before computing a buffer
-    (it calls only ``get`` and ``__setitem__``): the chunk's final buffers."""
+    """The ``buffer_cache`` coffea's mapping consults before computing a buffer:
+    the chunk's final buffers (coffea >= 2026.9 calls ``get`` and
+    ``__setitem__``; 2026.7 asks ``key in cache`` and then ``cache[key]``)."""
 
     mapping: PackSourceMapping
 
     def get(self, key, default=None):
         return self.mapping.buffer(key, default)
 
+    def __contains__(self, key) -> bool:
+        return self.mapping.buffer(key, _ABSENT, count=False) is not _ABSENT
+
+    def __getitem__(self, key):
+        value = self.mapping.buffer(key, _ABSENT)
+        if value is _ABSENT:
+            raise KeyError(key)
+        return value
+
     def __setitem__(self, key, value) -> None:
         self.mapping.record_buffer(key, value)
+
+
+_ABSENT = object()
 
 
 def _slice(pack, names: list[str], a: int, b: int) -> tuple:
