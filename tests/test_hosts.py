@@ -144,9 +144,9 @@ def test_steady_state_four_hosts(dataset):
     # on 2 shared cores an idle worker sometimes steals one of the 16 chunks (1 in 5 runs
     # here), which then comes from the holder as a peer hit (6.25% of the run, stated)
     assert r2["storage_opens"] == 0, brief(r2)
-    assert r2["hits"] + r2["peer_hits"] == r2["hits"] + r2["misses"], brief(r2)
-    per_chunk = (r2["hits"] + r2["misses"]) / r2["chunks"]
-    assert r2["hit_rate"] >= 0.99 or r2["misses"] <= r2["counters"].get("steals", 0) * per_chunk, brief(r2)
+    # (chunk packs: what a stolen chunk fetched from its holder is a hit and a peer hit)
+    assert r2["misses"] == 0 and r2["hit_rate"] == 1.0, brief(r2)
+    assert r2["peer_hits"] == 0 or r2["counters"].get("steals", 0) > 0, brief(r2)
     # every node holds columns on its own disk
     assert all(u["size"] - u["free"] > 0 for u in used.values())
 
@@ -315,9 +315,8 @@ def test_scheduler_restart_between_runs(dataset):
     # stealing acts as in a first run (6 warm steals against run 2's 1, measured once):
     # a stolen chunk is a peer hit, not an own-node hit
     assert r3["storage_opens"] == 0, fig
-    assert r3["hits"] + r3["peer_hits"] == r3["hits"] + r3["misses"], fig
-    per_chunk = (r3["hits"] + r3["misses"]) / r3["chunks"]
-    assert r3["hit_rate"] >= 0.99 or r3["misses"] <= r3["counters"].get("steals", 0) * per_chunk, fig
+    assert r3["misses"] == 0 and r3["hit_rate"] == 1.0, fig
+    assert r3["peer_hits"] == 0 or r3["counters"].get("steals", 0) > 0 or fig["moved_run2_to_run3"], fig
     if r1["counters"].get("steals", 0) == 0:
         assert fig["moved_run2_to_run3"] == 0, fig
         assert per_host(r3, "hits") == per_host(r2, "hits")
