@@ -84,9 +84,25 @@ def export_dir(nanoaod_dir):
         shutil.rmtree(d, ignore_errors=True)
 
 
-@pytest.mark.timeout(DEADLINE + 60)
+class _DiedBeforeReady(AssertionError):
+    """The check process ended before announcing its servers, without a word."""
+
+
+@pytest.mark.timeout(2 * DEADLINE + 60)
 def test_origin_and_xcache_read_like_local(export_dir, tmp_path):
+    """In full-suite runs of this session (not alone, not after test_hosts alone) the check
+    process twice ended before READY with empty stdout and stderr, as if killed from
+    outside; its exit status is now reported, and such a silent death is retried once."""
     _skip_unless_available()
+    try:
+        _origin_and_xcache(export_dir, tmp_path / "try1")
+    except _DiedBeforeReady as e:
+        print(f"retrying once: {e}")
+        _origin_and_xcache(export_dir, tmp_path / "try2")
+
+
+def _origin_and_xcache(export_dir, tmp_path):
+    tmp_path.mkdir(parents=True, exist_ok=True)
     host_netns = os.stat("/proc/self/ns/net").st_ino
     host_qdisc = _host("tc", "qdisc", "show", "dev", "lo")
     argv = xrd.private_netns_argv(
@@ -118,7 +134,13 @@ def test_origin_and_xcache_read_like_local(export_dir, tmp_path):
     pumper.start()
     try:
         try:
-            ready = _next_line(lines, "READY ", deadline, seen)
+            try:
+                ready = _next_line(lines, "READY ", deadline, seen)
+            except AssertionError:
+                code = proc.wait(10)
+                if not seen and not stderr_path.read_text(errors="replace").strip():
+                    raise _DiedBeforeReady(f"check exited with status {code} before READY, silently") from None
+                raise
 
             # -- while both servers run: they are in their own namespace, invisible on the host
             assert ready["interfaces"] == ["lo"]
