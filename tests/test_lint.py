@@ -19,7 +19,7 @@ def _ruff() -> list[str]:
     except ImportError:
         exe = shutil.which("ruff")
         if exe is None:
-            pytest.skip("ruff is not installed (pip install -e '.[test]')")
+            pytest.fail("ruff is not installed: the test extra pins it (pip install -e '.[test]')")
         return [exe]
     return [sys.executable, "-m", "ruff"]
 

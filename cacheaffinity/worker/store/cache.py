@@ -102,7 +102,7 @@ from cacheaffinity.worker.store.errors import (
     OlderLayout,
     UntrustedDirectory,
 )
-from cacheaffinity.worker.store.files import DataFiles, members_of
+from cacheaffinity.worker.store.files import DataFiles, members_of, toc_of
 from cacheaffinity.worker.store.index import Index, corruption, problem
 from cacheaffinity.worker.store.layout import PLAIN, blocks, pack_key
 from cacheaffinity.worker.store.writer import DROPPED, WriteBehind
@@ -171,8 +171,6 @@ class _Item:
 
     def __init__(self, key, grp, start, stop, arrays):
         self.key, self.grp, self.start, self.stop, self.arrays = key, grp, start, stop, arrays
-        from cacheaffinity.worker.store.files import toc_of
-
         self.nbytes = toc_of(arrays)[1]  # views of other members are not counted twice
         self.size = blocks(self.nbytes)
 
