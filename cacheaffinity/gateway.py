@@ -40,12 +40,20 @@ gateway server's config object.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
 from cacheaffinity import config
 
-__all__ = ["PRELOAD", "configure", "ensure_gateway_defaults", "environment", "new_cluster"]
+__all__ = [
+    "PRELOAD",
+    "configure",
+    "ensure_gateway_defaults",
+    "environment",
+    "new_cluster",
+    "quiet_double_close",
+]
 
 #: The click-free preload module (composes with dask-gateway's scheduler preload).
 PRELOAD = "cacheaffinity.preload"
@@ -96,6 +104,13 @@ def environment(**settings: Any) -> dict[str, str]:
             continue
         key = _SETTINGS[name]
         config.check(key, value, source="argument")
+        if name == "directory" and not str(value).strip().startswith(("/", "~", "$")):
+            raise ValueError(
+                f"cacheaffinity.gateway: directory={value!r} is relative: each worker would "
+                "resolve it against its own working directory (a per-cluster directory of "
+                "the gateway, often on a shared file system). Give an absolute node-local "
+                'path, e.g. directory="/scratch/cacheaffinity-{host}"'
+            )
         if name == "directory" and "{name}" in str(value):
             raise ValueError(
                 f"cacheaffinity.gateway: directory={value!r} contains {{name}}, but "
@@ -152,6 +167,40 @@ def configure(
     cluster.environment = {**dict(current), **env}
 
 
+def quiet_double_close() -> None:
+    """Make ``dask_gateway.Gateway.close`` do nothing on a closed gateway (idempotent).
+
+    A ``GatewayCluster`` closes its own ``Gateway`` when it is closed, and
+    ``Gateway.__del__`` closes it again when it is garbage-collected; with
+    distributed 2026.8 the second close reads the stopped loop and prints
+    ``Exception ignored in: <function Gateway.__del__ ...>`` with a traceback
+    (dask-gateway 2026.3).  Applied once per process, to the class, by
+    :func:`new_cluster` and :func:`ensure_gateway_defaults`; a first close is
+    unchanged.
+    """
+    from dask_gateway import Gateway
+
+    original = Gateway.close
+    if getattr(original, "_cacheaffinity_idempotent", False):
+        return
+
+    @functools.wraps(original)
+    def close(self):
+        if not getattr(self, "_asynchronous", True):
+            runner = getattr(self, "_loop_runner", None)
+            if runner is None or not runner.is_started():
+                return None  # closed already (or never started)
+            try:
+                self.loop  # noqa: B018  (raises once the loop it shares has stopped)
+            except RuntimeError:
+                runner.stop()
+                return None
+        return original(self)
+
+    close._cacheaffinity_idempotent = True  # type: ignore[attr-defined]
+    Gateway.close = close
+
+
 def ensure_gateway_defaults() -> None:
     """Put dask-gateway's config defaults back if the Dask config lost them.
 
@@ -163,6 +212,10 @@ def ensure_gateway_defaults() -> None:
     """
     import dask
 
+    try:
+        quiet_double_close()
+    except ImportError:  # no dask-gateway client here: nothing to fix
+        return
     if dask.config.get("gateway.public-address", "missing") == "missing":
         import dask_gateway.config as gateway_config
 
@@ -203,6 +256,7 @@ def new_cluster(workers: int = 2, *, gateway: Any = None, **cluster_options: Any
         ) from e
     from cacheaffinity.client import check
 
+    quiet_double_close()
     if gateway is None:
         ensure_gateway_defaults()
         gateway = Gateway()

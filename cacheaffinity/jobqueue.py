@@ -26,7 +26,9 @@ restarted by the batch system on the same node with the same directory is the sa
 * **outlive the job**: not the per-job scratch directory that HTCondor (``$TMPDIR`` =
   ``$_CONDOR_SCRATCH_DIR``) or Slurm's ``job_container/tmpfs`` delete when the job ends;
 * **not depend on the job** (no ``$SLURM_JOB_ID`` in it) nor on the worker name, so that every
-  job that lands on a node uses that node's one cache.
+  job that lands on a node uses that node's one cache.  A path with a per-job variable
+  (``$SLURM_JOB_ID``, ``$SLURM_TMPDIR``, ``$PBS_JOBID``, ``$LSB_JOBID``, ``$JOB_ID`` ...) is
+  refused.
 
 The default, ``/tmp/cacheaffinity-<user>`` (user name taken where the cluster object is
 created), is right on plain nodes; sites with a large local ``/scratch`` should point there.
@@ -86,6 +88,13 @@ _OURS = ("--preload", "--cache-directory", "--cache-capacity", "--cache-memory",
 # Characters that would break out of the double quotes in the job script or the HTCondor
 # submit file, or run commands: a cache path needs none of them.
 _FORBIDDEN = ('"', "`", "\\", "\n", "\r", "$(")
+#: Variables that batch systems set per job (or per job step / array task): a cache path
+#: containing one is a new, empty cache node with every job.
+_PER_JOB = re.compile(
+    r"\$\{?(SLURM_JOB_?ID|SLURM_ARRAY_JOB_ID|SLURM_ARRAY_TASK_ID|SLURM_STEP_ID|SLURM_PROCID"
+    r"|SLURM_TMPDIR|PBS_JOBID|PBS_ARRAYID|PBS_JOBDIR|LSB_JOBID|LSB_JOBINDEX|JOB_ID|SGE_TASK_ID"
+    r"|_CONDOR_SCRATCH_DIR|CONDOR_JOB_ID|FLUX_JOB_ID)\b"
+)
 
 
 def default_cache_directory() -> str:
@@ -140,6 +149,14 @@ def _check_directory(directory: Any, allow_shared_filesystem: bool) -> str:
             "working directory, usually on the shared file system. Give an absolute node-local "
             'path, e.g. "/scratch/$USER/cacheaffinity" (or one starting with a variable such '
             'as "$LOCAL_SCRATCH/cacheaffinity" that holds an absolute path on the node)'
+        )
+    per_job = _PER_JOB.search(d)
+    if per_job:
+        raise ValueError(
+            f"cache_directory {d!r} contains ${per_job.group(1)}, which changes with every "
+            "job: each job would be a new cache node with an empty cache (and the directory "
+            "is often deleted when the job ends). Use a path that depends only on the node "
+            'and the user, e.g. "/scratch/$USER/cacheaffinity"'
         )
     if not allow_shared_filesystem and "$" not in d:
         fs = filesystem_of(d.replace("{name}", "x"))

@@ -4,6 +4,7 @@ and against real ``dask scheduler``/``dask worker`` processes."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -320,3 +321,176 @@ def test_group_writable_directory_is_refused_unless_shared(cache_dir, tmp_path):
     )
     assert shared.returncode == 0, shared.stderr
     assert json.loads(shared.stdout)["entries"] == COLUMNS
+
+
+# ============================================================== read-only, configured, corrupt
+def _mount(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["mount", *args], capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def read_only_view(tmp_path):
+    """``bind(src, dst)``: ``src`` mounted read-only at ``dst`` (a real read-only file
+    system: root ignores permission bits, not a read-only mount)."""
+    from testbed import skip_or_fail
+
+    mounts = []
+
+    def bind(src: Path, dst: Path) -> Path:
+        dst.mkdir(parents=True, exist_ok=True)
+        r = _mount("--bind", str(src), str(dst))
+        if r.returncode:
+            skip_or_fail(f"bind mounts need root (CAP_SYS_ADMIN): {r.stderr.strip()}")
+        mounts.append(dst)
+        r = _mount("-o", "remount,bind,ro", str(dst))
+        assert r.returncode == 0, r.stderr
+        return dst
+
+    yield bind
+    for dst in reversed(mounts):
+        subprocess.run(["umount", "-l", str(dst)], capture_output=True, timeout=60)
+
+
+def _tree(directory: Path) -> dict[str, tuple[int, float]]:
+    return {
+        str(p.relative_to(directory)): (p.stat().st_size, p.stat().st_mtime)
+        for p in sorted(directory.rglob("*"))
+    }
+
+
+@pytest.mark.parametrize("open_by_a_worker", [False, True], ids=["closed", "in-use-wal"])
+def test_info_on_a_read_only_file_system(cache_dir, tmp_path, read_only_view, open_by_a_worker):
+    directory, node = cache_dir
+    # in use: a process holds the index open, so its -wal and -shm files exist
+    holder = ColumnCache(directory, capacity="1 MiB") if open_by_a_worker else None
+    try:
+        if holder is not None:
+            holder.get("uuid/Events/0-10/data/col0")
+            assert (directory / "columns.sqlite3-shm").exists()
+        view = read_only_view(directory, tmp_path / "ro")
+        before = _tree(directory)
+        machine, human, verify, clear = run_all(
+            ("cache", "info", "--json", view), ("cache", "info", view),
+            ("cache", "verify", view), ("cache", "clear", "--yes", view),
+        )  # fmt: skip
+        assert _tree(directory) == before  # nothing written, through the view or beside it
+    finally:
+        if holder is not None:
+            holder.close()
+    assert machine.returncode == 0, machine.stderr
+    info = json.loads(machine.stdout)
+    assert info["node"] == node and info["entries"] == COLUMNS and info["forms"] == 1
+    assert info["size"] == COLUMNS * 4096 and info["read_only"] == "read-only file system"
+    assert info["capacity"] == 2**20 and info["capacity_source"] == "the cache directory's settings"
+    assert not machine.stderr
+    assert human.returncode == 0, human.stderr
+    assert "read-only (read-only file system)" in human.stdout and not human.stderr
+    for result, verb in ((verify, "verify"), (clear, "clear")):
+        assert result.returncode == 2 and not result.stdout, (verb, result.stderr)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith(f"Error: cannot {verb} {view}: it is on a read-only file system")
+        assert "mounted read-write" in line
+        assert "workers run as" not in line and "write access" not in line  # not a user problem
+
+
+def test_info_without_dir_uses_the_configured_directory(cache_dir, tmp_path):
+    directory, node = cache_dir
+    env = dict(os.environ, DASK_CACHEAFFINITY__WORKER__DIRECTORY=str(directory))
+    r = subprocess.run(
+        [str(CLI), "cache", "info", "--json"], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["directory"] == str(directory) and info["node"] == node
+    assert info["entries"] == COLUMNS
+    per_worker = dict(env, DASK_CACHEAFFINITY__WORKER__DIRECTORY=str(tmp_path / "c-{name}"))
+    r = subprocess.run(
+        [str(CLI), "cache", "info"], capture_output=True, text=True, timeout=120, env=per_worker
+    )
+    assert r.returncode == 2 and not r.stdout
+    assert "{name}" in r.stderr and "give DIR" in r.stderr and len(r.stderr.splitlines()) == 1
+    helped = run("cache", "info", "--help")
+    assert "Without DIR" in helped.stdout and "cacheaffinity.worker.directory" in helped.stdout
+
+
+def test_many_corrupt_entries_give_one_warning(tmp_path):
+    """The store warns once per kind of damage and cache, not once per entry."""
+    directory = tmp_path / "node"
+    read_or_create_node_id(str(directory))
+    n = 40
+    with ColumnCache(directory, capacity="10 MiB") as cache:
+        for i in range(n):
+            cache[f"uuid/Events/{i}-{i + 1}/data/c"] = np.arange(500, dtype=np.int64) + i
+    for path in (p for p in (directory / "columns").rglob("*") if p.is_file()):
+        raw = bytearray(path.read_bytes())
+        raw[8] ^= 0xFF
+        path.write_bytes(bytes(raw))
+    r = run("cache", "verify", "--json", directory)
+    assert r.returncode == 1
+    assert json.loads(r.stdout)["corrupt"] == n
+    warned = [line for line in r.stderr.splitlines() if "corrupt cache entry" in line]
+    assert len(warned) == 1, r.stderr
+    assert "counted as 'corrupt'" in warned[0]  # ... and says where the others went
+
+
+# ============================================================== where --file
+@pytest.mark.timeout(300)
+def test_where_file_lists_the_chunk_ids_the_executor_gives(tmp_path, nanoaod_dir):
+    """``where --file F --chunksize N`` names the chunks a coffea run with
+    CacheAffinityExecutor submits (recorded by a scheduler plugin) and their nodes."""
+    import dask
+    from coffea import processor
+    from coffea.nanoevents import NanoAODSchema
+    from distributed import LocalCluster
+    from distributed.diagnostics.plugin import SchedulerPlugin
+
+    from cacheaffinity.protocol import ANNOTATION
+    from examples.analysis import DimuonJetProcessor
+
+    submitted: set[str] = set()
+
+    class Recorder(SchedulerPlugin):
+        name = "test-recorder"
+
+        def update_graph(self, scheduler, *, annotations=None, **kwargs):
+            ids = (annotations or {}).get(ANNOTATION) or {}
+            submitted.update(str(c) for c in ids.values() if not str(c).startswith("file:"))
+
+    path = str(nanoaod_dir / "nano_dy.root")
+    config = {
+        "distributed.scheduler.preload": ["cacheaffinity"],
+        "distributed.worker.preload": ["cacheaffinity"],
+        "cacheaffinity.worker.directory": str(tmp_path / "node-{name}"),
+    }
+    with dask.config.set(config), LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=False, protocol="tcp://", host="127.0.0.1",
+        dashboard_address="127.0.0.1:0",
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        cluster.scheduler.add_plugin(Recorder())
+        runner = processor.Runner(
+            executor=cacheaffinity.CacheAffinityExecutor(client=client, status=False),
+            schema=NanoAODSchema, chunksize=7,
+        )  # fmt: skip
+        runner({"dy": [path]}, processor_instance=DimuonJetProcessor(), treename="Events")
+        assert submitted
+        address = cluster.scheduler_address
+        machine, text, bad = run_all(
+            ("where", "--json", address, "--file", path, "--chunksize", 7),
+            ("where", address, "--file", path, "--chunksize", 7),
+            ("where", address, "--file", tmp_path / "nope.root", "--chunksize", 7),
+        )
+        homes = cacheaffinity.where(client, sorted(submitted))
+    assert machine.returncode == 0, machine.stderr
+    listed = json.loads(machine.stdout)
+    assert set(listed) == submitted
+    assert {c: h["node"] for c, h in listed.items()} == {c: h["node"] for c, h in homes.items()}
+    import uproot
+
+    with uproot.open(path) as f:
+        entries = f["Events"].num_entries
+    spans = sorted(tuple(map(int, s.split("-"))) for h in listed.values() for s in h["entries"])
+    assert spans[0][0] == 0 and spans[-1][1] == entries and len(spans) == -(-entries // 7)
+    assert text.returncode == 0 and text.stdout.splitlines()[0].split() == [
+        "chunk", "node", "entries", "workers",
+    ]  # fmt: skip
+    assert bad.returncode == 2 and not bad.stdout and "no such file" in bad.stderr

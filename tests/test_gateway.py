@@ -108,11 +108,6 @@ def gateway_server(tmp_path):
     assert proc.returncode in (0, -15), log.read_text()[-3000:]
 
 
-GATEWAY_DEL = pytest.mark.filterwarnings(
-    # dask_gateway.Gateway.__del__ closes again after close(): with distributed 2026.8 its
-    # stopped loop runner raises (upstream; harmless, the gateway session is closed)
-    "ignore:Exception ignored in.*Gateway.__del__:pytest.PytestUnraisableExceptionWarning"
-)
 
 
 def _counts(client):
@@ -120,13 +115,12 @@ def _counts(client):
     return t.get("hits", 0), t.get("misses", 0)
 
 
-@GATEWAY_DEL
 @pytest.mark.timeout(300)
 def test_gateway_cluster_runs_cacheaffinity_and_hits_on_rerun(gateway_server, nanoaod_dir):
     _gateway_cluster_runs_cacheaffinity(gateway_server, nanoaod_dir)
     # The clients, executors and clusters above are in reference cycles: collect them now,
-    # so that dask_gateway's Gateway.__del__ (see GATEWAY_DEL) runs here and not at an
-    # arbitrary later garbage collection (inside another test, or pytest's own code).
+    # so that dask_gateway's Gateway.__del__ (made harmless by
+    # cacheaffinity.gateway.quiet_double_close) runs here and not inside another test.
     gc.collect()
 
 
@@ -210,7 +204,6 @@ def _gateway_cluster_runs_cacheaffinity(gateway_server, nanoaod_dir):
         assert not gateway.list_clusters()
 
 
-@GATEWAY_DEL
 @pytest.mark.timeout(900)
 def test_portal_notebook_on_the_gateway(gateway_server, monkeypatch):
     """examples/portal.ipynb with a gateway configured (as a portal sets it) takes the
@@ -234,6 +227,61 @@ def test_portal_notebook_on_the_gateway(gateway_server, monkeypatch):
     assert "on gateway://127.0.0.1:" in text, text[-2000:]
     stderr = "".join(o.get("text", "") for o in outputs(nb, "stream") if o.get("name") == "stderr")
     assert "Missing cross-reference" not in stderr
+
+
+def _python(code: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env
+    )
+
+
+@pytest.mark.timeout(300)
+def test_a_process_using_the_gateway_prints_no_traceback(gateway_server):
+    """dask-gateway's Gateway.__del__ closes a closed gateway again: with distributed 2026.8
+    that printed "Exception ignored in: <function Gateway.__del__>" and a traceback on
+    stderr of every process that used a gateway cluster."""
+    address, proxy, caches, log = gateway_server
+    code = (
+        "import gc\n"
+        "import cacheaffinity.gateway\n"
+        "from dask_gateway import Gateway\n"
+        f"gateway = Gateway(address={address!r}, proxy_address={proxy!r}, auth='basic')\n"
+        "cluster = cacheaffinity.gateway.new_cluster(workers=1, gateway=gateway)\n"
+        "client = cluster.get_client(set_as_default=False)\n"
+        "print('workers', len(client.scheduler_info()['workers']))\n"
+        "client.close()\n"
+        "cluster.shutdown()\n"
+        "cluster.close()  # a second close, as __del__ does\n"
+        "gateway.close()\n"
+        "gateway.close()\n"
+        "del client, cluster, gateway\n"
+        "gc.collect()\n"
+        "print('done')\n"
+    )
+    r = _python(code)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.split() == ["workers", "1", "done"], r.stdout
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr[-3000:]
+
+
+def test_a_closed_gateway_closes_again_quietly():
+    """The same without a gateway server: a Gateway closed, then collected."""
+    code = (
+        "import gc\n"
+        "import cacheaffinity.gateway\n"
+        "cacheaffinity.gateway.ensure_gateway_defaults()\n"
+        "from dask_gateway import Gateway\n"
+        "with Gateway(address='http://127.0.0.1:1') as g:\n"
+        "    pass\n"
+        "g.close()\n"
+        "del g\n"
+        "gc.collect()\n"
+        "print('done')\n"
+    )
+    r = _python(code, timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "done", r.stderr[-3000:]
+    assert "Traceback" not in r.stderr and "Exception ignored" not in r.stderr, r.stderr[-3000:]
 
 
 # ------------------------------------------------------------- the configuration alone
@@ -285,13 +333,24 @@ def test_environment_values_reach_the_dask_config():
         pytest.param({"weight": -1}, r"weight", id="bad-weight"),
         pytest.param({"directory": "/scratch/{name}"}, r"random.*\{host\}", id="name-in-directory"),
         pytest.param({"capacty": "1 GiB"}, r"unknown setting capacty.*capacity", id="typo"),
+        pytest.param({"directory": "relative/dir"}, r"'relative/dir' is relative.*/scratch",
+                     id="relative-directory"),
+        pytest.param({"directory": "./cache-{host}"}, r"is relative", id="dot-relative"),
+        pytest.param({"directory": "{host}/cache"}, r"is relative", id="host-relative"),
     ],
 )
 def test_bad_settings_are_refused_with_a_fix(settings, match):
     from traitlets.config import Config
 
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises(ValueError, match=match) as e:
         cacheaffinity.gateway.configure(Config(), **settings)
+    assert "\n" not in str(e.value)  # one line
+
+
+def test_absolute_home_and_variable_directories_are_accepted():
+    for directory in ("/scratch/cacheaffinity-{host}", "~/.cache/cacheaffinity", "$TMP/ca"):
+        env = cacheaffinity.gateway.environment(directory=directory)
+        assert env == {"DASK_CACHEAFFINITY__WORKER__DIRECTORY": directory}
 
 
 def test_gateway_defaults_come_back_after_the_config_was_replaced():

@@ -193,6 +193,10 @@ def test_user_worker_args_come_first_and_defaults_are_node_local():
         ("/scratch/$(whoami)", "cannot be passed safely"),
         ("/scratch/`whoami`", "cannot be passed safely"),
         (42, "must be a path string"),
+        ("/scratch/$SLURM_JOB_ID/ca", "contains $SLURM_JOB_ID, which changes with every job"),
+        ("/scratch/${SLURM_JOBID}/ca", "contains $SLURM_JOBID, which changes with every job"),
+        ("$SLURM_TMPDIR/ca", "contains $SLURM_TMPDIR, which changes with every job"),
+        ("/tmp/ca-$PBS_JOBID", "contains $PBS_JOBID, which changes with every job"),
     ],
 )
 def test_bad_cache_directory_is_refused_with_the_fix(directory, match):
@@ -216,6 +220,17 @@ def test_bad_cache_directory_is_refused_with_the_fix(directory, match):
 def test_bad_options_are_refused(kwargs, match):
     with pytest.raises(ValueError, match=re.escape(match)):
         cluster_kwargs(cores=1, memory="1 GiB", **kwargs)
+
+
+def test_slurm_cluster_refuses_a_per_job_directory_in_one_line():
+    """The documented mistake, through the public recipe (no job is submitted)."""
+    with pytest.raises(ValueError) as e:
+        slurm_cluster(cores=1, memory="1 GiB", cache_directory="/scratch/$SLURM_JOB_ID/ca")
+    message = str(e.value)
+    assert "\n" not in message and "$SLURM_JOB_ID" in message
+    assert "new cache node" in message and '"/scratch/$USER/cacheaffinity"' in message
+    # a variable that does not change per job stays allowed
+    cluster_kwargs(cores=1, memory="1 GiB", cache_directory="$LOCAL_SCRATCH/$USER/ca")
 
 
 def test_htcondor_refuses_the_job_scratch_directory():

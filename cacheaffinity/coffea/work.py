@@ -256,7 +256,7 @@ class ChunkTask:
         try:
             ident = _identity(item, fmt)
         except FileNotFoundError:
-            return self.function(arg)  # coffea's own error (and skipbadfiles)
+            ident = None  # coffea's own error (and skipbadfiles), below
         except (OSError, ValueError) as e:
             warn_once(
                 f"identity:{type(e).__name__}",
@@ -264,6 +264,10 @@ class ChunkTask:
                 "run uncached (logged once per condition)", item.filename, e,
             )  # fmt: skip
             plugin.count_task(uncached_chunks=1)
+            ident = None
+        if ident is None:
+            # Outside the except clauses: an error of coffea's (a deleted file) is then
+            # not chained to our stat ("During handling of the above exception ...").
             return self.function(arg)
 
         hits: list[str] = []

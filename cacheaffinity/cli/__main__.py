@@ -1,0 +1,5 @@
+"""``python -m cacheaffinity.cli``: the ``cacheaffinity`` command."""
+
+from cacheaffinity.cli import main
+
+main()
