@@ -36,8 +36,13 @@ event and compression ratio taken from the dataset, twice: with simulate.py's ow
 rates (``uncalibrated``), and ``calibrated`` with this machine's rates measured in this
 process before the box starts (one chunk's branches decompressed by uproot; the processor
 on that chunk's events in memory, :mod:`benchmarks._floor`), with the box's ``cpu_cores``
-(all hosts share this machine's cores) and a per-chunk overhead measured as the
-``direct`` run's time per chunk beyond decompression and compute (``--no-overhead``: 0).
+(all hosts share this machine's cores), and ``fitted``: the calibrated model plus two
+per-chunk costs fitted to the box's own runs (:func:`fit_overheads`: a fixed cost of every
+chunk task from cacheaffinity's last run, and a file-open cost of a chunk read from storage
+from the ``direct`` runs), so that only cacheaffinity's run 1 and the hit rates are
+predictions there.  The generated files have basket clusters of ``--basket-events``
+(default: the chunk size) events, so that a chunk reads its own baskets only, as the model
+assumes.
 Measured and simulated run-2 hit rate and run-1 / run-2 ratio stand side by side
 (``comparison`` in the JSON, with the relative difference).
 
@@ -195,7 +200,7 @@ def one_repeat(args, hosts, files, origin_dir, reference) -> dict:
 # ----------------------------------------------------------------------------- model
 
 
-def simulate(args, hosts, n_chunks, events_per_chunk, ds, cal, overhead_s) -> dict:
+def simulate(args, hosts, n_chunks, events_per_chunk, ds, cal, fitted=None) -> dict:
     import simulate as sim
 
     bpe = ds["uncompressed"] / ds["events"]
@@ -205,9 +210,10 @@ def simulate(args, hosts, n_chunks, events_per_chunk, ds, cal, overhead_s) -> di
     variants = {"uncalibrated": (base, None)}
     if cal:
         calibrated = dict(base, decompress_MBps_per_core=cal["read_bytes"] / cal["decompress_s"] / 1e6,
-                          compute_events_per_s_per_core=cal["events"] / cal["compute_s"],
-                          chunk_overhead_s=overhead_s or 0.0)  # fmt: skip
+                          compute_events_per_s_per_core=cal["events"] / cal["compute_s"])  # fmt: skip
         variants["calibrated"] = (calibrated, os.cpu_count())
+    if fitted:
+        variants["fitted"] = (dict(variants["calibrated"][0], **fitted), os.cpu_count())
     for name, (rates, cores) in variants.items():
         cl = shape_of(hosts, args.link_scale, cores)
         runs = []
@@ -229,6 +235,22 @@ def simulate(args, hosts, n_chunks, events_per_chunk, ds, cal, overhead_s) -> di
                      "direct_run1_over_ca_run1": spread([r["direct"][0]["makespan_s"] / r["cacheaffinity"][0]["makespan_s"]
                                                         for r in runs])}  # fmt: skip
     return out
+
+
+def fit_overheads(measured: dict, cal: dict, hosts, n_chunks: int, events_per_chunk: float, runs: int) -> dict:
+    """Per-chunk costs the calibration does not see, fitted to the box's runs (core-seconds per
+    chunk with all threads sharing the machine's cores): ``chunk_overhead_s`` from
+    cacheaffinity's last run (every column a hit: compute + overhead), ``open_overhead_s``
+    from the ``direct`` runs beyond decompression, compute and that overhead."""
+    if runs < 2:
+        return {}
+    cores = min(os.cpu_count() or 1, sum(h["threads"] for h in hosts))
+    per = events_per_chunk / cal["events"]
+    warm = measured["per_run"]["cacheaffinity"][-1]["process_s"]["median"] * cores / n_chunks
+    direct = statistics.median(x["process_s"]["median"] for x in measured["per_run"]["direct"]) * cores / n_chunks
+    chunk = max(0.0, warm - cal["compute_s"] * per)
+    return {"chunk_overhead_s": chunk,
+            "open_overhead_s": max(0.0, direct - (cal["decompress_s"] + cal["compute_s"]) * per - chunk)}  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- summary
@@ -301,20 +323,21 @@ def plot(doc: dict, path: str) -> None:
     for mode, style in (("cacheaffinity", "-o"), ("direct", "-s")):
         m = res["measured"]["per_run"][mode]
         a2.plot(runs, [x["process_s"]["median"] for x in m], style, label=f"{mode} measured")
-        for variant, ls in (("uncalibrated", ":"), ("calibrated", "--")):
+        for variant, ls in (("uncalibrated", ":"), ("calibrated", "--"), ("fitted", "-.")):
             s = res["simulated"].get(variant)
             if s:
                 a2.plot(runs, [x["makespan_s"]["median"] for x in s["per_run"][mode]], ls, marker=style[-1],
                         label=f"{mode} simulated ({variant})", alpha=0.7)  # fmt: skip
     m = res["measured"]["per_run"]["cacheaffinity"]
     a1.plot(runs, [100 * (x["hit_rate"]["median"] or 0) for x in m], "-o", label="cacheaffinity measured")
-    for variant, ls in (("uncalibrated", ":"), ("calibrated", "--")):
+    for variant, ls in (("uncalibrated", ":"), ("calibrated", "--"), ("fitted", "-.")):
         s = res["simulated"].get(variant)
         if s:
             a1.plot(runs, [100 * x["hit_rate"]["median"] for x in s["per_run"]["cacheaffinity"]], ls, marker="o",
                     label=f"simulated ({variant})", alpha=0.7)  # fmt: skip
     a1.set_ylabel("own-node hit rate [%]")
     a2.set_ylabel("run time without preprocessing [s] (median)")
+    a2.set_yscale("log")
     c = doc["config"]
     for ax in (a1, a2):
         ax.set_xlabel("run")
@@ -336,7 +359,8 @@ def main(argv=None) -> int:
     p.add_argument("--link-scale", type=float, default=1 / 200, help="box link rate / VISPA link rate")
     p.add_argument("--disk", default="256m", help="tmpfs size of each host's disk")
     p.add_argument("--sim-seeds", type=int, default=5, help="simulations per variant (medians)")
-    p.add_argument("--no-overhead", action="store_true", help="calibrated model without a per-chunk overhead")
+    p.add_argument("--basket-events", type=int, default=None,
+                   help="events per basket cluster of the generated files (default: --chunksize)")  # fmt: skip
     p.add_argument("--shared-machine", action="store_true", help="record that other jobs used the CPU meanwhile")
     p.add_argument("--dry-run", action="store_true", help="print the shape and simulate it (uncalibrated); no box")
     p.add_argument("--keep-data", default=None, help="generate the dataset here (kept) instead of a temporary dir")
@@ -346,6 +370,7 @@ def main(argv=None) -> int:
         args.events, args.files, args.chunksize, args.runs, args.repeats = 4000, 2, 500, 2, 1
         args.sim_seeds = 2
     hosts = parse_hosts(args.hosts)
+    args.basket_events = args.basket_events or args.chunksize
     files_n = args.files
     per_file = args.events // files_n
     n_chunks = files_n * -(-per_file // args.chunksize)
@@ -383,8 +408,8 @@ def main(argv=None) -> int:
         data = Path(tmp := tempfile.mkdtemp(prefix="cacheaffinity-cluster-box-"))
     try:
         os.chmod(data, 0o755)  # the XRootD origin's unprivileged user reads it
-        files = [str(f) for f in make_dataset(data, events=args.events, files=files_n, seed=27,
-                                              branches=branches, progress=False)]  # fmt: skip
+        files = [str(f) for f in make_dataset(data, events=args.events, files=files_n, seed=27, branches=branches,
+                                              basket_events=args.basket_events, progress=False)]  # fmt: skip
         ds = {"events": args.events, "files": files_n, **branch_bytes(files, branches)}
         print(f"dataset: {ds['uncompressed'] / 1e6:.1f} MB uncompressed, {ds['compressed'] / 1e6:.1f} MB "
               f"compressed ({ds['branches_found']} branches)", flush=True)  # fmt: skip
@@ -400,15 +425,8 @@ def main(argv=None) -> int:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
     measured = summarise(repeats, args.runs)
-    # per-chunk overhead: the direct runs' time per chunk and core beyond what the calibration
-    # measured for decompression and compute (all threads share os.cpu_count() cores)
-    threads = sum(h["threads"] for h in hosts)
-    cores = min(os.cpu_count() or 1, threads)
-    d_proc = statistics.median(x["process_s"]["median"] for x in measured["per_run"]["direct"])
-    overhead = max(
-        0.0, d_proc * cores / n_chunks - (cal["decompress_s"] + cal["compute_s"]) * events_per_chunk / cal["events"]
-    )
-    simulated = simulate(args, hosts, n_chunks, events_per_chunk, ds, cal, 0.0 if args.no_overhead else overhead)
+    fitted = fit_overheads(measured, cal, hosts, n_chunks, events_per_chunk, args.runs)
+    simulated = simulate(args, hosts, n_chunks, events_per_chunk, ds, cal, fitted)
     comparison = compare(measured, simulated, args.runs)
     netns_after = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     mounts_after = Path("/proc/self/mounts").read_text()
@@ -419,15 +437,15 @@ def main(argv=None) -> int:
         "events_per_chunk": events_per_chunk, "runs": args.runs, "repeats": args.repeats,
         "hosts_spec": args.hosts, "hosts": hosts, "link_scale": args.link_scale,
         "links_mbit": {h["name"]: mbit(h["vispa_link_gbit"], args.link_scale) for h in hosts},
-        "origin_mbit": mbit(VISPA_STORAGE_GBIT, args.link_scale), "disk": args.disk,
-        "cpu_cores": os.cpu_count(), "threads": threads, "dask_config": DASK_CONFIG, "modes": list(MODES),
+        "origin_mbit": mbit(VISPA_STORAGE_GBIT, args.link_scale), "disk": args.disk, "basket_events": args.basket_events,
+        "cpu_cores": os.cpu_count(), "threads": sum(h["threads"] for h in hosts), "dask_config": DASK_CONFIG, "modes": list(MODES),
         "analysis": "realistic", "codec": "lzma", "quick": args.quick, "sim_seeds": args.sim_seeds,
         "shared_machine": args.shared_machine,
         "note": ("run on a shared machine: other jobs used the CPU during the measurement"
                  if args.shared_machine else "run alone"),
     }  # fmt: skip
     results = {
-        "dataset": ds, "calibration": {**cal, "chunk_overhead_s": overhead}, "repeats": repeats,
+        "dataset": ds, "calibration": cal, "fitted": fitted, "repeats": repeats,
         "measured": measured, "simulated": simulated, "comparison": comparison,
         "identical_results": all(r["identical"] for rep in repeats for m in MODES for r in rep["runs"][m]),
         "leftovers_after": left, "load_average_before": list(load0), "load_average_after": list(os.getloadavg()),

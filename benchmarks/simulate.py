@@ -372,6 +372,9 @@ class Simulation:
         # per-chunk fixed cost (task dispatch, NanoEvents form, result transfer: seconds on
         # one core), 0 unless the config gives it
         self.t_overhead = float(rates.get("chunk_overhead_s", 0.0))
+        # per-chunk cost of reading from storage beyond decompression (opening the file
+        # over the network, reading its metadata): on the miss path only
+        self.t_open = float(rates.get("open_overhead_s", 0.0))
         #: cores the nodes' threads share (a cluster in a box on one machine); None: a core
         #: per thread
         self.cpu_cores = cluster.get("cpu_cores")
@@ -601,7 +604,7 @@ class Simulation:
                 self.storage_free = s + self.bc[c] / self.storage_bw
                 node.link_free = s + self.bc[c] / node.link_bw
                 read_end = max(self.storage_free, node.link_free)
-            decomp_end = read_end + self.t_decomp[c] * f
+            decomp_end = read_end + (self.t_decomp[c] + self.t_open) * f
             if self.no_cache:  # no column cache: nothing written
                 end = decomp_end + (self.t_compute[c] + self.t_overhead) * f
             else:
@@ -826,7 +829,8 @@ def simulate_shape(cluster: dict, n_chunks: int, *, runs: int, events_per_chunk:
     ``cluster``: as in :data:`CLUSTERS` (``groups`` of ``[prefix, count, threads, {link_MBps,
     ssd_MBps}]``, ``storage_MBps``, ``ssd_MBps``), plus optionally ``cpu_cores``: the cores
     all nodes' threads share (one machine); ``rates``: overrides of :data:`RATES` (plus
-    ``chunk_overhead_s``: a fixed per-chunk cost on one core).  ``direct`` is Dask's
+    ``chunk_overhead_s``: a fixed per-chunk cost on one core, and ``open_overhead_s``: one
+    more for a chunk read from storage).  ``direct`` is Dask's
     placement without a column cache (every chunk reads and decompresses).  Other keyword
     arguments override :data:`FULL` entries (``duration_jitter_sigma``, ``stealing``, ...).
     Returns ``{policy: [run dicts]}`` (see :meth:`Simulation.run`).
