@@ -209,7 +209,9 @@ def simulate(args, hosts, n_chunks, events_per_chunk, ds, cal, fitted=None) -> d
     out = {}
     variants = {"uncalibrated": (base, None)}
     if cal:
-        calibrated = dict(base, decompress_MBps_per_core=cal["read_bytes"] / cal["decompress_s"] / 1e6,
+        # the chunk's decompressed bytes per second (uproot's sizes of the analysis branches;
+        # not the numpy arrays' nbytes, which count jagged arrays' object pointers only)
+        calibrated = dict(base, decompress_MBps_per_core=bpe * cal["events"] / cal["decompress_s"] / 1e6,
                           compute_events_per_s_per_core=cal["events"] / cal["compute_s"])  # fmt: skip
         variants["calibrated"] = (calibrated, os.cpu_count())
     if fitted:
@@ -366,7 +368,11 @@ def main(argv=None) -> int:
     p.add_argument("--dry-run", action="store_true", help="print the shape and simulate it (uncalibrated); no box")
     p.add_argument("--keep-data", default=None, help="generate the dataset here (kept) instead of a temporary dir")
     p.add_argument("--name", default="cluster_box")
+    p.add_argument("--resimulate", action="store_true",
+                   help="recompute the model and the comparison from <out>/<name>.json (no box)")  # fmt: skip
     args = p.parse_args(argv)
+    if args.resimulate:
+        return resimulate(args)
     if args.quick:
         args.events, args.files, args.chunksize, args.runs, args.repeats = 4000, 2, 500, 2, 1
         args.sim_seeds = 2
@@ -470,6 +476,31 @@ def main(argv=None) -> int:
     print_table(rows, title="measured vs simulated (median [min, max])")
     print(f"results identical: {results['identical_results']}; leftovers: {left}")
     print(f"wrote {path}")
+    return 0
+
+
+def resimulate(args) -> int:
+    """The model and the comparison again, from a results file's measurements."""
+    import json
+
+    path = os.path.join(args.out, f"{args.name}.json")
+    with open(path) as f:
+        doc = json.load(f)
+    c, r = doc["config"], doc["results"]
+    for k in ("runs", "link_scale", "sim_seeds"):
+        setattr(args, k, c[k])
+    fitted = fit_overheads(r["measured"], r["calibration"], c["hosts"], c["chunks"], c["events_per_chunk"], c["runs"])
+    r["fitted"] = fitted
+    r["simulated"] = simulate(args, c["hosts"], c["chunks"], c["events_per_chunk"], r["dataset"], r["calibration"], fitted)
+    r["comparison"] = compare(r["measured"], r["simulated"], c["runs"])
+    r["resimulated_on"] = subprocess.run(["git", "-C", ROOT, "rev-parse", "HEAD"], capture_output=True,
+                                         text=True).stdout.strip()  # fmt: skip
+    with open(path, "w") as f:
+        json.dump(doc, f, indent=1, default=lambda o: o.tolist() if hasattr(o, "tolist") else str(o))
+        f.write("\n")
+    plot(doc, os.path.join(args.out, f"{args.name}.png"))
+    for row in r["comparison"]:
+        print(row["metric"], {k: (v.get("median") if isinstance(v, dict) else v) for k, v in row.items() if k != "metric"})
     return 0
 
 
