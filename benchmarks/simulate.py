@@ -369,6 +369,15 @@ class Simulation:
         self.t_cache_thread = self.bd / (rates["cache_read_MBps_per_core"] * MB)
         self.storage_bw = cluster["storage_MBps"] * MB
         self.ssd_bw = cluster["ssd_MBps"] * MB
+        # per-chunk fixed cost (task dispatch, NanoEvents form, result transfer: seconds on
+        # one core), 0 unless the config gives it
+        self.t_overhead = float(rates.get("chunk_overhead_s", 0.0))
+        # per-chunk cost of reading from storage beyond decompression (opening the file
+        # over the network, reading its metadata): on the miss path only
+        self.t_open = float(rates.get("open_overhead_s", 0.0))
+        #: cores the nodes' threads share (a cluster in a box on one machine); None: a core
+        #: per thread
+        self.cpu_cores = cluster.get("cpu_cores")
         # nodes (a pool; churn may add machines that start inactive)
         self.nodes: dict[str, Node] = {}
         sp_rng = np.random.default_rng(seed + 2000)
@@ -392,6 +401,8 @@ class Simulation:
             self.nodes[n].alive = True
         if slow:
             self.nodes[slow[0]].slow = slow[1]
+        #: coffea without a column cache (``direct``): every chunk reads and decompresses
+        self.no_cache = cache_capacity == 0
         self.caches = {n: NodeCache(cache_capacity, cache_policy, self.rng) for n in self.nodes}
         self.placement = make_placement(self.placement_kind, cfg)
         self.located: dict[int, tuple[str, str]] = {}
@@ -558,13 +569,16 @@ class Simulation:
         self.started.add(c)
         node.busy += 1
         node.running.add(c)
-        f = node.slow * self.jitter[c]
+        cpu = 1.0
+        if self.cpu_cores:  # the threads busy now (this one included) share the cores
+            cpu = max(1.0, sum(n.busy for n in self.nodes.values() if n.alive) / self.cpu_cores)
+        f = node.slow * self.jitter[c] * cpu
         self.started_at[c] = t
         h = self.holder.get(c) if self.peers else None
         if c in self.caches[node.name]:
             s = max(t, node.ssd_free)
             node.ssd_free = s + self.bd[c] / node.ssd_bw
-            end = max(node.ssd_free, t + self.t_cache_thread[c]) + self.t_compute[c] * f
+            end = max(node.ssd_free, t + self.t_cache_thread[c] * cpu) + (self.t_compute[c] + self.t_overhead) * f
         elif (h is not None and h != node.name and self.nodes[h].alive and c in self.caches[h]
               and self._may_serve(self.nodes[h])):  # fmt: skip
             # peer fetch: the holder reads it from its SSD, sends the decompressed
@@ -577,7 +591,7 @@ class Simulation:
             node.link_free = r + self.bd[c] / bw
             w = max(node.link_free, node.ssd_free)
             node.ssd_free = w + self.bd[c] / node.ssd_bw
-            end = node.ssd_free + self.t_compute[c] * f
+            end = node.ssd_free + (self.t_compute[c] + self.t_overhead) * f
             self.peer_served.add(c)
             heapq.heappush(src.serves, node.link_free)
         else:
@@ -590,10 +604,13 @@ class Simulation:
                 self.storage_free = s + self.bc[c] / self.storage_bw
                 node.link_free = s + self.bc[c] / node.link_bw
                 read_end = max(self.storage_free, node.link_free)
-            decomp_end = read_end + self.t_decomp[c] * f
-            w = max(decomp_end, node.ssd_free)
-            node.ssd_free = w + self.bd[c] / node.ssd_bw
-            end = node.ssd_free + self.t_compute[c] * f
+            decomp_end = read_end + (self.t_decomp[c] + self.t_open) * f
+            if self.no_cache:  # no column cache: nothing written
+                end = decomp_end + (self.t_compute[c] + self.t_overhead) * f
+            else:
+                w = max(decomp_end, node.ssd_free)
+                node.ssd_free = w + self.bd[c] / node.ssd_bw
+                end = node.ssd_free + (self.t_compute[c] + self.t_overhead) * f
         self._push(end, "finish", node.name, c)
 
     def _may_serve(self, src: Node) -> bool:
@@ -801,6 +818,35 @@ def run_policy(cfg, cluster_name, n_chunks, policy, **kw) -> dict:
     t0 = time.perf_counter()
     runs = [sim.run() for _ in range(cfg["runs"])]
     return {"runs": runs, "sim_seconds": time.perf_counter() - t0}
+
+
+def simulate_shape(cluster: dict, n_chunks: int, *, runs: int, events_per_chunk: float,
+                   rates: dict | None = None, policies=("cacheaffinity", "direct"),
+                   events_spread: float = 0.0, seed: int = 1, **overrides) -> dict:
+    """Consecutive runs of ``policies`` on one given cluster shape (not a named one), for a
+    comparison with a measurement of the same shape (``benchmarks/cluster_box.py``).
+
+    ``cluster``: as in :data:`CLUSTERS` (``groups`` of ``[prefix, count, threads, {link_MBps,
+    ssd_MBps}]``, ``storage_MBps``, ``ssd_MBps``), plus optionally ``cpu_cores``: the cores
+    all nodes' threads share (one machine); ``rates``: overrides of :data:`RATES` (plus
+    ``chunk_overhead_s``: a fixed per-chunk cost on one core, and ``open_overhead_s``: one
+    more for a chunk read from storage).  ``direct`` is Dask's
+    placement without a column cache (every chunk reads and decompresses).  Other keyword
+    arguments override :data:`FULL` entries (``duration_jitter_sigma``, ``stealing``, ...).
+    Returns ``{policy: [run dicts]}`` (see :meth:`Simulation.run`).
+    """
+    cfg = copy.deepcopy(FULL)
+    cfg.update(copy.deepcopy(overrides))
+    cfg["rates"] = {**RATES, **(rates or {})}
+    cfg["runs"], cfg["events_per_chunk"], cfg["events_spread"] = runs, events_per_chunk, events_spread
+    out = {}
+    for pol in policies:
+        if pol == "direct":
+            sim = Simulation(cfg, cluster, n_chunks, "dask", cache_capacity=0, seed=seed)
+        else:
+            sim = Simulation(cfg, cluster, n_chunks, pol, seed=seed)
+        out[pol] = [sim.run() for _ in range(runs)]
+    return out
 
 
 def node_share_bytes(cfg, cluster_name, n_chunks, threads):

@@ -413,3 +413,37 @@ def test_slow_peer_link_falls_back_to_storage(dataset):
     assert h4["peer_failed"] > 0, fig  # fetches of large columns gave up (small ones may pass)
     assert h4["storage_bytes"] > 0, fig  # storage served the columns instead
     assert r2["wall_s"] < r1["wall_s"] + 60, fig  # bounded: peer-timeout per fetch
+
+
+@pytest.mark.hosts
+@pytest.mark.timeout(300)
+def test_cluster_box_benchmark_quick_leaves_nothing(box_ok, tmp_path):
+    """benchmarks/cluster_box.py --quick (4000 events, 8 chunks, 2 runs of each mode, 1 repeat)
+    writes its JSON and PNG with measured and simulated figures side by side, identical
+    results, and leaves no namespace or mount of its box behind."""
+    missing = xrd.missing_requirements(netns=False)
+    if missing:
+        skip_or_fail("the box's XRootD origin needs " + "; ".join(missing))
+    proc = subprocess.run([sys.executable, str(hb.REPO / "benchmarks" / "cluster_box.py"), "--quick",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=280,
+                          cwd=hb.REPO, env=hb.ClusterBox(1).env())  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "cluster_box.json").read_text())
+    assert (tmp_path / "cluster_box.png").read_bytes()[:4] == b"\x89PNG"
+    assert len(doc["commit"]) == 40
+    r = doc["results"]
+    assert r["identical_results"] is True
+    ca = r["measured"]["per_run"]["cacheaffinity"]
+    assert ca[0]["hit_rate"]["median"] == 0 and ca[0]["files_opened"]["median"] > 0
+    assert ca[1]["hit_rate"]["median"] >= 0.9  # run 2 from the hosts' own caches (a steal may miss)
+    assert {"uncalibrated", "calibrated", "fitted"} <= set(r["simulated"])
+    metrics = [row["metric"] for row in r["comparison"]]
+    assert "run-2 own-node hit rate" in metrics and any(m.startswith("run 1 / run 2") for m in metrics)
+    figures("cluster_box_quick", comparison=r["comparison"], elapsed_s=r["elapsed_s"])
+    # nothing of the box is left: no namespace, no mount (also checked by the script itself)
+    assert r["leftovers_after"] == {"netns": [], "mounts": []}
+    assert all(rep["leftovers"] == {"netns": [], "mounts": [], "dirs": []} for rep in r["repeats"])
+    box_ids = [rep["box_id"] for rep in r["repeats"]]
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    mounts = Path("/proc/self/mounts").read_text()
+    assert not any(f"{hb.PREFIX}{b}" in netns or f"{hb.PREFIX}{b}" in mounts for b in box_ids)

@@ -19,6 +19,9 @@ Tables (``RENDERERS``):
 ``simulate_hetero``
     heterogeneous clusters (``simulate.json``, scenarios ``hetero`` and ``slowdown``): hit
     rate and makespan of runs 1-5 per policy.
+``cluster_box``
+    the simulator against a multi-host run in a cluster box (``cluster_box.json``): measured
+    and simulated run-2 hit rate, run 1 / run 2 and run times side by side.
 ``measured``
     one row per other benchmark (executor runs, cache read, warm-run profile, placement,
     stealing, scheduler CPU, scale, simulation) with its figures, command and commit.
@@ -629,7 +632,58 @@ def render_simulate_hetero(results: str, name: str = "simulate") -> str:
     return "\n".join(rows) + "\n"
 
 
+def render_cluster_box(results: str, name: str = "cluster_box") -> str:
+    """The simulator against a real multi-host run of the same shape (issue 27), from
+    ``cluster_box.json``: per metric the measured median [min, max] over the repeats and the
+    three model variants (median over seeds) with their relative differences."""
+    doc = _load(results, name)
+    if doc is None:
+        return f"Not measured yet (`python benchmarks/cluster_box.py` writes `benchmarks/results/{name}.json`).\n"
+    r, c = doc["results"], doc["config"]
+    variants = [v for v in ("uncalibrated", "calibrated", "fitted") if v in r["simulated"]]
+    head = "| metric | measured | " + " | ".join(f"simulated, {v}" for v in variants) + " |"
+    rows = [head, "|" + " --- |" * (head.count("|") - 1)]
+    for row in r["comparison"]:
+        pct = "hit rate" in row["metric"]
+        fmt = _pct if pct else _f
+        cells = []
+        for v in variants:
+            d = row.get(f"{v}_diff")
+            cells.append(_spread(row.get(v), fmt) + ("" if d is None else f" ({d:+.0%})"))
+        rows.append(f"| {row['metric']} | {_spread(row['measured'], fmt)} | " + " | ".join(cells) + " |")
+    rows.append("")
+    hosts = ", ".join(f"{h['name']} {h['threads']} thread(s) {c['links_mbit'][h['name']]:g} Mbit/s" for h in c["hosts"])
+    pr = r["measured"]["per_run"]
+    ca, di = pr["cacheaffinity"], pr["direct"]
+    runs_text = "; ".join(
+        f"run {a['run']}: cacheaffinity {_spread(a['wall_s'])} s ({_spread(a['hit_rate'], _pct)} own-node hits, "
+        f"{_spread(a['files_opened'])} files opened, {_spread(a['origin_bytes'], lambda v: f'{v / 1e6:.1f}')} MB "
+        f"from the origin), direct {_spread(b['wall_s'])} s"
+        for a, b in zip(ca, di)
+    )  # fmt: skip
+    cmd = (f"python benchmarks/cluster_box.py --events {c['events']} --files {c['files']} --chunksize "
+           f"{c['chunksize']} --runs {c['runs']} --repeats {c['repeats']}"
+           + (" --shared-machine" if c.get("shared_machine") else ""))  # fmt: skip
+    fit = r.get("fitted") or {}
+    cal = r["calibration"]
+    rows.append(
+        f"Box: {hosts}; origin {c['origin_mbit']:g} Mbit/s (VISPA's links x {c['link_scale']:g}); "
+        f"{c['threads']} threads on {c['cpu_cores']} cores; {c['events']:,} events in {c['files']} files, "
+        f"{c['chunks']} chunks of {c['events_per_chunk']:g} events (basket clusters of {c['basket_events']}); "
+        f"{c['repeats']} repeat(s) of {c['runs']} runs; {c['note']}. Per run (wall incl. preprocessing, median "
+        f"[min, max]): {runs_text}. Results identical: {'yes' if r['identical_results'] else 'NO'}; "
+        f"box objects left after the runs: {sum(len(v) for v in r['leftovers_after'].values())}. "
+        f"Calibration (one core, {cal['events']} events): decompression {cal['decompress_s']:.3f} s, "
+        f"compute {cal['compute_s']:.3f} s"
+        + (f"; fitted per-chunk costs: every chunk {fit['chunk_overhead_s']:.3f} s, a chunk read from storage "
+           f"{fit['open_overhead_s']:.3f} s more" if fit else "")
+        + f". Measured on {commit_label(doc)}, {_date(doc)}: `{cmd}`."
+    )  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
 RENDERERS: dict[str, Callable[[str], str]] = {
+    "cluster_box": render_cluster_box,
     "simulate_hetero": render_simulate_hetero,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
