@@ -133,6 +133,7 @@ import argparse
 import contextlib
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import re
@@ -167,7 +168,7 @@ from coffea.nanoevents import NanoAODSchema  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 
 import cacheaffinity  # noqa: E402
-from benchmarks import _floor, _native  # noqa: E402
+from benchmarks import _floor, _gctimer, _native  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     branch_bytes,
     dataset_stats,
@@ -257,6 +258,12 @@ class Config:
     freeze_idle: bool = True
     #: the coffea-native mode's BufferCache (:data:`benchmarks._native.VARIANTS`)
     native_variant: str = "file"
+    #: Python's collector in every mode's workers (``cacheaffinity.worker.gc``: auto,
+    #: freeze, python); the modes without the worker plugin get the same: with auto or
+    #: freeze (worker processes here are nanny children) ``gc.collect(); gc.freeze()``
+    #: after their run 1.  Several (``--worker-gc auto python``): the whole benchmark
+    #: once per setting, side by side in one invocation.
+    worker_gc: tuple[str, ...] = ("auto",)
 
     def check(self) -> None:
         bad = [m for m in (*self.modes, *self.membership_modes) if m not in MODES]
@@ -279,6 +286,9 @@ class Config:
 
             if importlib.util.find_spec("numcodecs") is None:
                 raise ValueError("--native-variant blosc-zstd needs numcodecs: pip install numcodecs")
+        bad_gc = [g for g in self.worker_gc if g not in ("auto", "freeze", "python")]
+        if bad_gc or not self.worker_gc:
+            raise ValueError(f"worker_gc={self.worker_gc!r}: use auto, freeze and/or python")
         if self.analysis not in ANALYSES:
             raise ValueError(f"analysis={self.analysis!r}: choose from {', '.join(ANALYSES)}")
         if self.repeats < 1:
@@ -483,6 +493,7 @@ class ModeCluster:
             "distributed.worker.preload": ["cacheaffinity"] if self.cached else [],
             "cacheaffinity.worker.directory": str(self.cache_root / "node-{name}"),
             "cacheaffinity.worker.capacity": "50 GiB",
+            "cacheaffinity.worker.gc": cfg.worker_gc[0],
             # frozen workers (cfg.freeze_idle) send no heartbeats: never remove them for it
             "distributed.scheduler.worker-ttl": None,
         }
@@ -511,6 +522,7 @@ class ModeCluster:
             self.client = self.stack.enter_context(Client(self.cluster))
             self.client.wait_for_workers(cfg.workers)
         self.warm_up()
+        self.client.run(_gctimer.install)
         if self.plugin:
             _wait_nodes(self.client, cfg.workers, True)
             self.executor = cacheaffinity.CacheAffinityExecutor(client=self.client, status=False)
@@ -620,6 +632,7 @@ class ModeCluster:
             runner_kw["cachestrategy"] = functools.partial(_native.buffer_cache, self.cfg.native_variant)
         runner = self._runner(metadata_cache=self.metadata_cache, **runner_kw)
         fileset, uproot_options = storage.fileset(mode), storage.uproot_options()
+        client.run(_gctimer.read)  # reset
         t0 = time.perf_counter()
         # coffea's preprocessing (each file opened for its entry count), timed on its own:
         # run 1 pays it, later runs find the counts in the Runner's metadata cache (as in
@@ -631,6 +644,10 @@ class ModeCluster:
             uproot_options=uproot_options,
         )  # fmt: skip
         wall = time.perf_counter() - t0
+        gc_run = _gctimer.summary(client.run(_gctimer.read))
+        if self.run_no == 1 and not plugin and self.cfg.worker_gc[0] in ("auto", "freeze"):
+            # what the worker plugin does after its first chunk task, for modes without it
+            client.run(_gctimer.freeze)
         disk1 = self.disk_read_bytes()
         o1 = storage.origin_bytes()
         after = self.cache_totals()
@@ -659,6 +676,10 @@ class ModeCluster:
             "disk_read_bytes": _delta(disk0, disk1),
             "steals": None,
             "on_preferred": None,
+            # Python's full collections, seconds per worker (median over the workers)
+            "gc_full_s": gc_run.get("full_s"),
+            "gc_full_share": gc_run["full_s"] / wall if gc_run.get("full_s") is not None else None,
+            "gc_frozen_objects": gc_run.get("frozen"),
             "summary": self.summary(out),
         }
         if removed_share is not None:
@@ -704,16 +725,19 @@ class ModeCluster:
         storage = self.storage
         runner = self._runner(metadata_cache=self.memory_metadata_cache, cachestrategy=memory_buffers)
         disk0 = self.disk_read_bytes()
+        self.client.run(_gctimer.read)  # reset
         t0 = time.perf_counter()
         out, metrics = runner(
             storage.fileset(self.mode), processor_instance=self.processor(), treename="Events",
             uproot_options=storage.uproot_options(),
         )  # fmt: skip
         wall = time.perf_counter() - t0
+        gc_run = _gctimer.summary(self.client.run(_gctimer.read))
         disk1 = self.disk_read_bytes()
         return {"mode": "coffea-in-memory" + (" (fill)" if fill else ""), "wall_s": wall,
                 "storage_bytes": int(metrics.get("bytesread", 0)), "summary": self.summary(out),
-                "disk_read_bytes": _delta(disk0, disk1)}  # fmt: skip
+                "disk_read_bytes": _delta(disk0, disk1), "gc_full_s": gc_run.get("full_s"),
+                "gc_full_share": gc_run["full_s"] / wall if gc_run.get("full_s") is not None else None}  # fmt: skip
 
     def disk_read_bytes(self) -> int | None:
         """Bytes this cluster's worker processes have read from block storage so far
@@ -844,8 +868,33 @@ def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: l
 
 def run_benchmark(cfg: Config, log=print) -> dict:
     """Run every mode (and scenario) of ``cfg``, ``cfg.repeats`` times; returns the
-    results document."""
+    results document.  With several ``cfg.worker_gc`` settings, the whole benchmark
+    once per setting (the document is the first setting's, with ``worker_gc``: every
+    setting's headline side by side)."""
     cfg.check()
+    if len(cfg.worker_gc) > 1:
+        docs = {}
+        for g in cfg.worker_gc:
+            log(f"== worker.gc {g}")
+            docs[g] = run_benchmark(dataclasses.replace(cfg, worker_gc=(g,)), log)
+        doc = docs[cfg.worker_gc[0]]
+        doc["worker_gc"] = {
+            g: {"headline": d["headline"], "identical_results": d["identical_results"],
+                "targets": d["targets"]}
+            for g, d in docs.items()
+        }  # fmt: skip
+        summaries = [d["identical_results"] for d in docs.values()]
+        doc["identical_results"] = all(summaries) and _same_results(list(docs.values()))
+        return doc
+    return _run_one_setting(cfg, log)
+
+
+def _same_results(docs: list[dict]) -> bool:
+    """Whether every document's results equal the first's (their ``result_digest``)."""
+    return len({d.get("result_digest") for d in docs}) == 1
+
+
+def _run_one_setting(cfg: Config, log=print) -> dict:
     files = prepare_data(cfg)
     stats = dataset_stats(files)
     volume = _decompressed_volume(files, cfg.analysis)
@@ -883,12 +932,17 @@ def run_benchmark(cfg: Config, log=print) -> dict:
         if rp["floors"]["fill"]:
             summaries.append(rp["floors"]["fill"].pop("summary"))
     identical = all(s == summaries[0] for s in summaries)
+    digest = (
+        hashlib.sha256(json.dumps(summaries[0], sort_keys=True, default=str).encode()).hexdigest()
+        if summaries else None
+    )
     volume.pop("branch_names")
     doc = {
         "analysis": cfg.analysis,
         "sequences": repeats[0]["sequences"],
         "repeats": repeats,
         "identical_results": identical,
+        "result_digest": digest,
         "dataset": stats,
         "decompressed_per_uncached_run": volume,
         "storage": storage_info,
@@ -927,7 +981,7 @@ def headline(doc: dict) -> dict:
     """
     per_mode: dict[str, dict] = {}
     ratios: dict[str, list] = {}
-    floors_b, floors_a, floors_b_disk = [], [], []
+    floors_b, floors_a, floors_b_disk, floors_b_gc = [], [], [], []
     for rp in doc["repeats"]:
         stable = rp["sequences"].get("stable", {})
         fb = [r["wall_s"] for r in rp["floors"]["coffea-in-memory"]]
@@ -957,6 +1011,12 @@ def headline(doc: dict) -> dict:
                 pm["run2_origin_MB"].append(_mb(rows[1]["origin_bytes"]))
                 if rows[1].get("disk_read_bytes") is not None:
                     pm.setdefault("run2_disk_read_MB", []).append(_mb(rows[1]["disk_read_bytes"]))
+                # Python's full collections per worker, share of the warm run's wall
+                pm.setdefault("run2_gc_full_share", []).append(rows[1].get("gc_full_share"))
+        fb_gc = [r.get("gc_full_share") for r in rp["floors"]["coffea-in-memory"]]
+        fb_gc = [v for v in fb_gc if v is not None]
+        if fb_gc:
+            floors_b_gc.append(statistics.median(fb_gc))
         ca = stable.get("cacheaffinity")
         if not ca or len(ca) < 2:
             continue
@@ -989,6 +1049,7 @@ def headline(doc: dict) -> dict:
         "floors": {"coffea-in-memory": spread(floors_b), "processor-only": spread(floors_a)},
         # MB the floor's workers read from block storage (none expected: buffers in memory)
         **({"floor_b_disk_read_MB": spread(floors_b_disk)} if floors_b_disk else {}),
+        **({"floor_b_gc_full_share": spread(floors_b_gc)} if floors_b_gc else {}),
         "ratios": {k: spread(v) for k, v in ratios.items()},
     }
 
@@ -1069,6 +1130,13 @@ def evaluate_targets(doc: dict, cfg: Config) -> dict:
         target(name, v, "<= 1.03", v is not None and v <= 1.03, rng(name))
         r1 = doc["headline"]["modes"]["cacheaffinity"]["run1_wall_s"]["median"]
         target("run 1 >= 60 s (full size)", r1, ">= 60", r1 >= 60)
+        g = doc["headline"]["modes"]["cacheaffinity"].get("run2_gc_full_share") or {}
+        if g.get("median") is not None:
+            target(
+                f"cacheaffinity run 2: full garbage collections per worker / wall "
+                f"(worker.gc {cfg.worker_gc[0]})", g["median"], "<= 0.05", g["median"] <= 0.05,
+                f"min {g['min']:.3g}, max {g['max']:.3g}, n {g['n']}",
+            )  # fmt: skip
     dd = stable.get("dask-default+cache")
     if ca and dd and len(dd) >= 2 and len(ca) >= 2 and dd[1]["hit_rate"] is not None:
         target(
@@ -1120,10 +1188,38 @@ def headline_rows(doc: dict) -> list[dict]:
             "run 2 origin MB": fmt(m["run2_origin_MB"]),
             "run 2 hit rate": fmt(m["run2_hit_rate"], pct=True),
             "run 2 served by caches": fmt(m.get("run2_cache_rate") or {}, pct=True),
+            "run 2 full GC / wall": fmt(m.get("run2_gc_full_share") or {}, pct=True),
         })  # fmt: skip
     for name, s in h["floors"].items():
+        gc_share = h.get("floor_b_gc_full_share") if name == "coffea-in-memory" else None
         rows.append({"mode": f"floor: {name}", "run 2 [s]": fmt(s),
-                     "run 2 decompr. MB": "0" if s.get("median") is not None else None})  # fmt: skip
+                     "run 2 decompr. MB": "0" if s.get("median") is not None else None,
+                     "run 2 full GC / wall": fmt(gc_share or {}, pct=True)})  # fmt: skip
+    return rows
+
+
+def worker_gc_rows(doc: dict) -> list[dict]:
+    """Side by side per ``worker.gc`` setting (``--worker-gc`` with several): per mode,
+    run-2 wall and full collections' share of it (median [min, max] over the repeats)."""
+    rows = []
+    for g, d in (doc.get("worker_gc") or {}).items():
+        h = d["headline"]
+        for mode, m in h["modes"].items():
+            w, s = m["run2_wall_s"], m.get("run2_gc_full_share") or {}
+            rows.append({
+                "worker.gc": g, "mode": mode,
+                "run 2 [s]": None if w["median"] is None else f"{w['median']:.3g}",
+                "run 2 full GC / wall": None if s.get("median") is None else
+                f"{s['median']:.1%} [{s['min']:.1%}-{s['max']:.1%}]",
+            })  # fmt: skip
+        fb = h["floors"].get("coffea-in-memory") or {}
+        s = h.get("floor_b_gc_full_share") or {}
+        rows.append({
+            "worker.gc": g, "mode": "floor: coffea-in-memory",
+            "run 2 [s]": None if fb.get("median") is None else f"{fb['median']:.3g}",
+            "run 2 full GC / wall": None if s.get("median") is None else
+            f"{s['median']:.1%} [{s['min']:.1%}-{s['max']:.1%}]",
+        })  # fmt: skip
     return rows
 
 
@@ -1244,6 +1340,10 @@ def parse_args(argv=None) -> tuple[Config, str]:
                         "no compression), blosc-zstd, memory+file (zict.Buffer over zict.File)")
     p.add_argument("--stripe-entries", type=int, default=None,
                    help="entries per placement stripe (default: the chunksize)")
+    p.add_argument("--worker-gc", nargs="+", default=list(d.worker_gc),
+                   choices=("auto", "freeze", "python"),
+                   help="Python's collector in every mode's workers (cacheaffinity.worker.gc); "
+                   "several: the benchmark once per setting, side by side (default: auto)")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     a = p.parse_args(argv)
     cfg = Config(
@@ -1255,7 +1355,7 @@ def parse_args(argv=None) -> tuple[Config, str]:
         membership_modes=tuple(a.membership_modes), data=a.data, workdir=a.workdir,
         analysis=a.analysis, repeats=a.repeats, floors=not a.no_floors,
         stripe_entries=a.stripe_entries, freeze_idle=not a.no_freeze_idle,
-        native_variant=a.native_variant,
+        native_variant=a.native_variant, worker_gc=tuple(a.worker_gc),
     )  # fmt: skip
     return cfg, a.out
 
@@ -1326,6 +1426,9 @@ def main(argv=None) -> int:
         if r["median"] is not None:
             print(f"{name}: {r['median']:.3g} [{r['min']:.3g}-{r['max']:.3g}] (n={r['n']})")
     print_targets(doc["targets"])
+    if doc.get("worker_gc"):
+        print_table(worker_gc_rows(doc), title="\nPython's collector in the workers, side by side "
+                    "(run 2; full collections per worker over the run's wall)")  # fmt: skip
     print(f"\nresults identical across modes and runs: {doc['identical_results']}; "
           f"elapsed {doc['elapsed_s']:.0f} s; load {doc['load_average_before']} -> "
           f"{doc['load_average_after']}")  # fmt: skip

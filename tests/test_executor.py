@@ -240,17 +240,23 @@ def test_cached_rerun_of_every_shared_nanoaod_file_opens_no_file(client, nanoaod
     assert d2["storage_opens"] == 0 and d2["storage_bytes"] == 0 and d2["misses"] == 0, d2
 
 
-def test_gc_freeze_setting_freezes_once_after_the_first_chunk(tmp_path, nanoaod_dir):
-    """``cacheaffinity.worker.gc: freeze``: after its first chunk task a worker
-    process has frozen its objects (gc.get_freeze_count() > 0) and results are
-    unchanged; with the default nothing is frozen."""
+def test_gc_setting_freezes_once_after_the_first_chunk(tmp_path, nanoaod_dir):
+    """``cacheaffinity.worker.gc``: with ``auto`` (the default) and ``freeze`` a worker
+    process (a nanny's child) has frozen its objects after its first chunk task
+    (gc.get_freeze_count() > 10k); with ``python`` nothing is frozen; ``auto`` in an
+    in-process cluster leaves the user's process alone.  Results are unchanged."""
     import gc
 
+    from cacheaffinity.worker.collector import resolve
+
+    assert resolve("auto") == "python"  # this test process is nobody's worker
     fileset = {"dy": [str(nanoaod_dir / "nano_dy.root")]}
     expected = summary(run(processor.IterativeExecutor(), fileset))
     counts = {}
-    for mode in ("default", "freeze"):
-        settings = {**preload_config(tmp_path / mode), "cacheaffinity.worker.gc": mode}
+    for mode in ("python", "freeze", None):
+        settings = preload_config(tmp_path / str(mode))
+        if mode is not None:
+            settings["cacheaffinity.worker.gc"] = mode
         with dask.config.set(settings), LocalCluster(
             n_workers=1, threads_per_worker=1, processes=True, dashboard_address=":0", host="127.0.0.1"
         ) as cluster, Client(cluster) as c:
@@ -258,4 +264,12 @@ def test_gc_freeze_setting_freezes_once_after_the_first_chunk(tmp_path, nanoaod_
             out = run(cacheaffinity.CacheAffinityExecutor(client=c, status=False), fileset)
             assert summary(out) == expected
             (counts[mode],) = c.run(gc.get_freeze_count).values()
-    assert counts["default"] == 0 and counts["freeze"] > 10_000, counts
+    assert counts["python"] == 0 and counts["freeze"] > 10_000 and counts[None] > 10_000, counts
+
+    before = gc.get_freeze_count()
+    with dask.config.set(preload_config(tmp_path / "inproc")), LocalCluster(
+        n_workers=1, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster, Client(cluster) as c:
+        out = run(cacheaffinity.CacheAffinityExecutor(client=c, status=False), fileset)
+        assert summary(out) == expected
+    assert gc.get_freeze_count() == before == 0

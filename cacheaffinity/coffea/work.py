@@ -29,6 +29,7 @@ Retries, ``skipbadfiles`` and ``use_result_type`` are coffea's
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
@@ -179,6 +180,22 @@ class LazyFile:
         return f"<LazyFile {self._opener._uuid_pfnmap[self._uuid]} ({state})>"
 
 
+def _shared_form(doc: dict) -> dict:
+    """``doc`` with ``form_digest`` and its ``base_form`` and ``branch_kinds`` shared
+    with every document of the same form (an equal base form: files of one dataset);
+    computed once per document and process (the result is what :data:`_DOCS` keeps)."""
+    if "form_digest" in doc:
+        return doc
+    text = json.dumps(doc["base_form"], sort_keys=True, separators=(",", ":"))
+    digest = hashlib.blake2b(text.encode(), digest_size=16).hexdigest()
+    shared = _FORMS.get(digest)
+    if shared is None:
+        if len(_FORMS) >= _DOCS_SIZE:
+            _FORMS.pop(next(iter(_FORMS)), None)
+        shared = _FORMS[digest] = (doc["base_form"], doc["branch_kinds"])
+    return {**doc, "base_form": shared[0], "branch_kinds": shared[1], "form_digest": digest}
+
+
 def _plugin():
     """The worker's cacheaffinity plugin, or None (logged once)."""
     from cacheaffinity.worker.plugin import worker_cache
@@ -326,8 +343,13 @@ _FAST_PATH_PROBLEMS: list[str] | None = None
 CHUNK_PACKS = True
 #: Fields of a stored TTree form document (documents without them are rebuilt).
 _DOC_FIELDS = ("base_form", "object_path", "num_entries", "branch_kinds")
-#: Schemas built once per file and process (:class:`adapter.SchemaCache`).
+#: Schemas built once per form and process (:class:`adapter.SchemaCache`), keyed by
+#: the form's digest (:func:`_shared_form`).
 SCHEMAS = adapter.SchemaCache()
+#: Parsed base forms by digest: the files of a dataset share one form, so a process
+#: keeps one parsed form (some 10^4 objects) and one schema for all of them, not one
+#: per file; every object kept alive is walked by each of Python's full collections.
+_FORMS: dict[str, tuple[dict, dict]] = {}
 #: Form documents read in this process, by form name (the name carries the
 #: identity of the file's bytes): not parsed again for every chunk.
 _DOCS: dict = {}
@@ -422,6 +444,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
                 forms.put(form_name, doc, identity=expect)
         if doc.get("kind") != "TTree" or not set(_DOC_FIELDS) <= set(doc):
             return coffea_work(arg)
+        doc = _shared_form(doc)
 
         if not isinstance(processor_instance, adapter.ProcessorABC) and not callable(processor_instance):
             processor_instance = cloudpickle.loads(lz4f.decompress(processor_instance))
@@ -437,8 +460,9 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
             metadata.update(item.usermeta)
         start = max(item.entrystart, 0)
         stop = min(item.entrystop, doc["num_entries"])
-        # the schema is built once per file and process from a copy of the base form
-        # (SCHEMAS); the document itself is kept read-only for the next chunks
+        # the schema is built once per form and process from a copy of the base form
+        # (SCHEMAS; the files of a dataset share one); the document itself is kept
+        # read-only for the next chunks
         materialized: list = []
         base_form = doc["base_form"]
         try:
@@ -460,7 +484,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
                     _DOCS.pop(next(iter(_DOCS)), None)
                 _DOCS[(id(forms), form_name)] = doc  # per node store (in-process clusters)
             schema = SCHEMAS.schema(
-                form_name, w["schema"], lambda: json.loads(json.dumps(base_form)), metadata
+                doc["form_digest"], w["schema"], lambda: json.loads(json.dumps(base_form)), metadata
             )
             factory, mapping = adapter.events_from_form(
                 opener, file_uuid, doc["object_path"], start, stop,

@@ -68,6 +68,7 @@ from cacheaffinity.protocol import (
     PLUGIN_NAME,
     WORKER_METRIC,
 )
+from cacheaffinity.worker.collector import Collector
 from cacheaffinity.worker.directory import (
     UntrustedDirectory,
     default_directory,
@@ -194,9 +195,8 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.peer_serve_limit: int = 2
         #: Peer requests being served now (changed on the worker's event loop only).
         self.serving: int = 0
-        #: Python's collector in this process (``worker.gc``: "default" or "freeze").
-        self.gc: str = "default"
-        self._gc_frozen = False
+        #: Python's collector in this process (``worker.gc``; :mod:`.collector`).
+        self.gc = Collector("python")
         #: Why this worker caches nothing (None: it caches).
         self.uncached: str | None = None
         #: The capacity setting (``capacity`` is the one in force, at most the disk's).
@@ -243,7 +243,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.peer_fetch = bool(c["peer-fetch"])
         self.peer_timeout = config.get_seconds("worker.peer-timeout", c["peer-timeout"])
         self.peer_serve_limit = int(c["peer-serve-limit"])
-        self.gc = str(c.get("gc", "default"))
+        self.gc = Collector(c["gc"])
         self.weight = None if c["weight"] is None else float(c["weight"])
         group = c["shared-group"]
         self.shared_group = None if group is None else group_id(group)
@@ -421,19 +421,9 @@ class CacheWorkerPlugin(WorkerPlugin):
         return True if self.cache is None else self.cache.flush(timeout)
 
     def after_chunk(self) -> None:
-        """Called by every chunk task when it ends: with ``worker.gc: freeze``, the
-        first one runs ``gc.collect(); gc.freeze()`` (what is alive then, the
-        imported libraries and the worker's state, is left out of later
-        collections; their cost no longer grows with it)."""
-        if self.gc == "freeze" and not self._gc_frozen:
-            import gc
-
-            self._gc_frozen = True
-            gc.collect()
-            gc.freeze()
-            logger.info("cacheaffinity: gc.freeze() after the first chunk task: %d objects left "
-                        "out of Python's collections (cacheaffinity.worker.gc: freeze)",
-                        gc.get_freeze_count())  # fmt: skip
+        """Called by every chunk task when it ends (the collector policy:
+        :class:`~cacheaffinity.worker.collector.Collector`)."""
+        self.gc.after_chunk()
 
     def count_storage(self, opens: int, nbytes: int) -> None:
         """Record files opened and bytes requested from storage by a task."""
