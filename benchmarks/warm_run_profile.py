@@ -15,11 +15,13 @@ cache nodes), files read from the local directory, the realistic analysis by def
 Per round: both walls, their ratio, bytes the workers read from block storage
 (``/proc/<pid>/io``), the warm run's hit rate, and from the profiles the samples of the chunk
 tasks (``ChunkTask.__call__``) and of the disk cache's read path inside them:
-``ColumnCache.get_many`` (all of it), its index query (``ColumnCache._query``) and its file
-reads (``ColumnCache._read``: open, fstat, readinto, close, xxh3).  py-spy samples wall time of
+the chunk's pack path (``PackSourceMapping``: lookups, views, assembly), the store's pack
+reads (``get_packs``: one index query, ``Index.query``, and one verified read per pack,
+``DataFiles.read``: open, readv, xxh3).  py-spy samples wall time of
 running threads, so on a machine with fewer cores than workers a sample share is a share of
 the tasks' wall time, the CPU contention included.  The headline ratio is "what the disk cache
-costs over a dict"; ``get_many``'s share is how much of that is the read path itself.
+costs over a dict"; the read path's share is how much of that is the read path itself, and
+its samples over the run's column lookups (hits) give microseconds per lookup.
 
 Python's garbage collector is timed in every worker (``gc.callbacks``): seconds of full
 (generation 2) and of younger collections per worker process and run.  ``--gc-freeze``
@@ -50,61 +52,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import _gctimer  # noqa: E402
 from benchmarks import consecutive_runs as cr  # noqa: E402
 from benchmarks._common import print_table, pyplot, save_png, spread, write_json  # noqa: E402
 
-#: (name in the JSON, function name py-spy reports) of the read path, inclusive samples
+#: (name in the JSON, what py-spy reports: a qualified function name, or a class name
+#: followed by "." for any of its methods) of the warm read path, inclusive samples:
+#: the chunk's whole pack path (lookups, views, assembly), the store's pack reads (one
+#: index query and one verified read per pack), the query alone, the file reads alone
 READ_PATH = (
-    ("get_many", "ColumnCache.get_many"),
-    ("index_query", "ColumnCache._query"),
-    ("file_reads", "ColumnCache._read"),
+    ("read_path", "PackSourceMapping."),
+    ("get_packs", ".get_packs"),
+    ("index_query", "Index.query"),
+    ("file_reads", "DataFiles.read"),
 )
 TASK = "ChunkTask.__call__"
 
 
-def gc_timer_install() -> None:
-    """(In a worker) time every collection by generation; :func:`gc_timer_read` reads and
-    resets the totals."""
-    import gc as _gc
-
-    import time as _time
-
-    state = {"s": [0.0, 0.0, 0.0], "n": [0, 0, 0], "t0": 0.0}
-
-    def callback(phase, info):
-        if phase == "start":
-            state["t0"] = _time.perf_counter()
-        else:
-            g = info["generation"]
-            state["s"][g] += _time.perf_counter() - state["t0"]
-            state["n"][g] += 1
-
-    _gc.callbacks.append(callback)
-    _gc.warm_run_profile_state = state  # the worker's, found again by gc_timer_read
-
-
-def gc_timer_read() -> dict:
-    import gc as _gc
-
-    state = _gc.warm_run_profile_state
-    out = {"full_s": state["s"][2], "young_s": state["s"][0] + state["s"][1],
-           "full_n": state["n"][2], "young_n": state["n"][0] + state["n"][1]}  # fmt: skip
-    state["s"], state["n"] = [0.0, 0.0, 0.0], [0, 0, 0]
-    return out
-
-
-def gc_freeze() -> int:
-    import gc as _gc
-
-    _gc.collect()
-    _gc.freeze()
-    return _gc.get_freeze_count()
-
-
 def _gc_summary(per_worker: dict) -> dict:
     """Median over the workers of their collections' seconds and counts in one run."""
-    rows = list(per_worker.values())
-    return {k: statistics.median(r[k] for r in rows) for k in ("full_s", "young_s", "full_n", "young_n")}
+    return _gctimer.summary(per_worker)
 
 
 def find_py_spy(given: str | None) -> str | None:
@@ -166,6 +133,14 @@ def _function(frame: str) -> str:
     return frame.split(" (", 1)[0]
 
 
+def _matches(pattern: str, funcs: list[str]) -> bool:
+    if pattern.endswith("."):
+        return any(f.startswith(pattern) for f in funcs)
+    if pattern.startswith("."):
+        return any(f.endswith(pattern) or f == pattern[1:] for f in funcs)
+    return pattern in funcs
+
+
 def stack_samples(files: list[str]) -> dict:
     """Inclusive samples of :data:`TASK` and of each :data:`READ_PATH` function under it in
     py-spy ``--format raw`` files (one ``frame;frame;... count`` line per stack)."""
@@ -182,9 +157,9 @@ def stack_samples(files: list[str]) -> dict:
                 if TASK not in funcs:
                     continue
                 counts["tasks"] += int(n)
-                below = set(funcs[funcs.index(TASK):])
+                below = funcs[funcs.index(TASK):]
                 for name, fn in READ_PATH:
-                    if fn in below:
+                    if _matches(fn, below):
                         counts[name] += int(n)
     out = {"all": total, "tasks": counts["tasks"]}
     for name, _ in READ_PATH:
@@ -216,18 +191,18 @@ def run(args) -> dict:
                 mc.floor_in_memory(fill=True)
                 frozen = None
                 if args.gc_freeze:
-                    frozen = statistics.median(mc.client.run(gc_freeze).values())
+                    frozen = statistics.median(mc.client.run(_gctimer.freeze).values())
                     print(f"gc.freeze(): {frozen:.0f} objects per worker left out of collections",
                           flush=True)  # fmt: skip
-                mc.client.run(gc_timer_install)
+                mc.client.run(_gctimer.install)  # (ModeCluster.start did already)
                 for k in range(args.rounds):
                     got = {}
                     order = ("warm", "floor") if k % 2 == 0 else ("floor", "warm")
                     for kind in order:
-                        mc.client.run(gc_timer_read)  # reset
+                        mc.client.run(_gctimer.read)  # reset
                         with prof(mc.client, f"{kind}{k}") as rec:
                             row = mc.run() if kind == "warm" else mc.floor_in_memory()
-                        row["gc"] = _gc_summary(mc.client.run(gc_timer_read))
+                        row["gc"] = _gc_summary(mc.client.run(_gctimer.read))
                         got[kind] = (row, rec.shares())
                     (w, wp), (f, fp) = got["warm"], got["floor"]
                     r = {
@@ -241,11 +216,17 @@ def run(args) -> dict:
                         "warm_gc": w["gc"], "floor_b_gc": f["gc"],
                     }  # fmt: skip
                     rounds.append(r)
-                    share = (wp or {}).get("get_many_share")
+                    share = (wp or {}).get("read_path_share")
+                    if wp and w.get("hits"):
+                        # samples are per process at --rate per second: seconds of the read
+                        # path summed over the workers, per column lookup of the run
+                        r["read_path_us_per_lookup"] = wp["read_path"] / args.rate / w["hits"] * 1e6
                     print(f"round {k + 1}: warm {r['warm_s']:.2f} s, floor (b) {r['floor_b_s']:.2f} s, "
                           f"ratio {r['ratio']:.3f}, hits {r['warm_hit_rate']:.1%}, full GC per worker "
                           f"{w['gc']['full_s']:.2f} / {f['gc']['full_s']:.2f} s"
-                          + (f", get_many {share:.1%} of task samples" if share is not None else ""),
+                          + (f", read path {share:.1%} of task samples" if share is not None else "")
+                          + (f", {r['read_path_us_per_lookup']:.0f} us per lookup"
+                             if r.get("read_path_us_per_lookup") else ""),
                           flush=True)  # fmt: skip
             finally:
                 mc.close()
@@ -267,6 +248,7 @@ def run(args) -> dict:
         summary[f"{kind}_full_gc_share"] = spread(
             [r[f"{kind}_gc"]["full_s"] / r[f"{kind}_s"] for r in rounds]
         )
+    summary["read_path_us_per_lookup"] = spread([r.get("read_path_us_per_lookup") for r in rounds])
     summary["warm_s"] = spread([r["warm_s"] for r in rounds])
     summary["floor_b_s"] = spread([r["floor_b_s"] for r in rounds])
     return {"run1_s": r1["wall_s"], "rounds": rounds, "summary": summary, "py_spy": exe,
@@ -280,10 +262,10 @@ def plot(doc: dict, path: str) -> None:
     x = [r["round"] for r in rounds]
     ax.bar([i - 0.2 for i in x], [r["ratio"] for r in rounds], width=0.4,
            label="warm run / floor (b) wall")  # fmt: skip
-    shares = [(r["warm_profile"] or {}).get("get_many_share") for r in rounds]
+    shares = [(r["warm_profile"] or {}).get("read_path_share") for r in rounds]
     if all(s is not None for s in shares):
         ax.bar([i + 0.2 for i in x], [1 + s for s in shares], width=0.4,
-               label="1 + get_many share of task samples")  # fmt: skip
+               label="1 + read path share of task samples")  # fmt: skip
     ax.axhline(1.15, color="k", lw=0.8, ls="--", label="issue 16 target 1.15")
     ax.set_xlabel("round")
     ax.set_ylim(0.9, None)

@@ -91,42 +91,48 @@ def test_warm_run_profile_counts_read_path_samples_inside_chunk_tasks(tmp_path):
     from benchmarks import warm_run_profile as wrp
 
     task = "ChunkTask.__call__ (cacheaffinity/coffea/work.py:250)"
-    gm = "ColumnCache.get_many (cacheaffinity/worker/store.py:1262)"
-    q = "ColumnCache._query (cacheaffinity/worker/store.py:845)"
-    rd = "ColumnCache._read (cacheaffinity/worker/store.py:1187)"
+    ex = "PackSourceMapping.extract_column (cacheaffinity/coffea/packs.py:166)"
+    gp = "ColumnCache.get_packs (cacheaffinity/worker/store/cache.py:557)"
+    q = "Index.query (cacheaffinity/worker/store/index.py:343)"
+    rd = "DataFiles.read (cacheaffinity/worker/store/files.py:350)"
     (tmp_path / "a.txt").write_text(
         f"_bootstrap (threading.py:1);{task};process (realistic.py:9) 50\n"
-        f"_bootstrap (threading.py:1);{task};{gm};{q} 7\n"
-        f"_bootstrap (threading.py:1);{task};{gm};ColumnCache._get_row (store.py:1311);{rd} 5\n"
+        f"_bootstrap (threading.py:1);{task};{ex};{gp};{q} 7\n"
+        f"_bootstrap (threading.py:1);{task};{ex};{gp};ColumnCache._read (cache.py:1);{rd} 5\n"
+        f"_bootstrap (threading.py:1);{task};{ex};_as_array (packs.py:356) 4\n"
         f"_bootstrap (threading.py:1);heartbeat (worker.py:3) 30\n"
     )
-    # a get_many outside any chunk task (a peer request being served) is not the task's
-    (tmp_path / "b.txt").write_text(f"serve (peers.py:1);{gm};{rd} 9\n{task} 8\n")
+    # pack reads outside any chunk task (a peer request being served) are not the task's
+    (tmp_path / "b.txt").write_text(f"serve_packs (peers.py:1);{gp};{rd} 9\n{task} 8\n")
     s = wrp.stack_samples([str(tmp_path / "a.txt"), str(tmp_path / "b.txt")])
-    assert s["all"] == 50 + 7 + 5 + 30 + 9 + 8
-    assert s["tasks"] == 50 + 7 + 5 + 8
-    assert (s["get_many"], s["index_query"], s["file_reads"]) == (12, 7, 5)
-    assert s["get_many_share"] == pytest.approx(12 / 70)
+    assert s["all"] == 50 + 7 + 5 + 4 + 30 + 9 + 8
+    assert s["tasks"] == 50 + 7 + 5 + 4 + 8
+    assert (s["read_path"], s["get_packs"], s["index_query"], s["file_reads"]) == (16, 12, 7, 5)
+    assert s["read_path_share"] == pytest.approx(16 / 74)
     assert wrp.find_py_spy(str(tmp_path / "no-such-py-spy")) is None
 
 
-def test_warm_run_profile_gc_timer_counts_full_collections():
-    """The worker-side collector timer of warm_run_profile.py (here in this process)."""
+def test_gc_timer_counts_full_collections():
+    """The worker-side collector timer of the benchmarks (benchmarks/_gctimer.py; here in
+    this process)."""
     import gc
 
-    from benchmarks import warm_run_profile as wrp
+    from benchmarks import _gctimer
 
     before = list(gc.callbacks)
+    state = getattr(gc, "_benchmark_gc_timer", None)
     try:
-        wrp.gc_timer_install()
-        wrp.gc_timer_read()  # reset
+        gc._benchmark_gc_timer = None
+        assert _gctimer.install() is True and _gctimer.install() is False  # once per process
+        _gctimer.read()  # reset
         gc.collect()
         gc.collect(0)
-        got = wrp.gc_timer_read()
+        got = _gctimer.read()
         assert got["full_n"] == 1 and got["young_n"] >= 1
         assert got["full_s"] > 0
-        assert wrp.gc_timer_read()["full_n"] == 0  # read resets
-        summary = wrp._gc_summary({"a": got, "b": dict(got, full_s=3.0), "c": dict(got, full_s=1.0)})
+        assert _gctimer.read()["full_n"] == 0  # read resets
+        summary = _gctimer.summary({"a": got, "b": dict(got, full_s=3.0), "c": dict(got, full_s=1.0)})
         assert summary["full_s"] == 1.0 and summary["full_n"] == 1
     finally:
         gc.callbacks[:] = before
+        gc._benchmark_gc_timer = state
