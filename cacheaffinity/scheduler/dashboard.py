@@ -104,6 +104,7 @@ TABLE_COLUMNS = (
     ("node", "node", "str"),
     ("cache", "cache", "str"),
     ("hosts", "hosts", "str"),
+    ("directory", "directory", "str"),
     ("workers", "workers", "int"),
     ("weight", "weight", "num"),
     ("replicas", "replicas", "int"),
@@ -129,6 +130,7 @@ TABLE_NOTE = (
     "force (at most what the disk held at start); "
     "replicas: the node's points on the torus; drawn: its chunks drawn on the torus; "
     "placed: chunk tasks placed on the node; queued: its chunk tasks not finished; "
+    "directory: the node's cache directory (as its workers name it); "
     "cached/entries: its cache directory; hits/misses/evictions: its workers' "
     "column cache since they started; steals: chunk tasks its workers stole; "
     "on/off node: chunk tasks it finished that were / were not meant for it; "
@@ -402,6 +404,7 @@ class TorusView:
                 "node": name,
                 "cache": f"UNCACHED: {entry['uncached']}" if entry.get("uncached") else "cached",
                 "hosts": ", ".join(entry.get("hosts") or ()),
+                "directory": str(entry.get("directory") or "-"),
                 "workers": len(entry.get("workers") or ()),
                 "weight": _num(entry.get("weight")),
                 "replicas": int(counts.get(name, 0)),
