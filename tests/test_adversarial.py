@@ -38,7 +38,7 @@ from distributed.utils_test import gen_cluster
 
 import cacheaffinity
 from testbed import skip_or_fail
-from cacheaffinity.worker.store import cache as store_cache_module
+from cacheaffinity.worker.store import maintenance as store_maintenance
 from cacheaffinity.worker.directory import UntrustedDirectory, trusted_directory
 from cacheaffinity.worker.node import read_or_create_node_id
 from cacheaffinity.worker.store import DATA_DIR, INDEX_NAME, ColumnCache, MemoryFront
@@ -619,7 +619,7 @@ def test_orphans_are_collected_in_bounded_passes_and_by_writers(tmp_path, monkey
         os.utime(p, (old, old))
     fresh = planted.pop()
     os.utime(fresh, None)  # young: may still be committed by a live writer
-    monkeypatch.setattr(store_cache_module, "ORPHAN_BATCH", 8)
+    monkeypatch.setattr(store_maintenance, "ORPHAN_BATCH", 8)
     with ColumnCache(d, capacity="10 MiB") as cache:  # one bounded pass on open
         left = [p for p in planted if p.exists()]
         assert 0 < len(left) < len(planted)
@@ -628,7 +628,7 @@ def test_orphans_are_collected_in_bounded_passes_and_by_writers(tmp_path, monkey
             left = [p for p in planted if p.exists()]
         assert fresh.exists() and np.array_equal(cache["k"], np.arange(10))
     # writers run a pass every ORPHAN_INTERVAL seconds
-    monkeypatch.setattr(store_cache_module, "ORPHAN_INTERVAL", 0.0)
+    monkeypatch.setattr(store_maintenance, "ORPHAN_INTERVAL", 0.0)
     with ColumnCache(d, capacity="10 MiB", orphan_after=0) as cache:
         late = d / DATA_DIR / "ff" / ("ff" + "1" * 30)
         late.parent.mkdir(mode=0o700, exist_ok=True)
