@@ -48,10 +48,10 @@ per-run figures exact with several threads per worker.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
-import contextlib
 import threading
 from collections import Counter
 from collections.abc import Iterator, MutableMapping
@@ -63,9 +63,9 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from cacheaffinity import config
 from cacheaffinity.protocol import (
-    PACKS_HANDLER,
     FORM_HANDLER,
     NODE_REPORT_TOPIC,
+    PACKS_HANDLER,
     PLUGIN_NAME,
     WORKER_METRIC,
 )
