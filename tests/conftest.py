@@ -1,4 +1,14 @@
-"""Shared test helpers: paths to the real NanoAOD samples, cluster set-up."""
+"""Shared test set-up: the real NanoAOD samples (``nanoaod_dir``) and the ``unit``
+marker.
+
+Layout: ``tests/unit/`` holds the fast tests (no Dask cluster: placement, config,
+locator bookkeeping, forms, the column store; ``pytest tests/unit`` or ``pytest -m
+unit`` runs them in well under a minute); every other ``tests/test_*.py`` runs
+real clusters, processes or servers.  Helpers several modules share (cluster
+client, coffea runs, cache-total deltas, ``dask`` processes) are in
+``tests/helpers.py`` (``from helpers import ...``: this directory is on
+``sys.path`` while the tests run).
+"""
 
 from __future__ import annotations
 
@@ -21,3 +31,12 @@ def nanoaod_dir() -> Path:
             "../shared/data/nanoaod beside it (or set CACHEAFFINITY_NANOAOD_DIR)"
         )
     return NANOAOD
+
+
+UNIT = Path(__file__).resolve().parent / "unit"
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if UNIT in Path(str(item.path)).parents:
+            item.add_marker(pytest.mark.unit)

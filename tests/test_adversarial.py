@@ -38,10 +38,11 @@ from distributed.utils_test import gen_cluster
 
 import cacheaffinity
 from testbed import skip_or_fail
-from cacheaffinity.worker.store import cache as store_cache_module
+from cacheaffinity.worker.store import maintenance as store_maintenance
 from cacheaffinity.worker.directory import UntrustedDirectory, trusted_directory
 from cacheaffinity.worker.node import read_or_create_node_id
 from cacheaffinity.worker.store import DATA_DIR, INDEX_NAME, ColumnCache, MemoryFront
+from helpers import Processes, fill
 from examples.analysis import DimuonJetProcessor, summary
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
@@ -436,14 +437,6 @@ def test_unknown_shared_group_is_a_config_error(tmp_path):
 
 
 # ====================================================================== damaged index
-def fill(directory: Path, n: int) -> dict[str, np.ndarray]:
-    values = {f"uuid/Events/{i}/data/col": np.arange(i, i + 300, dtype=np.int64) for i in range(n)}
-    with ColumnCache(directory, capacity="100 MiB") as cache:
-        for k, v in values.items():
-            cache[k] = v
-    return values
-
-
 def damage(index: Path, offset_pages: int, pages: int) -> None:
     """Garbage over ``pages`` pages of the index file from page ``offset_pages`` on."""
     rng = np.random.default_rng(offset_pages)
@@ -462,7 +455,7 @@ def damage(index: Path, offset_pages: int, pages: int) -> None:
 def test_damaged_index_is_rebuilt_on_open_keeping_node_id(tmp_path, caplog, offset, pages, some_kept):
     d = tmp_path / "cache"
     node = read_or_create_node_id(str(d))
-    values = fill(d, 3000)
+    values = fill(d, 3000, capacity="100 MiB")
     size = os.path.getsize(d / INDEX_NAME)
     if offset is None:  # the middle of the file
         offset = size // 4096 // 2
@@ -493,10 +486,10 @@ def test_damaged_index_is_rebuilt_on_open_keeping_node_id(tmp_path, caplog, offs
 
 def test_index_damaged_while_open_heals_and_writes_resume(tmp_path, caplog):
     d = tmp_path / "cache"
-    values = fill(d, 2000)
+    values = fill(d, 2000, capacity="100 MiB")
     caplog.set_level(logging.WARNING, LOGGER)
     with ColumnCache(d, capacity="100 MiB") as cache:
-        assert cache.get("uuid/Events/5/data/col") is not None
+        assert cache.get("uuid/Events/0-10/data/col5") is not None
         with sqlite3.connect(d / INDEX_NAME) as con:
             con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         damage(d / INDEX_NAME, 2, 20)
@@ -514,7 +507,7 @@ def test_index_damaged_while_open_heals_and_writes_resume(tmp_path, caplog):
 def test_cli_on_a_damaged_index_then_repair(tmp_path):
     d = tmp_path / "cache"
     node = read_or_create_node_id(str(d))
-    fill(d, 2000)
+    fill(d, 2000, capacity="100 MiB")
     damage(d / INDEX_NAME, 2, 10)
     before = (d / INDEX_NAME).read_bytes()
     for command in (("info",), ("verify",)):
@@ -538,7 +531,7 @@ def test_cli_on_a_damaged_index_then_repair(tmp_path):
 
 def test_cli_refuses_untrusted_and_missing_directories(adversary, tmp_path):
     d = tmp_path / "theirs"
-    fill(d, 3)
+    fill(d, 3, capacity="100 MiB")
     for p in [d, *d.rglob("*")]:
         os.lchown(p, adversary.pw_uid, adversary.pw_gid)
     assert_one_line_error(run_cli("cache", "info", d), str(d), f"owned by {adversary.pw_name}")
@@ -619,7 +612,7 @@ def test_orphans_are_collected_in_bounded_passes_and_by_writers(tmp_path, monkey
         os.utime(p, (old, old))
     fresh = planted.pop()
     os.utime(fresh, None)  # young: may still be committed by a live writer
-    monkeypatch.setattr(store_cache_module, "ORPHAN_BATCH", 8)
+    monkeypatch.setattr(store_maintenance, "ORPHAN_BATCH", 8)
     with ColumnCache(d, capacity="10 MiB") as cache:  # one bounded pass on open
         left = [p for p in planted if p.exists()]
         assert 0 < len(left) < len(planted)
@@ -628,7 +621,7 @@ def test_orphans_are_collected_in_bounded_passes_and_by_writers(tmp_path, monkey
             left = [p for p in planted if p.exists()]
         assert fresh.exists() and np.array_equal(cache["k"], np.arange(10))
     # writers run a pass every ORPHAN_INTERVAL seconds
-    monkeypatch.setattr(store_cache_module, "ORPHAN_INTERVAL", 0.0)
+    monkeypatch.setattr(store_maintenance, "ORPHAN_INTERVAL", 0.0)
     with ColumnCache(d, capacity="10 MiB", orphan_after=0) as cache:
         late = d / DATA_DIR / "ff" / ("ff" + "1" * 30)
         late.parent.mkdir(mode=0o700, exist_ok=True)
@@ -685,34 +678,6 @@ def test_fork_while_another_thread_holds_the_locks(tmp_path):
 
 
 # ====================================================================== real processes
-class Processes:
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, *args: str, log: str, env=None) -> subprocess.Popen:
-        with open(self.directory / log, "w") as f:
-            p = subprocess.Popen(
-                [str(BIN / "dask"), *args],
-                stdout=f,
-                stderr=subprocess.STDOUT,
-                env=dict(os.environ, **(env or {})),
-            )
-        self.procs.append(p)
-        return p
-
-    def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-
 @pytest.fixture(scope="module")
 def scheduler(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("sched")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import cacheaffinity
 from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import read_or_create_node_id
 from cacheaffinity.worker.store import ColumnCache
+from helpers import Processes
 
 BIN = Path(sys.executable).parent
 CLI = BIN / "cacheaffinity"
@@ -184,40 +184,6 @@ def test_wrong_path_is_a_clear_error_and_creates_nothing(tmp_path, make_path, co
 
 
 # ============================================================== where, on real processes
-class Processes:
-    """``dask`` processes started by a test, stopped (SIGINT, then SIGKILL) at the end."""
-
-    def __init__(self, directory: Path):
-        self.directory = directory
-        self.procs: list[subprocess.Popen] = []
-
-    def start(self, *args: str, log: str) -> subprocess.Popen:
-        with open(self.directory / log, "w") as f:
-            p = subprocess.Popen([str(BIN / "dask"), *args], stdout=f, stderr=subprocess.STDOUT)
-        self.procs.append(p)
-        return p
-
-    def scheduler(self, name: str, *extra: str) -> Path:
-        scheduler_file = self.directory / f"{name}.json"
-        self.start(
-            "scheduler", "--host", "127.0.0.1", "--port", "0",
-            "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(scheduler_file),
-            *extra, log=f"{name}.log",
-        )  # fmt: skip
-        return scheduler_file
-
-    def close(self) -> None:
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in self.procs:
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-
-
 def _address(scheduler_file: Path, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

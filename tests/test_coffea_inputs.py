@@ -10,39 +10,28 @@ import shutil
 import warnings
 
 import awkward as ak
-import dask
 import pyarrow.parquet as pq
 import pytest
 import uproot
 from coffea import processor
 from coffea.nanoevents import NanoAODSchema
-from distributed import Client, LocalCluster
 
 import cacheaffinity
 from cacheaffinity.coffea import adapter
 from examples.analysis import DimuonJetProcessor, summary
+from helpers import cache_client, counted, run_coffea
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
 
-COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")
+#: stealing may move a chunk of run 2 to a node without its columns: a miss by design
+NO_STEALING = {"cacheaffinity.scheduler.stealing.enabled": False}
 BRANCHES = ["Muon_*", "nMuon", "Jet_*", "nJet", "run", "luminosityBlock", "event"]
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    root = tmp_path_factory.mktemp("caches")
-    with dask.config.set(
-        {
-            "distributed.scheduler.preload": ["cacheaffinity"],
-            "distributed.worker.preload": ["cacheaffinity"],
-            "cacheaffinity.worker.directory": str(root / "node-{name}"),
-            "cacheaffinity.scheduler.stealing.enabled": False,
-        }
-    ):
-        with LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster, Client(cluster) as c:
-            yield c
+    with cache_client(tmp_path_factory.mktemp("caches"), 2, **NO_STEALING) as c:
+        yield c
 
 
 def ours(client, **kwargs):
@@ -51,17 +40,7 @@ def ours(client, **kwargs):
 
 def run(executor, fileset, processor_instance=None, chunksize=15, **kwargs):
     kwargs.setdefault("metadata_cache", {})
-    runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=chunksize, **kwargs)
-    return runner(
-        fileset, processor_instance=processor_instance or DimuonJetProcessor(), treename="Events"
-    )
-
-
-def counted(client, fn):
-    before = cacheaffinity.cache_totals(client)
-    out = fn()
-    after = cacheaffinity.cache_totals(client)
-    return out, {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
+    return run_coffea(executor, fileset, processor_instance or DimuonJetProcessor(), chunksize, **kwargs)
 
 
 def write_parquet(src, dst):

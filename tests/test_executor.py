@@ -18,32 +18,22 @@ from distributed import Client, LocalCluster
 import cacheaffinity
 from testbed.synthetic import make_dataset
 from examples.analysis import DimuonJetProcessor, summary
+from helpers import cache_client, counted, preload_config, run_coffea
 
-COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")
 REAL = ["nano_dy.root", "nano_dimuon.root", "nanoAOD_2015_CMS_Open_Data_ttbar.root"]
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
 
 
-def preload_config(cache_root):
-    return {
-        "distributed.scheduler.preload": ["cacheaffinity"],
-        "distributed.worker.preload": ["cacheaffinity"],
-        "cacheaffinity.worker.directory": str(cache_root / "node-{name}"),
-        # stealing may move a chunk of run 2 to a node without its columns (a miss
-        # by design, tested in test_stealing.py); here run 2 must be all hits
-        "cacheaffinity.scheduler.stealing.enabled": False,
-    }
+# stealing may move a chunk of run 2 to a node without its columns (a miss by
+# design, tested in test_stealing.py); here run 2 must be all hits
+NO_STEALING = {"cacheaffinity.scheduler.stealing.enabled": False}
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    root = tmp_path_factory.mktemp("caches")
-    with dask.config.set(preload_config(root)):
-        with LocalCluster(
-            n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster, Client(cluster) as c:
-            yield c
+    with cache_client(tmp_path_factory.mktemp("caches"), 3, **NO_STEALING) as c:
+        yield c
 
 
 @pytest.fixture(scope="module")
@@ -52,19 +42,14 @@ def real_fileset(nanoaod_dir):
 
 
 def run(executor, fileset, chunksize=50, **kwargs):
-    runner = processor.Runner(
-        executor=executor, schema=NanoAODSchema, chunksize=chunksize, **kwargs
-    )
-    return runner(fileset, processor_instance=DimuonJetProcessor(), treename="Events")
+    return run_coffea(executor, fileset, DimuonJetProcessor(), chunksize, **kwargs)
 
 
 
 
 def run_counted(client, fileset, **kwargs):
-    before = cacheaffinity.cache_totals(client)
-    out = run(cacheaffinity.CacheAffinityExecutor(client=client, status=False), fileset, **kwargs)
-    after = cacheaffinity.cache_totals(client)
-    return out, {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
+    ours = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+    return counted(client, lambda: run(ours, fileset, **kwargs))
 
 
 def test_identical_to_coffea_executors_and_rerun_reads_nothing(client, real_fileset):
@@ -191,7 +176,7 @@ def test_worker_killed_mid_run_still_gives_correct_result(tmp_path, nanoaod_dir)
     fileset = {"tt": [str(nanoaod_dir / "nanoAOD_2015_CMS_Open_Data_ttbar.root")]}
     reference = summary(run(processor.IterativeExecutor(), fileset, chunksize=10))
     # stripes of 10 entries: the one file's chunks spread over all three workers
-    with dask.config.set({**preload_config(tmp_path), "cacheaffinity.client.stripe-entries": 10}):
+    with dask.config.set(preload_config(tmp_path, **NO_STEALING, **{"cacheaffinity.client.stripe-entries": 10})):
         with LocalCluster(
             n_workers=3, threads_per_worker=1, processes=True, host="127.0.0.1",
             dashboard_address="127.0.0.1:0",

@@ -192,7 +192,7 @@ def test_uncached_node_is_marked_everywhere(cluster, caplog):
     assert [table["cache"][table["node"].index(n)] for n in cluster.cached] == ["cached"] * 2
     assert table["hosts"][row] == "127.0.0.1"
     # each cached node's row names its cache directory
-    for name, d in cluster.dirs.items():
+    for d in cluster.dirs.values():
         node = (d / "node-id").read_text().strip()
         assert table["directory"][table["node"].index(node)] == str(d)
 

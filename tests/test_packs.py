@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import uproot
 from coffea import processor
-from coffea.nanoevents import NanoAODSchema
 from distributed import Client, LocalCluster
 
 import cacheaffinity
 from cacheaffinity.coffea.identity import chunk_identity, stripe_of
+from helpers import cache_client, counted, run_coffea
 from testbed.synthetic import make_dataset
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
@@ -29,7 +29,6 @@ STRIPE = 6000  # placement stripe (>> C, as the default is above common chunksiz
 PER_FILE = 3 * STRIPE
 BRANCHES = ["Muon_pt", "Muon_eta", "Muon_phi", "Muon_mass", "Muon_charge",
             "Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass"]  # fmt: skip
-COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")
 #: In-process workers share one GIL on a loaded machine: their learned speeds are
 #: noise here (0.4-1.6 of the median measured), and a node learned slower than
 #: 1/locator-slack sheds chunks it holds (the damping for really slow nodes, tested
@@ -78,35 +77,17 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    root = tmp_path_factory.mktemp("caches")
-    with dask.config.set(
-        {
-            "distributed.scheduler.preload": ["cacheaffinity"],
-            "distributed.worker.preload": ["cacheaffinity"],
-            "cacheaffinity.worker.directory": str(root / "node-{name}"),
-            "cacheaffinity.scheduler.stealing.enabled": False,
-            "cacheaffinity.client.stripe-entries": STRIPE,
-            **NO_DAMPING,
-        }
-    ):
-        with LocalCluster(
-            n_workers=4, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster, Client(cluster) as c:
-            yield c
+    settings = {
+        "cacheaffinity.scheduler.stealing.enabled": False,
+        "cacheaffinity.client.stripe-entries": STRIPE,
+        **NO_DAMPING,
+    }
+    with cache_client(tmp_path_factory.mktemp("caches"), 4, **settings) as c:
+        yield c
 
 
 def run(executor, files, chunksize, proc=None):
-    runner = processor.Runner(
-        executor=executor, schema=NanoAODSchema, chunksize=chunksize, metadata_cache={}
-    )
-    return runner({"gen": files}, processor_instance=proc or ColumnSums(), treename="Events")
-
-
-def counted(client, fn):
-    before = cacheaffinity.cache_totals(client)
-    out = fn()
-    after = cacheaffinity.cache_totals(client)
-    return out, {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
+    return run_coffea(executor, {"gen": files}, proc or ColumnSums(), chunksize, metadata_cache={})
 
 
 def test_stripe_of():

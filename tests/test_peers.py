@@ -18,6 +18,7 @@ import cacheaffinity
 from cacheaffinity.coffea.identity import chunk_identity
 from cacheaffinity.protocol import HOLDERS_HANDLER, PACKS_HANDLER
 from cacheaffinity.worker.peers import task_annotations
+from helpers import counted
 from test_packs import BASKET, BRANCHES, NO_DAMPING, ColumnSums, canonical, run
 from testbed.synthetic import make_dataset
 
@@ -25,14 +26,6 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserW
 
 C = 600
 STRIPE = 1500  # many stripes: a 1.5*C chunk crosses a boundary between two nodes' stripes
-COUNTERS = ("hits", "misses", "storage_opens", "peer_hits", "peer_bytes", "peer_failed", "peer_served")
-
-
-def counted(client, fn):
-    before = cacheaffinity.cache_totals(client)
-    out = fn()
-    after = cacheaffinity.cache_totals(client)
-    return out, {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,12 @@ and the number of branches it reads."""
 
 from __future__ import annotations
 
-import dask
 import pytest
 from coffea import processor
-from coffea.nanoevents import NanoAODSchema
-from distributed import Client, LocalCluster
 
 import cacheaffinity
 from benchmarks._common import make_dataset
+from helpers import cache_client, run_coffea
 from examples.realistic import TTbarLikeProcessor, branches_read, read_share, summary
 
 REAL = ["nano_dy.root", "nano_dimuon.root", "nanoAOD_2015_CMS_Open_Data_ttbar.root"]
@@ -20,23 +18,13 @@ pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserW
 
 
 def run(executor, fileset, chunksize=50, **kwargs):
-    runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=chunksize, **kwargs)
-    return runner(fileset, processor_instance=TTbarLikeProcessor(), treename="Events")
+    return run_coffea(executor, fileset, TTbarLikeProcessor(), chunksize, **kwargs)
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory):
-    root = tmp_path_factory.mktemp("caches")
-    cfg = {
-        "distributed.scheduler.preload": ["cacheaffinity"],
-        "distributed.worker.preload": ["cacheaffinity"],
-        "cacheaffinity.worker.directory": str(root / "node-{name}"),
-    }
-    with dask.config.set(cfg):
-        with LocalCluster(
-            n_workers=2, threads_per_worker=1, processes=False, dashboard_address=":0"
-        ) as cluster, Client(cluster) as c:
-            yield c
+    with cache_client(tmp_path_factory.mktemp("caches"), 2) as c:
+        yield c
 
 
 @pytest.mark.timeout(240)

@@ -19,7 +19,6 @@ import pytest
 
 from testbed import skip_or_fail
 from coffea import processor
-from coffea.nanoevents import NanoAODSchema
 from distributed import Client
 
 import cacheaffinity
@@ -27,9 +26,9 @@ from cacheaffinity.jobqueue import cache_filesystems, slurm_cluster
 from testbed.synthetic import make_dataset
 from testbed.slurm import LocalSlurm, missing_requirements
 from examples.analysis import DimuonJetProcessor, summary
+from helpers import counted, run_coffea
 
 REPO = Path(__file__).resolve().parent.parent
-COUNTERS = ("hits", "misses", "storage_bytes", "storage_opens")
 
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning", "ignore::UserWarning")
 
@@ -56,15 +55,12 @@ def wait_for(predicate, what, timeout=120):
 
 
 def run(executor, fileset):
-    runner = processor.Runner(executor=executor, schema=NanoAODSchema, chunksize=250)
-    return runner(fileset, processor_instance=DimuonJetProcessor(), treename="Events")
+    return run_coffea(executor, fileset, DimuonJetProcessor(), 250)
 
 
 def run_counted(client, fileset):
-    before = cacheaffinity.cache_totals(client)
-    out = run(cacheaffinity.CacheAffinityExecutor(client=client, status=False), fileset)
-    after = cacheaffinity.cache_totals(client)
-    return out, {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS}
+    ours = cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+    return counted(client, lambda: run(ours, fileset))
 
 
 def workers_by_name(client):

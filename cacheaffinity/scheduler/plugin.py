@@ -25,7 +25,8 @@ What it does:
 * when a node leaves, re-targets its tasks (queued or released from a dead
   worker) to their next-nearest live node before Dask reschedules them; when a
   node joins, moves the not-yet-running tasks that now map to it (with a steal
-  request: not when Dask's work stealing is switched off);
+  request: not when Dask's work stealing is switched off):
+  :mod:`~cacheaffinity.scheduler.retargeting`;
 * marks a node whose workers have no usable cache *uncached* (with the reason,
   in :meth:`info`): it owns no part of the placement while a cached node
   exists (it may still steal work);
@@ -34,7 +35,8 @@ What it does:
 * logs its decisions to the event topic ``cacheaffinity`` and to the logger
   ``cacheaffinity.scheduler`` (per-task lines on ``cacheaffinity.scheduler.tasks``);
 * :meth:`snapshot` is what the dashboard page, the Prometheus collector and the
-  client read.
+  client read (:mod:`~cacheaffinity.scheduler.queries` answers it, :meth:`info`,
+  :meth:`where` and :meth:`holders`).
 
 It never touches disk: worker-side caching lives in :mod:`cacheaffinity.worker`.
 
@@ -59,19 +61,18 @@ from cacheaffinity._version import __version__
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.protocol import (
     ANNOTATION,
-    DIRECTORY_WIDE,
     ENTRIES_ANNOTATION,
     HOLDERS_HANDLER,
     NODE_REPORT_TOPIC,
     PLUGIN_NAME,
     RUN_ANNOTATION,
     TASK_REPORT_TOPIC,
-    WORKER_METRIC,
 )
-from cacheaffinity.scheduler import _distributed
+from cacheaffinity.scheduler import _distributed, queries
 from cacheaffinity.scheduler.locator import Locator
 from cacheaffinity.scheduler.membership import Membership
 from cacheaffinity.scheduler.metrics import register_collector
+from cacheaffinity.scheduler.retargeting import PENDING, retarget
 from cacheaffinity.scheduler.runs import RunFigures
 from cacheaffinity.scheduler.stealing import LocalityStealing
 
@@ -83,8 +84,6 @@ task_logger = logging.getLogger("cacheaffinity.scheduler.tasks")
 
 __all__ = ["CacheAffinityPlugin"]
 
-#: Task states in which a chunk task has not finished and may still be placed.
-_PENDING = frozenset({"released", "waiting", "no-worker", "processing"})
 #: Restriction used while no cache node exists: no worker has this address, so
 #: the task waits in ``no-worker`` (instead of Dask's root-task queue) until a
 #: node joins and the plugin places it.
@@ -92,12 +91,6 @@ _NO_NODE = "cacheaffinity://no-cache-node-yet"
 #: Key in ``Scheduler.periodic_callbacks`` of the look for workers whose node
 #: arrived in a heartbeat (:meth:`CacheAffinityPlugin._check_pending`, every second).
 PENDING_CALLBACK = "cacheaffinity-pending"
-
-
-def _user_took_over(ts: TaskState) -> bool:
-    """Whether restrictions other than the plugin's own (loose, worker-only) were
-    set on a chunk task after it was placed."""
-    return not ts.loose_restrictions or bool(ts.host_restrictions or ts.resource_restrictions)
 
 
 def _compute_seconds(startstops: Any) -> float | None:
@@ -380,7 +373,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
                     "" if set(uncached) & set(nodes) else " and get no placement",
                     "; ".join(f"{n}: {r}" for n, r in sorted(uncached.items())),
                 )
-        self._retarget(joined, left, stimulus_id)
+        retarget(self, joined, left, stimulus_id)
 
     # ============================================================ placement
     def update_graph(
@@ -412,7 +405,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             if chunk is None:
                 continue
             ts = stasks.get(key)
-            if ts is None or ts.processing_on is not None or ts.state not in _PENDING:
+            if ts is None or ts.processing_on is not None or ts.state not in PENDING:
                 continue
             if key not in chunk_of and (
                 ts.worker_restrictions
@@ -495,101 +488,6 @@ class CacheAffinityPlugin(SchedulerPlugin):
             }
         )
 
-    def _set_target(self, ts: TaskState, node: str, restrictions: dict | None = None) -> None:
-        self.locator.set_target(ts.key, node)
-        if restrictions is None:
-            ts.worker_restrictions = set(self.membership.node_workers[node])
-        else:  # one set per node, shared by the tasks of one re-targeting
-            r = restrictions.get(node)
-            if r is None:
-                r = restrictions[node] = set(self.membership.node_workers[node])
-            ts.worker_restrictions = r
-        ts.loose_restrictions = True
-
-    def _retarget(self, joined: set[str], left: set[str], stimulus_id: str) -> None:
-        """Re-target pending chunk tasks after nodes joined or left."""
-        node_workers = self.membership.node_workers
-        if not node_workers:
-            return
-        locator = self.locator
-        stasks = self.scheduler.tasks
-        changed = self.membership.take_changed()
-        owners = self.owners
-        # Tasks waiting for any node, and tasks of nodes whose workers changed.
-        # Without a joined node, a task whose node kept its workers keeps its
-        # target and its (equal) restrictions: only those of changed nodes are
-        # looked at. A joined node may take tasks from any node: all are.
-        keys = locator.untargeted()
-        scan = set(locator.node_tasks) - joined
-        if not joined:
-            scan &= changed | left
-        for node in scan:
-            keys.extend(locator.node_tasks[node])
-        pending = []
-        for k in keys:
-            ts = stasks.get(k)
-            if ts is not None and ts.state in _PENDING:
-                pending.append(ts)
-        if not pending:
-            return
-        homes = self.placement.nearest([locator.chunk_of[ts.key] for ts in pending])
-        moved = failovers = requested = placed = 0
-        stealing = self.stealing
-        restrictions: dict[str, set] = {}
-        for ts, home in zip(pending, homes):
-            if _user_took_over(ts):
-                continue  # restricted by a user since it was placed: Dask's now
-            old = locator.target.get(ts.key)
-            if old in owners and home != old and home not in joined:
-                # Unchanged node set for this chunk: keep it (e.g. balance spill).
-                home = old
-            if home == old and old not in changed and ts.processing_on is None:
-                continue  # same node, same workers: nothing to change
-            victim = ts.processing_on
-            if victim is not None and victim.address not in self.scheduler.workers:
-                # On a worker being removed: Dask releases it right after this.
-                if old is not None and old not in node_workers:
-                    failovers += 1
-                    self.node_counters[old]["failovers"] += 1
-                self._set_target(ts, home)
-                continue
-            if victim is not None:
-                if home == old or victim.address in node_workers[home]:
-                    continue
-                # Already on a worker: ask it to hand the task over, if not started.
-                self._set_target(ts, home)
-                thief = self.membership.pick_worker(home)
-                if stealing is not None and thief is not None:
-                    requested += stealing.move(ts, thief, reason="membership")
-                moved += 1
-                continue
-            if old is None:
-                placed += 1
-                self.node_counters[home]["placements"] += 1
-            elif old not in node_workers:
-                failovers += 1
-                self.node_counters[old]["failovers"] += 1
-            elif home != old:
-                moved += 1
-            self._set_target(ts, home, restrictions)
-        self.counters["failovers"] += failovers
-        self.counters["retargets"] += moved
-        self.counters["placements"] += placed
-        if moved or failovers or placed:
-            self._event(
-                {
-                    "action": "retarget",
-                    "placed": placed,
-                    "failovers": failovers,
-                    "moved": moved,
-                    "move-requests": requested,
-                    "joined": sorted(joined),
-                    "left": sorted(left),
-                    "reason": "cache nodes changed",
-                    "stimulus_id": stimulus_id,
-                }
-            )
-
     # ============================================================ transitions
     def transition(self, key, start, finish, *args, **kwargs) -> None:
         # Called for every transition of every task (about 4 per task, chunk
@@ -642,93 +540,17 @@ class CacheAffinityPlugin(SchedulerPlugin):
         stop: int | None = None,
         worker: str | None = None,
     ) -> list[str]:
-        """Handler ``cacheaffinity_holders``: one worker address per other live
-        node that processed entries ``[start, stop)`` of ``chunk`` (most first),
-        then the placement's nodes of its stripes; ``worker``'s own node left
-        out.  A worker asks this once per chunk task that missed a column
-        (:mod:`cacheaffinity.worker.peers`)."""
-        if not isinstance(chunk, str):
-            return []
-        if not (isinstance(start, int) and isinstance(stop, int)):
-            start = stop = None
-        own = self.membership.worker_node.get(worker)
-        node_workers = self.membership.node_workers
-        out = []
-        for node in self.locator.holders_of_range(chunk, start, stop):
-            workers = node_workers.get(node)
-            if node != own and workers:
-                out.append(min(workers))
-        self.counters["holder-queries"] += 1
-        return out
+        """Handler ``cacheaffinity_holders``: a worker per other live node holding
+        entries ``[start, stop)`` of ``chunk`` (:func:`.queries.holders`)."""
+        return queries.holders(self, chunk, start, stop, worker)
 
     def where(self, chunks: Iterable[str]) -> dict[str, dict]:
         """Home node and live workers of each chunk under the current membership."""
-        chunks = [str(c) for c in chunks]
-        if not chunks:
-            return {}
-        if not self.membership.node_workers:
-            return {c: {"node": None, "workers": []} for c in chunks}
-        homes = self.placement.nearest(chunks)
-        return {
-            c: {"node": n, "workers": sorted(self.membership.node_workers.get(n, ()))}
-            for c, n in zip(chunks, homes)
-        }
+        return queries.where(self, chunks)
 
     def info(self) -> dict:
-        """A summary for clients, the dashboard and the command line."""
-        nodes = {}
-        workers = self.scheduler.workers if self.scheduler else {}
-        for node, addrs in self.membership.node_workers.items():
-            stats: Counter[str] = Counter()
-            directory = None
-            for a in addrs:
-                ws = workers.get(a)
-                m = (ws.metrics or {}).get(WORKER_METRIC) if ws is not None else None
-                if isinstance(m, dict):
-                    directory = m.get("directory", directory)
-                    for k, v in (m.get("stats") or {}).items():
-                        if not isinstance(v, (int, float)):
-                            continue
-                        if k in DIRECTORY_WIDE:  # the same directory seen by each worker
-                            stats[k] = max(stats[k], v)
-                        else:  # per-process counters add up
-                            stats[k] += v
-            nodes[node] = {
-                "workers": sorted(addrs),
-                "hosts": sorted({workers[a].host for a in addrs if a in workers}),
-                "weight": self.membership.weight(node),
-                "uncached": self.membership.uncached(node),
-                "placing": node in self.owners,
-                "directory": directory,
-                "stats": dict(stats),
-                "counters": dict(self.node_counters.get(node, {})),
-                "tasks": len(self.locator.node_tasks.get(node, ())),
-            }
-        stealing = self.stealing
-        return {
-            "version": __version__,
-            "placement": {
-                "dimensions": self.placement.dimensions,
-                "replicas": self.placement.replicas,
-                "seed": self.placement.seed,
-                "balance": self.placement.balance,
-            },
-            "nodes": nodes,
-            "counters": dict(self.counters),
-            "stealing": None
-            if stealing is None
-            else {
-                "enabled": stealing.enabled,
-                "dask-stealing": stealing.dask_stealing,
-                "steals": stealing.steals,
-                "membership-moves": stealing.membership_moves,
-                "refused": stealing.refused,
-            },
-            "tracked-tasks": len(self.locator.chunk_of),
-            "held-chunks": len(self.locator.holder),
-            "locator-size": self.locator.size,
-            "node-speed": self.locator.speed.to_dict(),
-        }
+        """A summary for clients, the dashboard and the command line (:func:`.queries.info`)."""
+        return queries.info(self)
 
     def run_stats(self, run: str | None = None, last: int = 1) -> list[dict]:
         """Figures of run ``run`` (``[]`` if unknown), or of the ``last`` runs
@@ -745,9 +567,4 @@ class CacheAffinityPlugin(SchedulerPlugin):
         placement's immutable node set, :meth:`TorusPlacement.layout`).
         Containers are copies; calling it changes nothing.
         """
-        out = self.info()
-        out["node-counters"] = {n: dict(c) for n, c in self.node_counters.items()}
-        out["recent-placements"] = list(self.recent_placements)
-        out["recent-placements-size"] = self.recent_placements.maxlen
-        out["layout"] = self.placement.layout()
-        return out
+        return queries.snapshot(self)

@@ -10,8 +10,11 @@ Notes
 Creation is atomic and race-free between processes: the id is written to a
 temporary file and hard-linked to ``node-id``
 (:func:`cacheaffinity.worker.store.files.atomic_write` with ``exclusive=True``);
-whoever links first wins and everyone reads the winner's id.  A new directory is created with mode 0700 and
-``node-id`` is never read through a symbolic link (``O_NOFOLLOW``); whether the
+whoever links first wins and everyone reads the winner's id.  A new directory is
+created with mode 0700; ``node-id`` has mode 0600 (0640 in a shared-group cache:
+the group's members read it, only its writer could change it, and nobody does),
+whatever the umask, and is never read through a symbolic link
+(``O_NOFOLLOW``); whether the
 directory can be trusted at all is checked before, by
 :func:`cacheaffinity.worker.directory.trusted_directory`.  Nothing here ever
 changes or deletes an existing ``node-id``: a node keeps its identity through
@@ -27,15 +30,16 @@ import socket
 import uuid
 
 from cacheaffinity.worker.store.files import atomic_write
+from cacheaffinity.worker.store.layout import NODE_ID_FILE
 
 __all__ = ["NODE_ID_FILE", "read_node_id", "read_or_create_node_id"]
 
-NODE_ID_FILE = "node-id"
 _VALID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
 
 
-def read_or_create_node_id(directory: str) -> str:
-    """Return the node id stored in ``directory``, creating it if needed.
+def read_or_create_node_id(directory: str, shared_group: int | None = None) -> str:
+    """Return the node id stored in ``directory``, creating it if needed (mode
+    0600, or 0640 with ``shared_group``, the gid of a shared-group cache).
 
     Raises
     ------
@@ -59,7 +63,8 @@ def read_or_create_node_id(directory: str) -> str:
     host = re.sub(r"[^A-Za-z0-9.-]", "-", socket.gethostname())[:60] or "node"
     new_id = f"{host}-{uuid.uuid4().hex[:12]}"
     # hard-linked, never renamed: whoever links first wins, nobody replaces it
-    atomic_write(path, new_id + "\n", mode=0o644, exclusive=True, fsync=True)
+    mode = 0o600 if shared_group is None else 0o640
+    atomic_write(path, new_id + "\n", mode=mode, chmod=mode, exclusive=True, fsync=True)
     return read_node_id(path)
 
 

@@ -34,9 +34,10 @@ and reports its host as node, marked *uncached* with the reason (the metric's
 ``uncached``), and analyses run uncached but correct.
 
 The capacity in force is at most what the directory's file system can hold:
-the free space when the plugin is set up (plus what the cache already holds),
-minus a reserve (:func:`effective_capacity`); a configured capacity above that
-is logged once and reported as ``capacity`` (the setting as
+the store computes it when the plugin opens it (``ColumnCache(fit_disk=True)``,
+:mod:`cacheaffinity.worker.store.capacity`: the free space plus what the cache
+already holds, minus a reserve; a configured capacity above that is logged
+once).  The plugin only reports it, as ``capacity`` (the setting as
 ``configured_capacity``).
 
 Every chunk task counts its own figures (:meth:`CacheWorkerPlugin.task_tally`):
@@ -47,10 +48,10 @@ per-run figures exact with several threads per worker.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
-import contextlib
 import threading
 from collections import Counter
 from collections.abc import Iterator, MutableMapping
@@ -62,9 +63,9 @@ from distributed.diagnostics.plugin import WorkerPlugin
 
 from cacheaffinity import config
 from cacheaffinity.protocol import (
-    PACKS_HANDLER,
     FORM_HANDLER,
     NODE_REPORT_TOPIC,
+    PACKS_HANDLER,
     PLUGIN_NAME,
     WORKER_METRIC,
 )
@@ -84,29 +85,8 @@ logger = logging.getLogger("cacheaffinity.worker")
 __all__ = ["CacheWorkerPlugin", "default_directory", "worker_cache"]
 
 
-#: Part of the file system kept free by the effective capacity (at most :data:`RESERVE_MAX`).
-RESERVE_FRACTION = 0.05
-#: Bytes kept free at most.
-RESERVE_MAX = 2**30
-
-
-def effective_capacity(directory: str, configured: int, held: int = 0) -> tuple[int, int]:
-    """``(capacity in force, free bytes now)`` of a cache in ``directory``.
-
-    The capacity in force is ``min(configured, held + free - reserve)`` (never
-    below 0): ``held`` is what the cache already stores there, ``free`` the
-    bytes an unprivileged user may still write on the file system, ``reserve``
-    :data:`RESERVE_FRACTION` of its size, at most :data:`RESERVE_MAX`.
-    """
-    st = os.statvfs(directory)
-    free = st.f_bavail * st.f_frsize
-    reserve = min(RESERVE_MAX, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
-    return max(0, min(int(configured), int(held) + free - reserve)), free
-
-
 #: Environment variables naming a per-job scratch directory that is deleted when the job ends.
 JOB_SCRATCH_VARIABLES = ("_CONDOR_SCRATCH_DIR",)
-_MISSING = object()
 
 
 def job_scratch_of(directory: str) -> str | None:
@@ -266,20 +246,23 @@ class CacheWorkerPlugin(WorkerPlugin):
             )
         try:
             trusted_directory(self.directory, shared_group=self.shared_group)
-            self.node_id = read_or_create_node_id(self.directory)
+            self.node_id = read_or_create_node_id(self.directory, self.shared_group)
             self.cache = ColumnCache(
                 self.directory,
                 capacity=self.capacity,
                 shared_group=self.shared_group,
                 write_queue=self.write_queue,
+                fit_disk=True,
             )
             self.forms = FormStore(self.directory)
-            # the directory's recorded capacity wins (all its processes agree)
-            self.capacity = self.configured_capacity = self.cache.capacity
+            # what the store decided: the directory's recorded capacity wins (all
+            # its processes agree), at most what the file system holds
+            self.configured_capacity = self.cache.configured_capacity
+            self.capacity = self.cache.capacity
+            self.free_at_start = self.cache.free_at_open
             self.uncached = self.cache.disabled and (
                 f"cache directory {self.directory} unusable: {self.cache.disabled}"
             )
-            self._clamp_capacity()
         except UntrustedDirectory as e:
             logger.warning("cacheaffinity: %s This worker caches nothing.", e)
             self.cache = None
@@ -324,8 +307,6 @@ class CacheWorkerPlugin(WorkerPlugin):
     def startup_line(self) -> str:
         """The one INFO line a worker logs at start: node id, directory, its file
         system, capacity, free space there, and the sharing mode."""
-        from dask.utils import format_bytes
-
         from cacheaffinity.filesystems import filesystem_of
 
         fs = filesystem_of(self.directory)
@@ -341,28 +322,6 @@ class CacheWorkerPlugin(WorkerPlugin):
             f"({fs['fstype']} mounted at {fs['mount']}), capacity {format_bytes(self.capacity)}, "
             f"free {free}, {mode}"
         )
-
-    def _clamp_capacity(self) -> None:
-        """Keep the capacity within what the directory's file system holds (logged once)."""
-        try:
-            held = int(self.cache.totals().get("bytes", 0))
-            capacity, self.free_at_start = effective_capacity(
-                self.directory, self.configured_capacity, held
-            )
-        except (OSError, ValueError) as e:
-            logger.debug("cacheaffinity: free space of %s unknown: %r", self.directory, e)
-            return
-        if capacity < self.configured_capacity:
-            logger.warning(
-                "cacheaffinity: cache capacity %s is more than the file system of %s can "
-                "hold (%s free, %s already cached, a reserve kept free): using %s. Lower "
-                "cacheaffinity.worker.capacity (--cache-capacity) or free space on that disk.",
-                format_bytes(self.configured_capacity), self.directory,
-                format_bytes(self.free_at_start), format_bytes(held), format_bytes(capacity),
-            )  # fmt: skip
-            self.capacity = capacity
-            # The store evicts down to its ``capacity``: the figure in force.
-            self.cache.capacity = capacity
 
     def teardown(self, worker) -> None:
         worker.metrics.pop(WORKER_METRIC, None)
@@ -495,19 +454,13 @@ class CacheWorkerPlugin(WorkerPlugin):
 
 class _Tallied(MutableMapping):
     """The node cache as one chunk's front sees it: reads counted for the task tally
-    (``hits``, ``misses``, ``bytes_served``); everything else is the cache's own."""
+    (``hits``, ``misses``, ``bytes_served``); everything else is the cache's own.
+    Every read goes through :meth:`get_many` (``get`` is ``Mapping.get`` over
+    ``__getitem__``), so it is counted in one place."""
 
     def __init__(self, cache: ColumnCache, count):
         self.cache = cache
         self._count = count
-
-    def get(self, key, default=None):
-        value = self.cache.get(key, _MISSING)
-        if value is _MISSING:
-            self._count(misses=1)
-            return default
-        self._count(hits=1, bytes_served=int(getattr(value, "nbytes", 0)))
-        return value
 
     def get_many(self, keys: list[str]) -> dict:
         found = self.cache.get_many(keys)
@@ -518,16 +471,16 @@ class _Tallied(MutableMapping):
         )
         return found
 
+    def __getitem__(self, key):
+        found = self.get_many([key])
+        if key not in found:
+            raise KeyError(key)
+        return found[key]
+
     def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
         """Chunk pack lookups (:mod:`cacheaffinity.coffea.packs`): the task's and the cache's."""
         self._count(hits=hits, misses=misses, bytes_served=nbytes)
         self.cache.count_served(hits=hits, misses=misses, nbytes=nbytes)
-
-    def __getitem__(self, key):
-        value = self.get(key, _MISSING)
-        if value is _MISSING:
-            raise KeyError(key)
-        return value
 
     def __setitem__(self, key, value) -> None:
         self.cache[key] = value
@@ -535,7 +488,7 @@ class _Tallied(MutableMapping):
     def __delitem__(self, key) -> None:
         del self.cache[key]
 
-    def __contains__(self, key) -> bool:
+    def __contains__(self, key) -> bool:  # the index only: no read, not counted
         return key in self.cache
 
     def __iter__(self):

@@ -7,8 +7,15 @@ are the models):
 - :mod:`.errors`: the package's exceptions;
 - :mod:`.files`: data files (write, publish, read and verify, orphans);
 - :mod:`.index`: the SQLite index (schema, transactions, settings, healing);
+- :mod:`.capacity`: the capacity every process agrees on, the capacity in force
+  (fitted to the file system) and eviction;
+- :mod:`.writes`: the write path (checks, queue or store now, one transaction per
+  batch, a full disk);
 - :mod:`.writer`: writes behind (the background writer thread);
-- :mod:`.cache`: :class:`ColumnCache`, the facade (plain entries and chunk packs);
+- :mod:`.packs`: chunk packs (one file and one row per chunk's columns);
+- :mod:`.maintenance`: orphans, verify, repair, info;
+- :mod:`.cache`: :class:`ColumnCache`, the facade (opens the directory, reads,
+  the mapping API, counters);
 - :mod:`.front`: :class:`MemoryFront`, the per-chunk memory front of plain entries;
 - :mod:`.protocol`: what every store offers, with its defaults.
 """

@@ -13,9 +13,13 @@ the node's local disk, shared by all worker processes of the node.  Two ways in:
   (:mod:`cacheaffinity.coffea.packs`).  What a read costs is priced per chunk,
   not per column.
 
-The pieces: :mod:`.layout` (the on-disk format), :mod:`.files` (data files),
-:mod:`.index` (SQLite, settings, healing), :mod:`.writer` (writes behind),
-:mod:`.front` (the per-chunk memory front of plain entries).
+This module is the facade: it opens the directory (trust, settings, healing),
+answers reads of plain entries and keeps the counters.  The rest has a home of
+its own: :mod:`.layout` (the on-disk format), :mod:`.files` (data files),
+:mod:`.index` (SQLite, settings, healing), :mod:`.capacity` (the capacity in
+force and eviction), :mod:`.writes` (the write path), :mod:`.writer` (writes
+behind), :mod:`.packs` (chunk packs), :mod:`.maintenance` (orphans, verify,
+repair, info), :mod:`.front` (the per-chunk memory front of plain entries).
 
 Why not :class:`diskcache.Cache`
     diskcache has the right ordering ideas (write the value, commit the index,
@@ -68,7 +72,9 @@ Failures are misses, never errors
 Settings every process agrees on
     The index's ``settings`` table holds the capacity and the layout version.
     A process whose own ``capacity`` differs uses the directory's (one log
-    line); ``ColumnCache(..., set_capacity=True)`` rewrites it.
+    line); ``ColumnCache(..., set_capacity=True)`` rewrites it.  With
+    ``fit_disk=True`` (workers) the capacity in force is at most what the
+    file system can hold (:mod:`.capacity`; per process, never recorded).
 
 No pickle
     Keys and tables of contents are SQLite text, values are raw array bytes,
@@ -83,44 +89,37 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 import weakref
 from collections.abc import Callable, Iterator, MutableMapping
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
-from dask.utils import format_bytes, parse_bytes
+from dask.utils import format_bytes
 
 from cacheaffinity import config
 from cacheaffinity._logging import LogOnce
 from cacheaffinity.worker.directory import group_id, trusted_directory
+from cacheaffinity.worker.store import capacity as _capacity
+from cacheaffinity.worker.store import maintenance, writes
 from cacheaffinity.worker.store.errors import (
     Closed,
     Corrupt,
-    Lost,
     NewerLayout,
     OlderLayout,
     UntrustedDirectory,
 )
-from cacheaffinity.worker.store.files import DataFiles, members_of, toc_of
-from cacheaffinity.worker.store.index import Index, corruption, problem
-from cacheaffinity.worker.store.layout import PLAIN, blocks, pack_key
+from cacheaffinity.worker.store.files import DataFiles, members_of
+from cacheaffinity.worker.store.index import Index, corruption
+from cacheaffinity.worker.store.layout import PLAIN
+from cacheaffinity.worker.store.maintenance import ORPHAN_AFTER
+from cacheaffinity.worker.store.packs import Pack, get_packs, pack_item
 from cacheaffinity.worker.store.writer import DROPPED, WriteBehind
+from cacheaffinity.worker.store.writes import Item, plain_array, queue_bytes
 
 __all__ = ["ColumnCache", "Pack"]
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-#: At most this many entries are evicted by one insert.
-MAX_EVICTIONS_PER_INSERT = 1024
-#: Seconds that writes pause after a write failed twice on a full disk.
-FULL_BACKOFF = 30.0
-#: Writers look for orphaned data files at most this often (seconds) ...
-ORPHAN_INTERVAL = 60.0
-#: ... and look at no more than this many data files per pass.
-ORPHAN_BATCH = 2048
-#: A data file nobody references is deleted only when older than this (seconds).
-ORPHAN_AFTER = 120.0
 #: Keys per index query of :meth:`ColumnCache.get_many` (SQLite's variable limit).
 _QUERY_KEYS = 500
 _MISSING = object()
@@ -140,57 +139,6 @@ def _reset_locks_after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_reset_locks_after_fork)
-
-
-def queue_bytes(value: int | str) -> int:
-    """``write_queue`` as bytes (``int`` or a dask byte string such as ``"256 MiB"``)."""
-    try:
-        n = parse_bytes(value) if isinstance(value, str) else int(value)
-    except (TypeError, ValueError) as e:
-        raise ValueError(
-            f"cacheaffinity.worker.write-queue={value!r} is not a byte size; use bytes or "
-            "a string like '256 MiB' (0 writes inline)"
-        ) from e
-    if n < 0:
-        raise ValueError(f"cacheaffinity.worker.write-queue={value!r} must be >= 0 (0 writes inline)")
-    return n
-
-
-class Pack(NamedTuple):
-    """A chunk pack read back: entry range and ``{member: array}`` (views of one buffer)."""
-
-    start: int
-    stop: int
-    members: dict
-
-
-class _Item:
-    """One data file to write: a plain entry or a chunk pack."""
-
-    __slots__ = ("key", "grp", "start", "stop", "arrays", "nbytes", "size")
-
-    def __init__(self, key, grp, start, stop, arrays):
-        self.key, self.grp, self.start, self.stop, self.arrays = key, grp, start, stop, arrays
-        self.nbytes = toc_of(arrays)[1]  # views of other members are not counted twice
-        self.size = blocks(self.nbytes)
-
-
-def _plain_array(key: str, value: object) -> np.ndarray:
-    arr = np.asarray(value)
-    dtype = arr.dtype
-    if dtype.hasobject:
-        raise TypeError(
-            f"cannot cache {key!r}: dtype {dtype} holds Python objects; only arrays of "
-            "numbers, bools, bytes or strings are stored (objects would need pickle)"
-        )
-    if dtype.fields is not None or dtype.subdtype is not None:
-        raise TypeError(
-            f"cannot cache {key!r}: structured dtype {dtype} is not supported; store "
-            "each field as its own array"
-        )
-    if not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr).reshape(arr.shape)
-    return arr
 
 
 class ColumnCache(MutableMapping):
@@ -226,6 +174,11 @@ class ColumnCache(MutableMapping):
         Bytes of values waiting for the background writer thread (see
         :mod:`.writer`); ``0`` (the default here; workers pass
         ``cacheaffinity.worker.write-queue``) writes inline.
+    fit_disk : bool, optional
+        Keep the capacity in force within what the directory's file system can
+        hold (:func:`~.capacity.fit_to_disk`: free space at open plus what the
+        cache holds, minus a reserve; one warning when it clamps).  Workers pass
+        True; the default (False) uses the capacity as given or recorded.
 
     Notes
     -----
@@ -245,13 +198,20 @@ class ColumnCache(MutableMapping):
         heal: bool = True,
         set_capacity: bool = False,
         write_queue: int | str = 0,
+        fit_disk: bool = False,
     ):
         #: Absolute path of the cache directory.
         self.directory: str = os.path.abspath(os.fspath(directory))
-        #: Size bound in bytes (the directory's recorded capacity when it has one).
-        self.capacity: int = config.get_bytes("worker.capacity", capacity)
+        #: The capacity setting: the argument (or config), or the directory's recorded one.
+        self.configured_capacity: int = config.get_bytes("worker.capacity", capacity)
+        #: Size bound in force, in bytes: :attr:`configured_capacity`, with
+        #: ``fit_disk`` at most what the file system holds.
+        self.capacity: int = self.configured_capacity
         #: ``"directory"`` if :attr:`capacity` was read from the index, else ``"argument"``.
         self.capacity_source: str = "argument"
+        #: Free bytes on the directory's file system at open (``fit_disk`` only; None: unknown).
+        self.free_at_open: int | None = None
+        self.fit_disk: bool = bool(fit_disk)
         stale_after = float(stale_after)
         if not stale_after >= 0:
             raise ValueError(f"stale_after={stale_after!r} must be a number of seconds >= 0")
@@ -287,10 +247,17 @@ class ColumnCache(MutableMapping):
         self.writer = WriteBehind(
             self.write_queue,
             f"cacheaffinity-writer-{os.path.basename(self.directory)}",
-            self._write_batch,
+            lambda batch: writes.write_batch(self, batch),
             self._writer_started,
         )
         LIVE[id(self)] = self
+        self._open(set_capacity)
+        if self.fit_disk:
+            self._fit_disk()
+
+    def _open(self, set_capacity: bool) -> None:
+        """Check the directory, open the index, agree on the settings (a failure
+        disables the cache with one warning)."""
         try:
             trusted_directory(self.directory, shared_group=self.shared_gid)
         except UntrustedDirectory as e:
@@ -366,26 +333,32 @@ class ColumnCache(MutableMapping):
         self.index.writer_thread = thread
 
     def _settings(self, set_capacity: bool) -> None:
-        """Adopt the directory's capacity, or record this process's."""
-        if not self._heals:  # read-only (``cache info``): report, change nothing
-            recorded = self.index.settings().get("capacity")
-            if recorded is not None:
-                self._adopt(int(recorded))
-            return
-        recorded, written = self.index.adopt_or_set("capacity", self.capacity, force=set_capacity)
-        if not written:
-            self._adopt(recorded)
+        """Adopt the directory's capacity, or record this process's (:func:`~.capacity.agree`)."""
+        recorded = _capacity.agree(
+            self.index, self.directory, self.configured_capacity, heals=self._heals, force=set_capacity
+        )
+        if recorded is not None:
+            self.capacity_source = "directory"
+            self.configured_capacity = self.capacity = recorded
 
-    def _adopt(self, recorded: int) -> None:
-        if recorded != self.capacity:
-            logger.info(
-                "cacheaffinity: cache directory %s records capacity %s, used instead of this "
-                "process's %s so that all its processes agree (ColumnCache(set_capacity=True) "
-                "changes it)",
-                self.directory, format_bytes(recorded), format_bytes(self.capacity),
-            )  # fmt: skip
-        self.capacity_source = "directory"
-        self.capacity = int(recorded)
+    def _fit_disk(self) -> None:
+        """The capacity in force: at most what the file system holds (:func:`~.capacity.fit_to_disk`)."""
+        try:
+            held = self.totals()["bytes"]
+        except (OSError, sqlite3.Error, ValueError) as e:
+            logger.debug("cacheaffinity: volume of %s unknown: %r", self.directory, e)
+            return
+        self.capacity, self.free_at_open = _capacity.fit_to_disk(
+            self.directory, self.configured_capacity, held
+        )
+
+    def _set_index_aside(self) -> None:
+        """Replace an index this version cannot use by a new one (node id kept)."""
+        self.index.set_aside(f"could not be used ({self.unreadable_index})")
+        self._disabled = self.unreadable_index = None
+        self._settings(set_capacity=False)
+        if self.fit_disk:
+            self._fit_disk()
 
     @property
     def disabled(self) -> str | None:
@@ -395,34 +368,15 @@ class ColumnCache(MutableMapping):
     def repair(self) -> bool:
         """Check the whole index (``PRAGMA integrity_check``) and rebuild it if it
         is damaged, keeping the entries that still read (the node id is untouched).
+        An index this version cannot use (a newer layout, damage beyond repair) is
+        set aside and a new one started (:mod:`.maintenance`).
 
         Returns
         -------
         bool
             Whether the index was rebuilt.
         """
-        self._check_usable()
-        if self.unreadable_index:  # newer layout, or damage a rebuild did not cure
-            self.index.set_aside(f"could not be used ({self.unreadable_index})")
-            self._disabled = self.unreadable_index = None
-            self._settings(set_capacity=False)
-            self._count(index_rebuilt=1)
-            return True
-        if self._disabled:
-            raise ValueError(f"{self!r} cannot be used: {self._disabled}")
-        before = self.stats()["index_rebuilt"]
-        try:
-            with self.index.lock:
-                rows = self.index.connection().execute("PRAGMA integrity_check(1)").fetchall()
-            if rows != [("ok",)]:
-                raise sqlite3.DatabaseError(f"database disk image is malformed: {rows[:1]}")
-        except sqlite3.DatabaseError as e:
-            if not corruption(e):
-                raise
-            self.index.heal(e)
-        if self._disabled:
-            raise ValueError(f"{self!r} cannot be used: {self._disabled}")
-        return self.stats()["index_rebuilt"] > before
+        return maintenance.repair(self)
 
     # ------------------------------------------------------------ bookkeeping
     def _count(self, **deltas: int) -> None:
@@ -556,32 +510,9 @@ class ColumnCache(MutableMapping):
 
     def get_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
         """Every readable chunk pack of ``grp`` that overlaps ``[start, stop)``,
-        newest first: one index query, one verified read per pack.  Lookups are
-        counted by the caller (:meth:`count_served`); failures are logged."""
-        if self._closed or self._disabled:
-            return []
-        out = [
-            Pack(it.start, it.stop, it.arrays)
-            for it in self.writer.pending_items()
-            if it.grp == grp and it.start < stop and it.stop > start
-        ]
-        try:
-            rows = self.index.query(
-                "SELECT key, start, stop, file, toc, nbytes, checksum, writer FROM entries "
-                "WHERE grp = ? AND start < ? AND stop > ? ORDER BY id DESC",
-                (grp, int(stop), int(start)),
-            )
-        except Closed:
-            return out
-        except (OSError, sqlite3.Error, ValueError) as e:
-            self._read_failed(grp, e)
-            return out
-        for key, a, b, *row in rows:
-            members = self._read(key, tuple(row))
-            if members is not None:
-                out.append(Pack(int(a), int(b), members))
-                self._count(packs_read=1)
-        return out
+        newest first: one index query, one verified read per pack (:mod:`.packs`).
+        Lookups are counted by the caller (:meth:`count_served`); failures are logged."""
+        return get_packs(self, grp, start, stop)
 
     def __getitem__(self, key: str) -> np.ndarray:
         out = self.get(key, _MISSING)
@@ -645,227 +576,17 @@ class ColumnCache(MutableMapping):
         """
         if not isinstance(key, str):
             raise TypeError(f"ColumnCache keys are str, got {type(key).__name__}: {key!r}")
-        self._put(_Item(key, None, None, None, {PLAIN: _plain_array(key, value)}))
+        writes.put(self, Item(key, None, None, None, {PLAIN: plain_array(key, value)}))
 
     def put_pack(self, grp: str, start: int, stop: int, arrays: dict[str, np.ndarray]) -> None:
         """Store the columns a chunk read for ``[start, stop)`` of ``grp`` as one pack.
 
         ``arrays`` maps member names (:func:`~.layout.member`) to arrays; they
         must not be modified afterwards (they are written behind).  Failures are
-        as for ``__setitem__``.
+        as for ``__setitem__`` (:mod:`.writes`).
         """
-        if not arrays:
-            return
-        if not isinstance(grp, str) or not all(isinstance(k, str) for k in arrays):
-            raise TypeError("chunk pack group and member names are str")
-        arrays = {k: _plain_array(k, v) for k, v in arrays.items()}
-        key = pack_key(grp, start, stop, arrays)
-        self._put(_Item(key, grp, int(start), int(stop), arrays))
-
-    def _put(self, item: _Item) -> None:
-        if self._closed or self._disabled:
-            self._count(skipped=1)
-            return
-        if item.size > self.capacity:
-            self._warn_once(
-                "oversize",
-                "cacheaffinity: %r of %s exceeds cacheaffinity.worker.capacity=%s; not cached "
-                "(raise the capacity, e.g. dask.config.set({'cacheaffinity.worker.capacity': "
-                "'200 GiB'}))",
-                item.key, format_bytes(item.nbytes), format_bytes(self.capacity),
-            )  # fmt: skip
-            self._count(skipped=1)
-            self._discard(item.key)
-            return
-        if time.monotonic() < self._pause_until:
-            self._count(skipped=1)
-            self._discard(item.key)
-            return
-        if self.write_queue > 0:
-            dropped = self.writer.put(item.key, item, item.nbytes)
-            if dropped is None:
-                self._count(skipped=1)
-            elif dropped:
-                self._count(skipped=1, dropped=1)
-                self._warn_once(
-                    "queue",
-                    "cacheaffinity: write queue of cache %s is full (%s waiting); %r and later "
-                    "values that do not fit are not cached (counted as 'dropped'). Raise "
-                    "cacheaffinity.worker.write-queue if this happens often.",
-                    self.directory, format_bytes(self.writer.queued_bytes), item.key,
-                )  # fmt: skip
-            return
-        self._set_now(item)
-
-    def _set_now(self, item: _Item) -> None:
-        """Store one item now; failures leave it uncached with one warning."""
-        error: BaseException | None = None
-        for attempt in range(2):
-            try:
-                self._store_many([item])
-                return
-            except (Lost, Closed) as e:
-                logger.debug("cacheaffinity: %r not cached: %s", item.key, e)
-                self._count(skipped=1)
-                return
-            except (OSError, sqlite3.Error) as e:
-                error = e
-            if attempt or problem(error) != "full":
-                break
-            # The disk holds less than capacity says: make room for this item and as
-            # much again (the index grows too), then retry once.
-            self._count(errors=1)
-            self._make_room(2 * item.size + 4096)
-        self._count(errors=1, skipped=1)
-        kind = problem(error)
-        if kind == "full":
-            self._pause_until = time.monotonic() + FULL_BACKOFF
-            self._warn_once(
-                "disk",
-                "cacheaffinity: disk of cache %s is full (%s); some columns are not cached "
-                "(writes pause %.0f s after each failure). Lower cacheaffinity.worker.capacity "
-                "or free space on that disk.",
-                self.directory, error, FULL_BACKOFF,
-            )  # fmt: skip
-        elif kind == "unwritable":
-            self._warn_once(
-                "disk",
-                "cacheaffinity: cache directory %s is not writable (%s); columns are not "
-                "cached. Point cacheaffinity.worker.directory to a writable local directory.",
-                self.directory, error,
-            )  # fmt: skip
-        else:
-            self._warn_once("write", "cacheaffinity: storing %r in %s failed (%s); not cached",
-                            item.key, self.directory, error)  # fmt: skip
-        self._discard(item.key)
-
-    def _write_batch(self, batch: list) -> None:
-        """Store queued items (in the writer thread): one index transaction if possible."""
-        latest: dict[str, Any] = {}
-        for key, item, _ in batch:  # the last value of a key wins
-            latest.pop(key, None)
-            latest[key] = item
-        items = [it for it in latest.values() if it is not None]
-        for key in [k for k, it in latest.items() if it is None]:
-            self._discard(key)
-        if not items or self._closed or self._disabled:
-            return
-        if time.monotonic() >= self._pause_until:
-            try:
-                self._store_many(items)
-                return
-            except (Lost, Closed, OSError, sqlite3.Error) as e:
-                logger.debug("cacheaffinity: batched write failed (%r); one by one", e)
-                if isinstance(e, sqlite3.Error):
-                    self.index.close_writer_connection()
-        for item in items:
-            if time.monotonic() < self._pause_until:
-                self._count(skipped=1)
-                continue
-            self._set_now(item)
-
-    def _store_many(self, items: list[_Item]) -> None:
-        """Write the items' data files, then one index transaction for all of them."""
-        written: list[tuple[_Item, str, list, int, bytes]] = []
-        try:
-            for item in items:
-                name, toc, nbytes, digest = self.files.write(item.arrays)
-                written.append((item, name, toc, nbytes, digest))
-            doomed: list[str] = []
-            evicted = freed = 0
-            now = time.time()
-            with self.index.transaction() as con:
-                for item, name, toc, nbytes, digest in written:
-                    old = con.execute("SELECT id, file FROM entries WHERE key = ?", (item.key,)).fetchone()
-                    if old is not None:
-                        con.execute("DELETE FROM entries WHERE id = ?", (old[0],))
-                        doomed.append(old[1])
-                    used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
-                    gone, n = self._evict_rows(con, used + item.size - self.capacity)
-                    doomed.extend(gone)
-                    evicted += len(gone)
-                    freed += n
-                    con.execute(
-                        "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, "
-                        "checksum, stored, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (item.key, item.grp, item.start, item.stop, name,
-                         json.dumps(toc, separators=(",", ":")), nbytes, item.size, digest, now,
-                         self._uid),
-                    )  # fmt: skip
-        except BaseException:
-            self.files.remove([w[1] for w in written])
-            raise
-        self.files.remove(doomed)  # only after the commit: nobody can find them any more
-        self._count(
-            writes=len(written),
-            packs_written=sum(1 for w in written if w[0].grp is not None),
-            bytes_written=sum(w[3] for w in written),
-            evictions=evicted,
-            bytes_evicted=freed,
-        )
-        if time.monotonic() >= self._next_orphan_pass:
-            try:
-                self.collect_orphans()
-            except (OSError, sqlite3.Error, Closed) as e:
-                logger.debug("cacheaffinity: orphan collection failed: %s", e)
-
-    def _evict_rows(self, con: sqlite3.Connection, need: int) -> tuple[list[str], int]:
-        """Delete the oldest rows until ``need`` bytes are freed (inside a transaction)."""
-        if need <= 0:
-            return [], 0
-        victims, files, freed = [], [], 0
-        for row_id, name, size in con.execute(
-            "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_INSERT,)
-        ).fetchall():
-            if freed >= need:
-                break
-            victims.append((row_id,))
-            files.append(name)
-            freed += size
-        con.executemany("DELETE FROM entries WHERE id = ?", victims)
-        return files, freed
-
-    def _make_room(self, need: int) -> None:
-        """Free at least ``need`` bytes after the disk filled up (best effort).
-
-        The oldest data files are deleted **before** the index is touched: on a
-        full disk SQLite cannot grow its WAL to delete rows, and deleting files
-        first frees the space it needs.  Their rows then read as misses (and are
-        removed by that read, or by this eviction when it can commit)."""
-        try:
-            rows = self.index.query(
-                "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_INSERT,)
-            )
-        except (sqlite3.Error, OSError, Closed):
-            return
-        ids, freed = [], 0
-        for row_id, name, size in rows:
-            if freed >= need:
-                break
-            self.files.remove([name])
-            ids.append((row_id,))
-            freed += size
-        try:
-            with self.index.transaction() as con:
-                con.executemany("DELETE FROM entries WHERE id = ?", ids)
-        except (sqlite3.Error, OSError, Closed) as e:
-            logger.debug("cacheaffinity: eviction rows not removed on a full disk (%s)", e)
-        self._count(evictions=len(ids), bytes_evicted=freed)
-
-    def _discard(self, key: str) -> None:
-        """Remove an older value of ``key`` after a failed store (best effort)."""
-        if self._closed or self._disabled:
-            return
-        try:
-            with self.index.transaction() as con:
-                row = con.execute("SELECT file FROM entries WHERE key = ?", (key,)).fetchone()
-                if row is not None:
-                    con.execute("DELETE FROM entries WHERE key = ?", (key,))
-        except (sqlite3.Error, OSError, Closed) as e:
-            logger.debug("cacheaffinity: could not remove old value of %r: %s", key, e)
-            return
-        if row is not None:
-            self.files.remove([row[0]])
+        if arrays:
+            writes.put(self, pack_item(grp, start, stop, arrays))
 
     def __delitem__(self, key: str) -> None:
         self._check_usable()
@@ -889,9 +610,7 @@ class ColumnCache(MutableMapping):
         self._settle()
         self._check_usable()
         if self.unreadable_index:
-            self.index.set_aside(f"could not be used ({self.unreadable_index})")
-            self._disabled = self.unreadable_index = None
-            self._settings(set_capacity=False)
+            self._set_index_aside()
             return
         if self._disabled:
             return
@@ -923,24 +642,9 @@ class ColumnCache(MutableMapping):
 
     def collect_orphans(self, max_files: int | None = None) -> int:
         """Delete data files that no row references (bounded work: up to
-        ``max_files``, default ``ORPHAN_BATCH``, looked at per call; only files
-        older than ``orphan_after``).  Returns the number deleted."""
-        self._check_usable()
-        if self._disabled:
-            return 0
-        self._next_orphan_pass = time.monotonic() + ORPHAN_INTERVAL
-        removed = 0
-        for prefix, names in self.files.orphan_candidates(
-            ORPHAN_BATCH if max_files is None else max_files, self.orphan_after
-        ):
-            upper = f"{int(prefix, 16) + 1:02x}" if prefix != "ff" else "g"
-            known = self.index.reachable_files(prefix, upper)
-            removed += self.files.remove([n for n in names if n not in known])
-        if removed:
-            logger.info("cacheaffinity: deleted %d orphaned data files (left by killed writers) from %s",
-                        removed, self.files.data)  # fmt: skip
-            self._count(orphans_removed=removed)
-        return removed
+        ``max_files``, default :data:`~.maintenance.ORPHAN_BATCH`, looked at per
+        call; only files older than ``orphan_after``).  Returns the number deleted."""
+        return maintenance.collect_orphans(self, max_files)
 
     def verify(self, on_entry: Callable[[], Any] | None = None) -> dict[str, int]:
         """Check every row's data file against its digest and tidy the directory.
@@ -955,68 +659,12 @@ class ColumnCache(MutableMapping):
             ``missing`` (evicted meanwhile, or the file was lost); ``orphans``
             (unreferenced data files deleted); ``temporaries`` (deleted).
         """
-        self._settle()
-        self._check_usable()
-        out = dict(checked=0, ok=0, corrupt=0, missing=0, orphans=0, temporaries=0)
-        if self._disabled:
-            return out
-        rows = self.index.query("SELECT key, file, toc, nbytes, checksum, writer FROM entries ORDER BY id")
-        for key, *row in rows:
-            out["checked"] += 1
-            before = self.stats()["corrupt"]
-            try:
-                members = self._read(key, tuple(row))
-                if members is not None:
-                    out["ok"] += 1
-                elif self.stats()["corrupt"] > before:
-                    out["corrupt"] += 1  # removed and logged (once per cache) by _read
-                else:
-                    out["missing"] += 1
-            finally:
-                if on_entry is not None:
-                    on_entry()
-        known = {n for (n,) in self.index.query("SELECT file FROM entries")}
-        cutoff = time.time() - self.stale_after
-        for name in list(self.files.all_names()):
-            if name in known:
-                continue
-            try:
-                if os.lstat(self.files.path(name)).st_mtime > cutoff:
-                    continue  # may be a write that is about to commit
-            except FileNotFoundError:
-                continue
-            if not self.index.query("SELECT 1 FROM entries WHERE file = ?", (name,)):
-                out["orphans"] += self.files.remove([name])
-        out["temporaries"] = self.files.remove_stale_temporaries(self.stale_after)
-        self._count(temporaries_removed=out["temporaries"])
-        return out
+        return maintenance.verify(self, on_entry)
 
     def info(self) -> dict[str, Any]:
         """``directory``, ``capacity``, ``size`` (bytes, as :meth:`volume`),
         ``entries``, ``packs``, ``oldest`` and ``newest`` store times (None when empty)."""
-        self._settle()
-        self._check_usable()
-        out: dict[str, Any] = {
-            "directory": self.directory, "capacity": self.capacity, "size": 0, "entries": 0,
-            "packs": 0, "oldest": None, "newest": None,
-        }  # fmt: skip
-        if self._disabled:
-            return out
-        with self.index.lock:
-            con = self.index.connection()
-            con.execute("BEGIN")  # one consistent snapshot
-            try:
-                meta = dict(con.execute("SELECT name, value FROM meta").fetchall())
-                packs = con.execute("SELECT count(*) FROM entries WHERE grp IS NOT NULL").fetchone()[0]
-                oldest = con.execute("SELECT stored FROM entries ORDER BY id LIMIT 1").fetchone()
-                newest = con.execute("SELECT stored FROM entries ORDER BY id DESC LIMIT 1").fetchone()
-            finally:
-                con.execute("COMMIT")
-        out.update(
-            size=int(meta["size"]), entries=int(meta["count"]), packs=int(packs),
-            oldest=oldest[0] if oldest else None, newest=newest[0] if newest else None,
-        )  # fmt: skip
-        return out
+        return maintenance.info(self)
 
     # -------------------------------------------------------------- lifecycle
     def close(self, timeout: float | None = 60.0) -> None:

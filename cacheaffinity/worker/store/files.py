@@ -297,15 +297,20 @@ class DataFiles:
         os.unlink(path)
 
     # ----------------------------------------------------------------- write
-    def write(self, arrays: dict[str, np.ndarray]) -> tuple[str, list, int, bytes]:
+    def write(
+        self, arrays: dict[str, np.ndarray], layout: tuple[list, int, list[str]] | None = None
+    ) -> tuple[str, list, int, bytes]:
         """Write a pack of ``arrays`` (C-contiguous) to a new data file.
+
+        ``layout`` is :func:`toc_of` of ``arrays`` if the caller has it already
+        (the write path computes it once per item); None computes it here.
 
         Returns
         -------
         tuple
             ``(name, toc, nbytes, digest)``; the index is not touched.
         """
-        toc, nbytes, written = toc_of(arrays)
+        toc, nbytes, written = toc_of(arrays) if layout is None else layout
         where = {entry[0]: entry[3] for entry in toc}
         pieces: list = []
         h = xxhash.xxh3_64()

@@ -48,10 +48,9 @@ import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 
 from cacheaffinity.worker.store.errors import Closed, NewerLayout, OlderLayout, UntrustedDirectory
-from cacheaffinity.worker.store.files import DataFiles, unlink
+from cacheaffinity.worker.store.files import NEW_FILE, DataFiles, unlink
 from cacheaffinity.worker.store.layout import (
     CORRUPT_SUFFIX,
     FILE_NAME,
@@ -226,13 +225,11 @@ class Index:
     def _connect(self) -> sqlite3.Connection:
         self._check_file()
         existed = os.path.exists(self.path)
-        old_umask = os.umask(0o077 if self.shared_gid is None else 0o007)
-        try:
-            con = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
-            )
-        finally:
-            os.umask(old_umask)
+        if not existed:
+            self._create_file()
+        con = sqlite3.connect(
+            self.path, timeout=BUSY_TIMEOUT, isolation_level=None, check_same_thread=False
+        )
         try:
             for attempt in range(20):  # journal_mode may be busy while others open
                 try:
@@ -274,9 +271,23 @@ class Index:
             raise
         return con
 
+    def _create_file(self) -> None:
+        """Create the empty index file with its mode, 0600 (0660 in a shared group),
+        whatever the umask.  SQLite gives the ``-wal`` and ``-shm`` files it creates
+        the index file's mode, so the process-wide umask is never changed (other
+        threads create files meanwhile)."""
+        try:
+            fd = os.open(self.path, NEW_FILE, self.files.file_mode)
+        except FileExistsError:  # another process was first: its file, its mode
+            return
+        try:
+            os.fchmod(fd, self.files.file_mode)
+        finally:
+            os.close(fd)
+
     def _fix_modes(self) -> None:
         """The index and its WAL/shm files: 0600 (0660 in a shared group)."""
-        mode = 0o600 if self.shared_gid is None else 0o660
+        mode = self.files.file_mode
         for suffix in ("", "-wal", "-shm"):
             with contextlib.suppress(OSError):
                 st = os.lstat(self.path + suffix)

@@ -51,15 +51,16 @@ def test_values_queued_one_by_one_are_committed_in_batches(tmp_path, monkeypatch
     the first, gathers the next ones (WRITE_COALESCE) and commits them together, not
     one index transaction per value; a flush does not wait out the gathering."""
     from cacheaffinity.worker.store import writer as store_module
+    from cacheaffinity.worker.store import writes
 
     transactions = []
-    store_many = ColumnCache._store_many
+    store_many = writes.store_many
 
-    def counted(self, batch):
+    def counted(cache, batch):
         transactions.append(len(batch))
-        return store_many(self, batch)
+        return store_many(cache, batch)
 
-    monkeypatch.setattr(ColumnCache, "_store_many", counted)
+    monkeypatch.setattr(writes, "store_many", counted)
     data = values(60)
     with ColumnCache(tmp_path / "c", capacity="1 GiB", write_queue="64 MiB") as cache:
         t0 = time.monotonic()

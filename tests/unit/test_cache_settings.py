@@ -16,15 +16,9 @@ import pytest
 from cacheaffinity.worker.node import read_or_create_node_id
 from cacheaffinity.worker.store import INDEX_NAME, LAYOUT_VERSION, SCHEMA_VERSION, ColumnCache
 from cacheaffinity.worker.store.layout import LEGACY_SETTINGS_NAME
+from helpers import fill
 
 LOGGER = "cacheaffinity.worker"
-
-
-def fill(directory, n=3, capacity="1 MiB"):
-    with ColumnCache(directory, capacity=capacity) as cache:
-        for i in range(n):
-            cache[f"uuid/Events/0-10/data/col{i}"] = np.arange(100, dtype=np.float32) + i
-        assert len(cache) == n
 
 
 def settings(directory):

@@ -1,0 +1,155 @@
+"""How much a node cache may hold and what goes when it is full (runs in workers
+and in the ``cacheaffinity`` CLI).
+
+This module owns the store's capacity policy:
+
+- **the capacity every process agrees on**: the directory's ``settings`` table
+  records one; a process whose own setting differs uses the recorded one (one
+  log line), ``set_capacity=True`` rewrites it (:func:`agree`);
+- **the capacity in force**: at most what the directory's file system can hold,
+  the free space at open (plus what the cache already holds) minus a reserve
+  (:func:`effective_capacity`, :func:`fit_to_disk`); per process, never recorded;
+- **eviction**: first in, first out, inside the transaction that inserts
+  (:func:`evict_rows`), and, when the disk filled up below the capacity, data
+  files first and rows after (:func:`make_room`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sqlite3
+
+from dask.utils import format_bytes
+
+from cacheaffinity.worker.store.errors import Closed
+from cacheaffinity.worker.store.files import DataFiles
+from cacheaffinity.worker.store.index import Index
+
+__all__ = [
+    "MAX_EVICTIONS_PER_INSERT",
+    "RESERVE_FRACTION",
+    "RESERVE_MAX",
+    "agree",
+    "effective_capacity",
+    "evict_rows",
+    "fit_to_disk",
+    "make_room",
+]
+
+logger = logging.getLogger("cacheaffinity.worker")
+
+#: At most this many entries are evicted by one insert.
+MAX_EVICTIONS_PER_INSERT = 1024
+#: Part of the file system kept free by the capacity in force (at most :data:`RESERVE_MAX`).
+RESERVE_FRACTION = 0.05
+#: Bytes kept free at most.
+RESERVE_MAX = 2**30
+
+
+# ------------------------------------------------------------------- agreement
+def agree(index: Index, directory: str, mine: int, *, heals: bool, force: bool) -> int | None:
+    """The directory's recorded capacity if this process must use it instead of
+    ``mine`` (logged when they differ), else None (``mine`` was recorded, or a
+    read-only open found nothing recorded)."""
+    if not heals:  # read-only (``cache info``): report, change nothing
+        recorded = index.settings().get("capacity")
+    else:
+        recorded, written = index.adopt_or_set("capacity", mine, force=force)
+        if written:
+            return None
+    if recorded is None:
+        return None
+    recorded = int(recorded)
+    if recorded != mine:
+        logger.info(
+            "cacheaffinity: cache directory %s records capacity %s, used instead of this "
+            "process's %s so that all its processes agree (ColumnCache(set_capacity=True) "
+            "changes it)",
+            directory, format_bytes(recorded), format_bytes(mine),
+        )  # fmt: skip
+    return recorded
+
+
+# ---------------------------------------------------------------- disk space
+def effective_capacity(directory: str, configured: int, held: int = 0) -> tuple[int, int]:
+    """``(capacity in force, free bytes now)`` of a cache in ``directory``.
+
+    The capacity in force is ``min(configured, held + free - reserve)`` (never
+    below 0): ``held`` is what the cache already stores there, ``free`` the
+    bytes an unprivileged user may still write on the file system, ``reserve``
+    :data:`RESERVE_FRACTION` of its size, at most :data:`RESERVE_MAX`.
+    """
+    st = os.statvfs(directory)
+    free = st.f_bavail * st.f_frsize
+    reserve = min(RESERVE_MAX, int(st.f_blocks * st.f_frsize * RESERVE_FRACTION))
+    return max(0, min(int(configured), int(held) + free - reserve)), free
+
+
+def fit_to_disk(directory: str, configured: int, held: int) -> tuple[int, int | None]:
+    """``(capacity in force, free bytes)``: :func:`effective_capacity`, with one
+    warning when the file system holds less than ``configured``.  When the free
+    space cannot be read, ``(configured, None)``."""
+    try:
+        capacity, free = effective_capacity(directory, configured, held)
+    except (OSError, ValueError) as e:
+        logger.debug("cacheaffinity: free space of %s unknown: %r", directory, e)
+        return configured, None
+    if capacity < configured:
+        logger.warning(
+            "cacheaffinity: cache capacity %s is more than the file system of %s can "
+            "hold (%s free, %s already cached, a reserve kept free): using %s. Lower "
+            "cacheaffinity.worker.capacity (--cache-capacity) or free space on that disk.",
+            format_bytes(configured), directory, format_bytes(free), format_bytes(held),
+            format_bytes(capacity),
+        )  # fmt: skip
+    return capacity, free
+
+
+# ------------------------------------------------------------------ eviction
+def evict_rows(con: sqlite3.Connection, need: int) -> tuple[list[str], int]:
+    """Delete the oldest rows until ``need`` bytes are freed (inside the caller's
+    transaction).  Returns the data files to delete after the commit and the
+    bytes freed."""
+    if need <= 0:
+        return [], 0
+    victims, files, freed = [], [], 0
+    for row_id, name, size in con.execute(
+        "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_INSERT,)
+    ).fetchall():
+        if freed >= need:
+            break
+        victims.append((row_id,))
+        files.append(name)
+        freed += size
+    con.executemany("DELETE FROM entries WHERE id = ?", victims)
+    return files, freed
+
+
+def make_room(index: Index, files: DataFiles, need: int) -> tuple[int, int]:
+    """Free at least ``need`` bytes after the disk filled up (best effort);
+    returns ``(entries evicted, bytes freed)``.
+
+    The oldest data files are deleted **before** the index is touched: on a
+    full disk SQLite cannot grow its WAL to delete rows, and deleting files
+    first frees the space it needs.  Their rows then read as misses (and are
+    removed by that read, or here when the transaction can commit)."""
+    try:
+        rows = index.query(
+            "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_INSERT,)
+        )
+    except (sqlite3.Error, OSError, Closed):
+        return 0, 0
+    ids, freed = [], 0
+    for row_id, name, size in rows:
+        if freed >= need:
+            break
+        files.remove([name])
+        ids.append((row_id,))
+        freed += size
+    try:
+        with index.transaction() as con:
+            con.executemany("DELETE FROM entries WHERE id = ?", ids)
+    except (sqlite3.Error, OSError, Closed) as e:
+        logger.debug("cacheaffinity: eviction rows not removed on a full disk (%s)", e)
+    return len(ids), freed

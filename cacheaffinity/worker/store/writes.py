@@ -1,0 +1,263 @@
+"""The write path of a node cache (runs in workers and in the ``cacheaffinity`` CLI).
+
+This module owns what happens to a value from ``cache[key] = array`` (or
+:meth:`~.cache.ColumnCache.put_pack`) until its row is committed:
+
+- the value is checked (:func:`plain_array`: no objects, no structured dtypes)
+  and becomes an :class:`Item` whose table of contents is computed **once**
+  (:func:`~.files.toc_of`) for the size check and for the data file;
+- :func:`put` refuses what never fits (larger than the capacity) or what
+  arrives while writes pause after a full disk, then queues the item for the
+  background writer (:mod:`.writer`) or stores it now;
+- :func:`store_many` writes the data files first, then **one** index transaction
+  that replaces older values, evicts (:func:`~.capacity.evict_rows`) and inserts;
+  files of replaced or evicted rows are deleted only after the commit;
+- :func:`set_now` recovers from a full disk: make room
+  (:func:`~.capacity.make_room`) and retry once, then leave the value uncached
+  and pause writes for :data:`FULL_BACKOFF` seconds, with **one** warning per
+  cache for each kind of problem.
+
+The functions take the :class:`~.cache.ColumnCache` whose state (index, data
+files, counters, pause) they use; the cache's methods are the API.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from dask.utils import format_bytes, parse_bytes
+
+from cacheaffinity.worker.store.capacity import evict_rows, make_room
+from cacheaffinity.worker.store.errors import Closed, Lost
+from cacheaffinity.worker.store.files import toc_of
+from cacheaffinity.worker.store.index import problem
+from cacheaffinity.worker.store.layout import blocks
+from cacheaffinity.worker.store.maintenance import collect_orphans_if_due
+
+if TYPE_CHECKING:
+    from cacheaffinity.worker.store.cache import ColumnCache
+
+__all__ = ["FULL_BACKOFF", "Item", "plain_array", "put", "queue_bytes", "store_many"]
+
+logger = logging.getLogger("cacheaffinity.worker")
+
+#: Seconds that writes pause after a write failed twice on a full disk.
+FULL_BACKOFF = 30.0
+
+
+def queue_bytes(value: int | str) -> int:
+    """``write_queue`` as bytes (``int`` or a dask byte string such as ``"256 MiB"``)."""
+    try:
+        n = parse_bytes(value) if isinstance(value, str) else int(value)
+    except (TypeError, ValueError) as e:
+        raise ValueError(
+            f"cacheaffinity.worker.write-queue={value!r} is not a byte size; use bytes or "
+            "a string like '256 MiB' (0 writes inline)"
+        ) from e
+    if n < 0:
+        raise ValueError(f"cacheaffinity.worker.write-queue={value!r} must be >= 0 (0 writes inline)")
+    return n
+
+
+class Item:
+    """One data file to write: a plain entry (``grp`` None) or a chunk pack.
+
+    ``layout`` is :func:`~.files.toc_of` of ``arrays``, computed once here and
+    used again by :meth:`~.files.DataFiles.write`."""
+
+    __slots__ = ("key", "grp", "start", "stop", "arrays", "layout", "nbytes", "size")
+
+    def __init__(self, key, grp, start, stop, arrays):
+        self.key, self.grp, self.start, self.stop, self.arrays = key, grp, start, stop, arrays
+        self.layout = toc_of(arrays)
+        self.nbytes = self.layout[1]  # views of other members are not counted twice
+        self.size = blocks(self.nbytes)
+
+
+def plain_array(key: str, value: object) -> np.ndarray:
+    """``value`` as a C-contiguous array the store can keep (``TypeError`` if never)."""
+    arr = np.asarray(value)
+    dtype = arr.dtype
+    if dtype.hasobject:
+        raise TypeError(
+            f"cannot cache {key!r}: dtype {dtype} holds Python objects; only arrays of "
+            "numbers, bools, bytes or strings are stored (objects would need pickle)"
+        )
+    if dtype.fields is not None or dtype.subdtype is not None:
+        raise TypeError(
+            f"cannot cache {key!r}: structured dtype {dtype} is not supported; store "
+            "each field as its own array"
+        )
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr).reshape(arr.shape)
+    return arr
+
+
+def put(cache: ColumnCache, item: Item) -> None:
+    """Queue ``item`` for the writer thread, or store it now (``write_queue=0``)."""
+    if cache._closed or cache._disabled:
+        cache._count(skipped=1)
+        return
+    if item.size > cache.capacity:
+        cache._warn_once(
+            "oversize",
+            "cacheaffinity: %r of %s exceeds cacheaffinity.worker.capacity=%s; not cached "
+            "(raise the capacity, e.g. dask.config.set({'cacheaffinity.worker.capacity': "
+            "'200 GiB'}))",
+            item.key, format_bytes(item.nbytes), format_bytes(cache.capacity),
+        )  # fmt: skip
+        cache._count(skipped=1)
+        discard(cache, item.key)
+        return
+    if time.monotonic() < cache._pause_until:
+        cache._count(skipped=1)
+        discard(cache, item.key)
+        return
+    if cache.write_queue > 0:
+        dropped = cache.writer.put(item.key, item, item.nbytes)
+        if dropped is None:
+            cache._count(skipped=1)
+        elif dropped:
+            cache._count(skipped=1, dropped=1)
+            cache._warn_once(
+                "queue",
+                "cacheaffinity: write queue of cache %s is full (%s waiting); %r and later "
+                "values that do not fit are not cached (counted as 'dropped'). Raise "
+                "cacheaffinity.worker.write-queue if this happens often.",
+                cache.directory, format_bytes(cache.writer.queued_bytes), item.key,
+            )  # fmt: skip
+        return
+    set_now(cache, item)
+
+
+def set_now(cache: ColumnCache, item: Item) -> None:
+    """Store one item now; failures leave it uncached with one warning."""
+    error: BaseException | None = None
+    for attempt in range(2):
+        try:
+            store_many(cache, [item])
+            return
+        except (Lost, Closed) as e:
+            logger.debug("cacheaffinity: %r not cached: %s", item.key, e)
+            cache._count(skipped=1)
+            return
+        except (OSError, sqlite3.Error) as e:
+            error = e
+        if attempt or problem(error) != "full":
+            break
+        # The disk holds less than capacity says: make room for this item and as
+        # much again (the index grows too), then retry once.
+        cache._count(errors=1)
+        evicted, freed = make_room(cache.index, cache.files, 2 * item.size + 4096)
+        cache._count(evictions=evicted, bytes_evicted=freed)
+    cache._count(errors=1, skipped=1)
+    kind = problem(error)
+    if kind == "full":
+        cache._pause_until = time.monotonic() + FULL_BACKOFF
+        cache._warn_once(
+            "disk",
+            "cacheaffinity: disk of cache %s is full (%s); some columns are not cached "
+            "(writes pause %.0f s after each failure). Lower cacheaffinity.worker.capacity "
+            "or free space on that disk.",
+            cache.directory, error, FULL_BACKOFF,
+        )  # fmt: skip
+    elif kind == "unwritable":
+        cache._warn_once(
+            "disk",
+            "cacheaffinity: cache directory %s is not writable (%s); columns are not "
+            "cached. Point cacheaffinity.worker.directory to a writable local directory.",
+            cache.directory, error,
+        )  # fmt: skip
+    else:
+        cache._warn_once("write", "cacheaffinity: storing %r in %s failed (%s); not cached",
+                         item.key, cache.directory, error)  # fmt: skip
+    discard(cache, item.key)
+
+
+def write_batch(cache: ColumnCache, batch: list) -> None:
+    """Store queued items (in the writer thread): one index transaction if possible."""
+    latest: dict[str, Any] = {}
+    for key, item, _ in batch:  # the last value of a key wins
+        latest.pop(key, None)
+        latest[key] = item
+    items = [it for it in latest.values() if it is not None]
+    for key in [k for k, it in latest.items() if it is None]:
+        discard(cache, key)
+    if not items or cache._closed or cache._disabled:
+        return
+    if time.monotonic() >= cache._pause_until:
+        try:
+            store_many(cache, items)
+            return
+        except (Lost, Closed, OSError, sqlite3.Error) as e:
+            logger.debug("cacheaffinity: batched write failed (%r); one by one", e)
+            if isinstance(e, sqlite3.Error):
+                cache.index.close_writer_connection()
+    for item in items:
+        if time.monotonic() < cache._pause_until:
+            cache._count(skipped=1)
+            continue
+        set_now(cache, item)
+
+
+def store_many(cache: ColumnCache, items: list[Item]) -> None:
+    """Write the items' data files, then one index transaction for all of them."""
+    written: list[tuple[Item, str, list, int, bytes]] = []
+    try:
+        for item in items:
+            name, toc, nbytes, digest = cache.files.write(item.arrays, item.layout)
+            written.append((item, name, toc, nbytes, digest))
+        doomed: list[str] = []
+        evicted = freed = 0
+        now = time.time()
+        with cache.index.transaction() as con:
+            for item, name, toc, nbytes, digest in written:
+                old = con.execute("SELECT id, file FROM entries WHERE key = ?", (item.key,)).fetchone()
+                if old is not None:
+                    con.execute("DELETE FROM entries WHERE id = ?", (old[0],))
+                    doomed.append(old[1])
+                used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
+                gone, n = evict_rows(con, used + item.size - cache.capacity)
+                doomed.extend(gone)
+                evicted += len(gone)
+                freed += n
+                con.execute(
+                    "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, "
+                    "checksum, stored, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (item.key, item.grp, item.start, item.stop, name,
+                     json.dumps(toc, separators=(",", ":")), nbytes, item.size, digest, now,
+                     cache._uid),
+                )  # fmt: skip
+    except BaseException:
+        cache.files.remove([w[1] for w in written])
+        raise
+    cache.files.remove(doomed)  # only after the commit: nobody can find them any more
+    cache._count(
+        writes=len(written),
+        packs_written=sum(1 for w in written if w[0].grp is not None),
+        bytes_written=sum(w[3] for w in written),
+        evictions=evicted,
+        bytes_evicted=freed,
+    )
+    collect_orphans_if_due(cache)
+
+
+def discard(cache: ColumnCache, key: str) -> None:
+    """Remove an older value of ``key`` after a failed store (best effort)."""
+    if cache._closed or cache._disabled:
+        return
+    try:
+        with cache.index.transaction() as con:
+            row = con.execute("SELECT file FROM entries WHERE key = ?", (key,)).fetchone()
+            if row is not None:
+                con.execute("DELETE FROM entries WHERE key = ?", (key,))
+    except (sqlite3.Error, OSError, Closed) as e:
+        logger.debug("cacheaffinity: could not remove old value of %r: %s", key, e)
+        return
+    if row is not None:
+        cache.files.remove([row[0]])
