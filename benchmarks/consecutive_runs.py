@@ -264,6 +264,8 @@ class Config:
     #: after their run 1.  Several (``--worker-gc auto python``): the whole benchmark
     #: once per setting, side by side in one invocation.
     worker_gc: tuple[str, ...] = ("auto",)
+    #: results file name (None: :func:`result_name`'s default)
+    name: str | None = None
 
     def check(self) -> None:
         bad = [m for m in (*self.modes, *self.membership_modes) if m not in MODES]
@@ -880,7 +882,7 @@ def run_benchmark(cfg: Config, log=print) -> dict:
         doc = docs[cfg.worker_gc[0]]
         doc["worker_gc"] = {
             g: {"headline": d["headline"], "identical_results": d["identical_results"],
-                "targets": d["targets"]}
+                "targets": d["targets"], "repeats": d["repeats"]}
             for g, d in docs.items()
         }  # fmt: skip
         summaries = [d["identical_results"] for d in docs.values()]
@@ -1344,6 +1346,9 @@ def parse_args(argv=None) -> tuple[Config, str]:
                    choices=("auto", "freeze", "python"),
                    help="Python's collector in every mode's workers (cacheaffinity.worker.gc); "
                    "several: the benchmark once per setting, side by side (default: auto)")
+    p.add_argument("--name", default=None,
+                   help="results file name without .json (default: consecutive_runs, or "
+                   "consecutive_runs_<analysis> for another analysis)")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     a = p.parse_args(argv)
     cfg = Config(
@@ -1355,7 +1360,7 @@ def parse_args(argv=None) -> tuple[Config, str]:
         membership_modes=tuple(a.membership_modes), data=a.data, workdir=a.workdir,
         analysis=a.analysis, repeats=a.repeats, floors=not a.no_floors,
         stripe_entries=a.stripe_entries, freeze_idle=not a.no_freeze_idle,
-        native_variant=a.native_variant, worker_gc=tuple(a.worker_gc),
+        native_variant=a.native_variant, worker_gc=tuple(a.worker_gc), name=a.name,
     )  # fmt: skip
     return cfg, a.out
 
@@ -1380,6 +1385,8 @@ def analysis_branches(analysis: str = "realistic", template: str | None = None) 
 def result_name(cfg: Config) -> str:
     """``consecutive_runs`` for the realistic analysis (the headline), else
     ``consecutive_runs_<analysis>``."""
+    if cfg.name:
+        return cfg.name
     return "consecutive_runs" if cfg.analysis == "realistic" else f"consecutive_runs_{cfg.analysis}"
 
 

@@ -508,7 +508,15 @@ def _warm_run_profile(results: str) -> list[str]:
                 f"({len(r['rounds'])} rounds, page cache warm)")
         if s.get("warm_s"):
             text += f"; warm run {_spread(s['warm_s'], sec)}, floor (b) {_spread(s['floor_b_s'], sec)}"
-        if s["get_many_share"]["median"] is not None:
+        if (s.get("read_path_share") or {}).get("median") is not None:
+            text += (f"; the cache's read path (`PackSourceMapping`) {_spread(s['read_path_share'], pct)} "
+                     f"of the warm run's chunk-task samples (pack reads {_spread(s['get_packs_share'], pct)}, "
+                     f"index query {_spread(s['index_query_share'], pct)}, file reads "
+                     f"{_spread(s['file_reads_share'], pct)}), "
+                     f"{_spread(s.get('read_path_us_per_lookup'), lambda v: f'{v:.0f} us')} per column "
+                     f"lookup; warm / floor (b) task samples "
+                     f"{_spread(s['task_samples_ratio'], lambda v: f'{v:.2f}')}")
+        elif (s.get("get_many_share") or {}).get("median") is not None:  # layout 3's read path
             text += (f"; the cache's read path (`ColumnCache.get_many`) {_spread(s['get_many_share'], pct)} "
                      f"of the warm run's chunk-task samples (index query "
                      f"{_spread(s['index_query_share'], pct)}, file reads "
@@ -682,7 +690,51 @@ def render_cluster_box(results: str, name: str = "cluster_box") -> str:
     return "\n".join(rows) + "\n"
 
 
+def render_worker_gc(results: str, name: str = "consecutive_runs_worker_gc") -> str:
+    """Python's collector in the workers, side by side (issue 28), from
+    ``consecutive_runs.py --worker-gc auto python --name consecutive_runs_worker_gc``: per
+    setting and mode, run 2's wall and its full collections' share (seconds per worker
+    over the run's wall), median [min, max] over the repeats."""
+    doc = _load(results, name)
+    if doc is None:
+        return (f"Not measured yet (`python benchmarks/consecutive_runs.py --worker-gc auto python "
+                f"--name {name}` writes `benchmarks/results/{name}.json`).\n")  # fmt: skip
+    r, c = doc["results"], doc["config"]
+    rows = ["| `worker.gc` | mode | run 2 [s] | run 3 [s] | run 2 full GC / wall | run 3 full GC / wall |",
+            "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for g, d in r["worker_gc"].items():
+        for mode in d["headline"]["modes"]:
+            per = {k: [] for k in ("w2", "w3", "g2", "g3")}
+            for rp in d.get("repeats") or []:
+                rows_ = rp["sequences"]["stable"].get(mode) or []
+                for i, k in ((1, "2"), (2, "3")):
+                    if len(rows_) > i:
+                        per["w" + k].append(rows_[i]["wall_s"])
+                        per["g" + k].append(rows_[i].get("gc_full_share"))
+            sp = {k: _spread_of(v) for k, v in per.items()}
+            rows.append(f"| `{g}` | {MODE_LABELS.get(mode, mode)} | {_spread(sp['w2'])} | {_spread(sp['w3'])} "
+                        f"| {_spread(sp['g2'], _pct)} | {_spread(sp['g3'], _pct)} |")  # fmt: skip
+    cmd = (f"python benchmarks/consecutive_runs.py --events {c['events']} --files {c['files']} --chunksize "
+           f"{c['chunksize']} --workers {c['workers']} --runs {c['runs']} --repeats {c['repeats']} --storage "
+           f"{c['storage']} --scenarios stable --modes {' '.join(c['modes'])} --no-floors --worker-gc "
+           f"{' '.join(c['worker_gc'])} --name {name}")  # fmt: skip
+    rows.append("")
+    rows.append(f"Results identical across settings, modes and runs: {'yes' if r['identical_results'] else 'NO'}. "
+                f"Measured on {commit_label(doc)}, {_date(doc)}: `{cmd}`.")  # fmt: skip
+    return "\n".join(rows) + "\n"
+
+
+def _spread_of(values: list) -> dict:
+    vals = sorted(float(v) for v in values if v is not None)
+    if not vals:
+        return {"median": None}
+    n = len(vals)
+    med = vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+    return {"median": med, "min": vals[0], "max": vals[-1], "n": n}
+
+
 RENDERERS: dict[str, Callable[[str], str]] = {
+    "worker_gc": render_worker_gc,
     "cluster_box": render_cluster_box,
     "simulate_hetero": render_simulate_hetero,
     "chunksize_change": render_chunksize_change,
