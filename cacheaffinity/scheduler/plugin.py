@@ -558,13 +558,6 @@ class CacheAffinityPlugin(SchedulerPlugin):
         return self.runs.get(run, last)
 
     def snapshot(self) -> dict:
-        """What the dashboard page and the Prometheus collector read.
-
-        :meth:`info` plus, for readers in the scheduler process:
-        ``"node-counters"`` (``{node: {counter: value}}``, departed nodes
-        included), ``"recent-placements"`` (``[(chunk, node)]``, newest last),
-        ``"recent-placements-size"`` (its bound) and ``"layout"`` (the
-        placement's immutable node set, :meth:`TorusPlacement.layout`).
-        Containers are copies; calling it changes nothing.
-        """
+        """What the dashboard page and the Prometheus collector read
+        (:func:`cacheaffinity.scheduler.queries.snapshot`)."""
         return queries.snapshot(self)
