@@ -858,6 +858,10 @@ def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: l
                 with floor_cluster.running():
                     floors["fill"] = floor_cluster.floor_in_memory(fill=True)
                     floors["load"] = floor_cluster.load_compute_floor(files)
+                    if cfg.worker_gc[0] in ("auto", "freeze"):
+                        # the floors' events now live in these workers (a user's do not):
+                        # out of full collections, as every other mode's run-1 state is
+                        floor_cluster.client.run(_gctimer.freeze)
                 log(f"[floors] in-memory fill {floors['fill']['wall_s']:.2f} s; processor-only "
                     f"load {floors['load']['seconds']:.2f} s")  # fmt: skip
             else:
