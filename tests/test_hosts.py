@@ -387,9 +387,12 @@ def test_slow_peer_link_falls_back_to_storage(dataset):
     """h4 joins before run 2 over a slow link (256 kbit/s both ways) and takes chunks whose
     columns h1..h3 hold: fetching a large column from a peer exceeds ``worker.peer-timeout``
     (3 s), so storage serves it (small columns may still arrive in time).  The result is identical; the slowdown is stated.
-    (This kernel lacks netem: the slow link is an HTB rate, not a delay or a loss.)"""
+    (This kernel lacks netem: the slow link is an HTB rate, not a delay or a loss.)
+    Stealing is off here: with it, the fast hosts took h4's chunks (a slow node's work
+    going to idle holders is what stealing is for) and h4 fetched nothing (seen once)."""
     files, reference = dataset
-    with hb.ClusterBox(4, dask_config=CONFIG, start=False) as box:
+    config = {**CONFIG, "cacheaffinity.scheduler.stealing.enabled": False}
+    with hb.ClusterBox(4, dask_config=config, start=False) as box:
         box.start_scheduler()
         for h in ("h1", "h2", "h3"):
             box.start_worker(h)
