@@ -13,6 +13,7 @@ import json
 import logging
 import multiprocessing
 import os
+from pathlib import Path
 import random
 import signal
 import sqlite3
@@ -418,12 +419,17 @@ _WORKER = textwrap.dedent(
 
 
 def _start(script: str, *args) -> subprocess.Popen:
+    # the child imports this file, which imports testbed/ of the repository: give it the
+    # repository root whatever directory pytest runs from
+    root = str(Path(__file__).resolve().parents[2])
+    path = os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))
     proc = subprocess.Popen(
         [sys.executable, "-c", script, *map(str, args)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=dict(os.environ, PYTHONPATH=path),
     )
     line = proc.stdout.readline()
     assert line.strip() == "ready", proc.stderr.read()
