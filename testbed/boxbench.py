@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
-from testbed.portal import COUNTERS, _client, _per_node, _worker_counters
+from testbed.portal import COUNTERS, _client, _per_node, _worker_counters, watchdog
 
 
 def warm(client) -> dict:
@@ -119,13 +117,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--mode", choices=("cacheaffinity", "direct"), required=True)
     args = parser.parse_args(argv)
 
-    def give_up():
-        print(f"boxbench: {args.command} did not finish within {args.timeout} s", file=sys.stderr, flush=True)
-        os._exit(3)
-
-    timer = threading.Timer(args.timeout, give_up)
-    timer.daemon = True
-    timer.start()
+    timer = watchdog("boxbench", args.command, args.timeout)
     with _client(timeout=min(args.timeout, 30)) as client:
         if args.command == "warm":
             out: Any = warm(client)

@@ -33,6 +33,20 @@ COUNTERS = ("hits", "misses", "peer_hits", "peer_bytes", "peer_requests", "peer_
             "storage_opens", "storage_bytes", "bytes_written")  # fmt: skip
 
 
+def watchdog(prog: str, command: str, timeout: float) -> threading.Timer:
+    """Exit the process with status 3 (and one stderr line) if ``command`` is not done
+    within ``timeout`` seconds: a portal command never hangs."""
+
+    def give_up():
+        print(f"{prog}: {command} did not finish within {timeout} s", file=sys.stderr, flush=True)
+        os._exit(3)
+
+    timer = threading.Timer(timeout, give_up)
+    timer.daemon = True
+    timer.start()
+    return timer
+
+
 def _client(timeout: float):
     from distributed import Client
 
@@ -215,13 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--progress", action="store_true")
     args = parser.parse_args(argv)
 
-    def give_up():
-        print(f"portal: {args.command} did not finish within {args.timeout} s", file=sys.stderr, flush=True)
-        os._exit(3)
-
-    timer = threading.Timer(args.timeout, give_up)
-    timer.daemon = True
-    timer.start()
+    timer = watchdog("portal", args.command, args.timeout)
     with _client(timeout=min(args.timeout, 30)) as client:
         if args.command == "wait":
             out: Any = wait(client, args.workers, args.timeout)
