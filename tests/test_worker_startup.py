@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -16,6 +15,7 @@ import pytest
 from distributed import Client
 
 import cacheaffinity
+from helpers import Processes
 from testbed import skip_or_fail
 
 BIN = Path(sys.executable).parent
@@ -38,19 +38,16 @@ def small_disk(tmp_path):
 
 @pytest.mark.timeout(240)
 def test_one_startup_line_and_a_capacity_larger_than_the_disk(tmp_path, small_disk):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    scheduler_file = tmp_path / "s.json"
-    procs = []
+    env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")]))}
+    procs = Processes(tmp_path)
     logs = {name: tmp_path / f"{name}.log" for name in ("scheduler", "worker")}
     try:
-        with open(logs["scheduler"], "w") as out:
-            procs.append(subprocess.Popen(
-                [str(BIN / "dask"), "scheduler", "--host", "127.0.0.1", "--port", "0",
-                 "--dashboard-address", "127.0.0.1:0", "--scheduler-file", str(scheduler_file),
-                 "--preload", "cacheaffinity"],
-                stdout=out, stderr=subprocess.STDOUT, env=env,
-            ))  # fmt: skip
+        scheduler_file = tmp_path / "scheduler.json"
+        procs.start(
+            "scheduler", "--host", "127.0.0.1", "--port", "0", "--dashboard-address",
+            "127.0.0.1:0", "--scheduler-file", str(scheduler_file), "--preload", "cacheaffinity",
+            log="scheduler.log", env=env,
+        )  # fmt: skip
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -60,14 +57,12 @@ def test_one_startup_line_and_a_capacity_larger_than_the_disk(tmp_path, small_di
                 assert time.monotonic() < deadline, logs["scheduler"].read_text()
                 time.sleep(0.1)
         directory = small_disk / "cache"
-        with open(logs["worker"], "w") as out:
-            procs.append(subprocess.Popen(
-                [str(BIN / "dask"), "worker", address, "--name", "w1", "--nthreads", "1",
-                 "--no-nanny", "--host", "127.0.0.1", "--dashboard-address", "127.0.0.1:0",
-                 "--preload", "cacheaffinity", "--cache-directory", str(directory),
-                 "--cache-capacity", "1GiB"],
-                stdout=out, stderr=subprocess.STDOUT, env=env,
-            ))  # fmt: skip
+        procs.start(
+            "worker", address, "--name", "w1", "--nthreads", "1", "--no-nanny", "--host",
+            "127.0.0.1", "--dashboard-address", "127.0.0.1:0", "--preload", "cacheaffinity",
+            "--cache-directory", str(directory), "--cache-capacity", "1GiB",
+            log="worker.log", env=env,
+        )  # fmt: skip
         with Client(address, timeout=60) as client:
             client.wait_for_workers(1, timeout=60)
             node = (directory / "node-id").read_text().strip()
@@ -77,13 +72,7 @@ def test_one_startup_line_and_a_capacity_larger_than_the_disk(tmp_path, small_di
                 time.sleep(0.2)
             stats = cacheaffinity.cache_stats(client)[node]
     finally:
-        for p in procs[::-1]:
-            p.send_signal(signal.SIGINT)
-            try:
-                p.wait(30)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        procs.close()
     log = logs["worker"].read_text()
     starts = [line for line in log.splitlines() if "cacheaffinity worker cache:" in line]
     assert len(starts) == 1, log
