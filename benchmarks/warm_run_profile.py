@@ -21,7 +21,10 @@ reads (``get_packs``: one index query, ``Index.query``, and one verified read pe
 running threads, so on a machine with fewer cores than workers a sample share is a share of
 the tasks' wall time, the CPU contention included.  The headline ratio is "what the disk cache
 costs over a dict"; the read path's share is how much of that is the read path itself, and
-its samples over the run's column lookups (hits) give microseconds per lookup.
+its samples over the run's column lookups (hits) give microseconds per lookup.  Bytes copied
+per byte served: the bytes of the cache's data files read (``bytes_read``: one copy each, into
+the buffer whose views are the members) plus what serving copied after that (concatenations
+across packs, re-based offsets: ``PackSourceMapping.bytes_copied``), over the bytes served.
 
 Python's garbage collector is timed in every worker (``gc.callbacks``): seconds of full
 (generation 2) and of younger collections per worker process and run.  ``--gc-freeze``
@@ -52,6 +55,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import cacheaffinity  # noqa: E402
 from benchmarks import _gctimer  # noqa: E402
 from benchmarks import consecutive_runs as cr  # noqa: E402
 from benchmarks._common import print_table, pyplot, save_png, spread, write_json  # noqa: E402
@@ -67,6 +71,46 @@ READ_PATH = (
     ("file_reads", "DataFiles.read"),
 )
 TASK = "ChunkTask.__call__"
+
+
+def _copies_install() -> None:
+    """In a worker: add up what every chunk's pack mapping served and copied
+    (:attr:`PackSourceMapping.bytes_served` / ``bytes_copied``) when it finishes."""
+    from cacheaffinity.coffea import packs
+
+    cls = packs.PackSourceMapping
+    if getattr(cls, "_bench_copies", None) is not None:
+        return
+    totals = cls._bench_copies = {"served": 0, "copied": 0}
+    finish = cls.finish
+
+    def counted(self):
+        totals["served"] += self.bytes_served
+        totals["copied"] += self.bytes_copied
+        return finish(self)
+
+    cls.finish = counted
+
+
+def _copies_read() -> dict:
+    """In a worker: the totals since the last call (then reset)."""
+    from cacheaffinity.coffea import packs
+
+    totals = getattr(packs.PackSourceMapping, "_bench_copies", None) or {}
+    out = dict(totals)
+    for k in totals:
+        totals[k] = 0
+    return out
+
+
+def copies(client) -> dict:
+    """Bytes the workers' chunk tasks served from packs and copied in serving, since
+    the last call, summed over the workers."""
+    out = {"served": 0, "copied": 0}
+    for got in client.run(_copies_read).values():
+        for k in out:
+            out[k] += got.get(k, 0)
+    return out
 
 
 def _gc_summary(per_worker: dict) -> dict:
@@ -195,14 +239,21 @@ def run(args) -> dict:
                     print(f"gc.freeze(): {frozen:.0f} objects per worker left out of collections",
                           flush=True)  # fmt: skip
                 mc.client.run(_gctimer.install)  # (ModeCluster.start did already)
+                mc.client.run(_copies_install)
                 for k in range(args.rounds):
                     got = {}
                     order = ("warm", "floor") if k % 2 == 0 else ("floor", "warm")
                     for kind in order:
                         mc.client.run(_gctimer.read)  # reset
+                        copies(mc.client)  # reset
+                        read0 = cacheaffinity.cache_totals(mc.client).get("bytes_read", 0)
                         with prof(mc.client, f"{kind}{k}") as rec:
                             row = mc.run() if kind == "warm" else mc.floor_in_memory()
                         row["gc"] = _gc_summary(mc.client.run(_gctimer.read))
+                        row["copies"] = copies(mc.client)
+                        row["copies"]["read"] = (
+                            cacheaffinity.cache_totals(mc.client).get("bytes_read", 0) - read0
+                        )
                         got[kind] = (row, rec.shares())
                     (w, wp), (f, fp) = got["warm"], got["floor"]
                     r = {
@@ -214,7 +265,17 @@ def run(args) -> dict:
                         "floor_b_disk_read_bytes": f.get("disk_read_bytes"),
                         "warm_profile": wp, "floor_b_profile": fp,
                         "warm_gc": w["gc"], "floor_b_gc": f["gc"],
+                        # bytes read from the cache's data files (one copy each, into the
+                        # buffer the members view), served to coffea, copied in serving
+                        "warm_bytes_read": w["copies"]["read"],
+                        "warm_bytes_served": w["copies"]["served"],
+                        "warm_bytes_copied": w["copies"]["copied"],
                     }  # fmt: skip
+                    if w["copies"]["served"]:
+                        # every copy per byte served: the store's read plus the serving's
+                        r["copies_per_byte_served"] = (
+                            (w["copies"]["read"] + w["copies"]["copied"]) / w["copies"]["served"]
+                        )
                     rounds.append(r)
                     share = (wp or {}).get("read_path_share")
                     if wp and w.get("hits"):
@@ -226,7 +287,9 @@ def run(args) -> dict:
                           f"{w['gc']['full_s']:.2f} / {f['gc']['full_s']:.2f} s"
                           + (f", read path {share:.1%} of task samples" if share is not None else "")
                           + (f", {r['read_path_us_per_lookup']:.0f} us per lookup"
-                             if r.get("read_path_us_per_lookup") else ""),
+                             if r.get("read_path_us_per_lookup") else "")
+                          + (f", {r['copies_per_byte_served']:.3f} bytes copied per byte served"
+                             if r.get("copies_per_byte_served") else ""),
                           flush=True)  # fmt: skip
             finally:
                 mc.close()
@@ -249,6 +312,7 @@ def run(args) -> dict:
             [r[f"{kind}_gc"]["full_s"] / r[f"{kind}_s"] for r in rounds]
         )
     summary["read_path_us_per_lookup"] = spread([r.get("read_path_us_per_lookup") for r in rounds])
+    summary["copies_per_byte_served"] = spread([r.get("copies_per_byte_served") for r in rounds])
     summary["warm_s"] = spread([r["warm_s"] for r in rounds])
     summary["floor_b_s"] = spread([r["floor_b_s"] for r in rounds])
     return {"run1_s": r1["wall_s"], "rounds": rounds, "summary": summary, "py_spy": exe,

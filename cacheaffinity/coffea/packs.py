@@ -130,6 +130,9 @@ class PackSourceMapping(UprootSourceMapping):
     ----------
     hits, misses : int
         Column parts served from packs / read from storage by this chunk.
+    bytes_served, bytes_copied : int
+        Bytes of the parts served from packs, and bytes the serving copied after
+        the store's one read (concatenations across packs, re-based offsets).
     """
 
     def __init__(self, fileopener, start, stop, *, store, token, treepath, kinds, forms=None, **kwargs):
@@ -148,7 +151,7 @@ class PackSourceMapping(UprootSourceMapping):
         #: Column parts read from storage by this chunk: stored as one pack by :meth:`finish`.
         self._new: dict[str, np.ndarray] = {}
         self._new_range: tuple[int, int] | None = None
-        self.hits = self.misses = self.bytes_served = 0
+        self.hits = self.misses = self.bytes_served = self.bytes_copied = 0
         #: coffea buffer keys served from packs without a ``!load`` (coffea's access
         #: log misses them: they go into ``metrics["columns"]`` like its buffer cache hits).
         self.served_keys: list[str] = []
@@ -181,7 +184,8 @@ class PackSourceMapping(UprootSourceMapping):
         if parts is not None:
             self.hits += len(names)
             self.bytes_served += sum(p.nbytes for p in parts)
-            array = _as_array(parts, kind)
+            array, copied = _as_array(parts, kind)
+            self.bytes_copied += copied
         else:
             read = self._read(h, start, stop, use_ak_forth, kind)
             if read is None:
@@ -190,7 +194,7 @@ class PackSourceMapping(UprootSourceMapping):
             if self._new_range in (None, (start, stop)):
                 self._new_range = (start, stop)
                 self._new.update(zip(names, read))
-            array = _as_array(read, kind)
+            array = _as_array(read, kind)[0]
         array = awkward.Array(array)
         if allow_missing:
             array = awkward.Array(
@@ -256,13 +260,16 @@ class PackSourceMapping(UprootSourceMapping):
             pieces.append(_slice(best, names, pos - best.start, end - best.start))
             pos = end
         if len(names) == 1:
-            return (np.concatenate([p[0] for p in pieces]),)
-        shifted, total = [], 0
-        for i, (o, _) in enumerate(pieces):
-            shifted.append((o if i == len(pieces) - 1 else o[:-1]) - o[0] + total)
-            total += int(o[-1] - o[0])
-        contents = [c[int(o[0]) : int(o[-1])] for o, c in pieces]
-        return (np.concatenate(shifted), np.concatenate(contents))
+            out = (np.concatenate([p[0] for p in pieces]),)
+        else:
+            shifted, total = [], 0
+            for i, (o, _) in enumerate(pieces):
+                shifted.append((o if i == len(pieces) - 1 else o[:-1]) - o[0] + total)
+                total += int(o[-1] - o[0])
+            contents = [c[int(o[0]) : int(o[-1])] for o, c in pieces]
+            out = (np.concatenate(shifted), np.concatenate(contents))
+        self.bytes_copied += sum(a.nbytes for a in out)
+        return out
 
     def finish(self) -> None:
         """Count this chunk's lookups and store what it read from storage as one
@@ -353,17 +360,21 @@ def _slice(pack, names: list[str], a: int, b: int) -> tuple:
     return (offsets[a : b + 1], content)
 
 
-def _as_array(parts: tuple, kind: str):
-    """The awkward layout of a branch's parts (offsets re-based to 0 if needed)."""
+def _as_array(parts: tuple, kind: str) -> tuple:
+    """The awkward layout of a branch's parts (offsets re-based to 0 if needed)
+    and the bytes that copied (the re-based offsets; the rest are views)."""
     if kind == "flat":
-        return awkward.contents.NumpyArray(parts[0])
+        return awkward.contents.NumpyArray(parts[0]), 0
     offsets, content = parts
     lo, hi = int(offsets[0]), int(offsets[-1])
+    copied = 0
     if lo:
         offsets = offsets - lo
-    return awkward.contents.ListOffsetArray(
+        copied = offsets.nbytes
+    layout = awkward.contents.ListOffsetArray(
         awkward.index.Index64(offsets), awkward.contents.NumpyArray(content[lo:hi])
     )
+    return layout, copied
 
 
 def _empty(form: dict, allow_missing: bool):

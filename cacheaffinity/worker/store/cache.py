@@ -126,7 +126,7 @@ _MISSING = object()
 _COUNTERS = (
     "hits", "misses", "bytes_served", "bytes_written", "writes", "evictions",
     "bytes_evicted", "errors", "corrupt", "skipped", "temporaries_removed",
-    "orphans_removed", "index_rebuilt", "dropped", "packs_read", "packs_written",
+    "orphans_removed", "index_rebuilt", "dropped", "packs_read", "packs_written", "bytes_read",
 )  # fmt: skip
 
 #: Every open ColumnCache and MemoryFront, to replace their locks after fork.
@@ -407,7 +407,9 @@ class ColumnCache(MutableMapping):
         dict
             ``hits``, ``misses``, ``bytes_served`` (lookups: plain entries and
             chunk pack members), ``bytes_written``, ``writes`` (data files),
-            ``packs_read``, ``packs_written``, ``evictions`` and
+            ``packs_read``, ``packs_written``, ``bytes_read`` (bytes of verified
+            data files read: one copy each, into the buffer the members view),
+            ``evictions`` and
             ``bytes_evicted`` (by this process's inserts), ``errors``,
             ``corrupt`` (rows that failed verification), ``skipped`` (values not
             cached: too large, disk full, unwritable or dropped), ``dropped``
@@ -432,7 +434,9 @@ class ColumnCache(MutableMapping):
                 toc = json.loads(toc)
             except (TypeError, ValueError):
                 raise Corrupt("unreadable table of contents", "toc") from None
-            return members_of(buffer, toc, nbytes)
+            members = members_of(buffer, toc, nbytes)
+            self._count(bytes_read=int(nbytes))
+            return members
         except Corrupt as e:
             self._warn_once(
                 f"corrupt:{e.kind}",
