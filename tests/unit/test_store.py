@@ -557,9 +557,10 @@ def _append_byte(path):
         pytest.param(_append_byte, "longer", id="extra-byte"),
     ],
 )
-def test_corrupt_data_is_a_miss_removed_and_logged(tmp_path, caplog, damage, reason):
-    good = np.arange(2**18, dtype=np.float64)
-    with ColumnCache(tmp_path, capacity="10 MiB") as cache:
+@pytest.mark.parametrize("read", ["map", "copy"])
+def test_corrupt_data_is_a_miss_removed_and_logged(tmp_path, caplog, damage, reason, read):
+    good = np.arange(2**18, dtype=np.float64)  # 2 MiB and 1 MiB files: mapped with "map"
+    with ColumnCache(tmp_path, capacity="10 MiB", read=read) as cache:
         cache["bad"] = good
         cache["good"] = good[::2].copy()
         bad_file = next(
@@ -577,6 +578,49 @@ def test_corrupt_data_is_a_miss_removed_and_logged(tmp_path, caplog, damage, rea
         assert stats["corrupt"] == 1 and stats["misses"] == 1 and stats["hits"] == 1
         cache["bad"] = good  # and it can be cached again
         assert_same(cache["bad"], good)
+
+
+@pytest.mark.parametrize("read", ["map", "copy", "auto"])
+def test_read_modes_serve_the_stored_bytes_as_private_writable_arrays(tmp_path, read):
+    """Mapped or copied, a pack's members are the stored bytes, writable, and
+    writing into one changes neither the file nor the next read; a mapped pack
+    stays readable after its file is evicted (unlinked) by another process;
+    ``bytes_read`` counts every read's file bytes."""
+    from cacheaffinity.worker.store.files import MAP_AT_LEAST
+
+    big = np.arange(MAP_AT_LEAST // 4, dtype=np.float64)  # a 2 MiB file
+    small = np.arange(100, dtype=np.int32)  # copied in every mode
+    with ColumnCache(tmp_path, capacity="64 MiB", read=read) as cache:
+        assert cache.read_mode == ("map" if read == "auto" else read)  # a private cache
+        cache.put_pack("g", 0, 10, {"big": big, "small": small})
+        (name,) = data_files(tmp_path)
+        size = os.path.getsize(name)
+        before = open(name, "rb").read()
+        (pack,) = cache.get_packs("g", 0, 10)
+        assert_same(pack.members["big"], big)
+        assert_same(pack.members["small"], small)
+        assert cache.stats()["bytes_read"] == size
+        for arr in pack.members.values():
+            assert arr.flags.writeable
+            arr[0] = 42
+        assert open(name, "rb").read() == before  # copy-on-write: the file is unchanged
+        (again,) = cache.get_packs("g", 0, 10)
+        assert again.members["big"][0] == 0 and again.members["small"][0] == 0
+        assert cache.stats()["bytes_read"] == 2 * size
+        os.unlink(name)  # evicted by another process while the chunk uses the pack
+        assert float(again.members["big"].sum()) == float(big.sum())
+        assert cache.get_packs("g", 0, 10) == []  # and a miss from then on
+
+
+def test_shared_group_cache_copies_by_default(tmp_path):
+    group = os.getgid()
+    os.chmod(tmp_path, 0o2770)
+    with ColumnCache(tmp_path / "c", capacity="1 MiB", shared_group=group) as cache:
+        assert cache.read_mode == "copy" and not cache.files.mapped
+    with ColumnCache(tmp_path / "c", capacity="1 MiB", shared_group=group, read="map") as cache:
+        assert cache.read_mode == "map" and cache.files.mapped
+    with pytest.raises(ValueError, match=r"worker\.read.*copy"):
+        ColumnCache(tmp_path / "d", read="mmap")
 
 
 def test_verify_finds_corruption_and_a_lost_file(tmp_path, caplog):

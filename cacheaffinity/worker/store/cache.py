@@ -145,7 +145,7 @@ class ColumnCache(MutableMapping):
     """Decompressed column buffers on local disk, shared by a node's workers.
 
     Config section: ``cacheaffinity.worker`` (``capacity``, ``shared-group``,
-    ``write-queue``).
+    ``write-queue``, ``read``).
 
     Parameters
     ----------
@@ -179,6 +179,12 @@ class ColumnCache(MutableMapping):
         hold (:func:`~.capacity.fit_to_disk`: free space at open plus what the
         cache holds, minus a reserve; one warning when it clamps).  Workers pass
         True; the default (False) uses the capacity as given or recorded.
+    read : {"auto", "map", "copy"}, optional
+        How data files are read (:mod:`.files`): mapped copy-on-write (no copy;
+        a file truncated in place by a foreign process while mapped kills the
+        process with SIGBUS) or copied into a new buffer.  ``None`` reads
+        ``cacheaffinity.worker.read``; ``"auto"``: map in a private cache, copy
+        in a shared-group one.
 
     Notes
     -----
@@ -199,6 +205,7 @@ class ColumnCache(MutableMapping):
         set_capacity: bool = False,
         write_queue: int | str = 0,
         fit_disk: bool = False,
+        read: str | None = None,
     ):
         #: Absolute path of the cache directory.
         self.directory: str = os.path.abspath(os.fspath(directory))
@@ -222,6 +229,11 @@ class ColumnCache(MutableMapping):
         group = config.get("worker.shared-group", shared_group)
         #: Group id of a shared-group cache, None for a private one.
         self.shared_gid: int | None = None if group is None else group_id(group)
+        #: How data files are read: ``"map"`` or ``"copy"`` (``worker.read``; see
+        #: :mod:`.files`; ``auto``: map in a private cache, copy in a shared one).
+        self.read_mode: str = config.get("worker.read", read)
+        if self.read_mode == "auto":
+            self.read_mode = "map" if self.shared_gid is None else "copy"
         self._uid = os.geteuid()
         self._heals = bool(heal)
         self._stats_lock = threading.Lock()
@@ -236,7 +248,7 @@ class ColumnCache(MutableMapping):
         self._disabled: str | None = None
         #: The directory failed the trust checks (the message), or None.
         self.untrusted: str | None = None
-        self.files = DataFiles(self.directory, self._uid, self.shared_gid)
+        self.files = DataFiles(self.directory, self._uid, self.shared_gid, mapped=self.read_mode == "map")
         self.index = Index(
             self.directory, self.files, heals=self._heals,
             on_rebuilt=lambda: self._count(index_rebuilt=1),
