@@ -22,9 +22,10 @@ running threads, so on a machine with fewer cores than workers a sample share is
 the tasks' wall time, the CPU contention included.  The headline ratio is "what the disk cache
 costs over a dict"; the read path's share is how much of that is the read path itself, and
 its samples over the run's column lookups (hits) give microseconds per lookup.  Bytes copied
-per byte served: the bytes of the cache's data files read (``bytes_read``: one copy each, into
-the buffer whose views are the members) plus what serving copied after that (concatenations
-across packs, re-based offsets: ``PackSourceMapping.bytes_copied``), over the bytes served.
+per byte served: the bytes of the cache's data files copied into a new buffer (``bytes_read``;
+files mapped by ``worker.read: map``, ``bytes_mapped``, are not copied) plus what serving copied
+after that (concatenations across packs, re-based offsets: ``PackSourceMapping.bytes_copied``),
+over the bytes served.
 
 Python's garbage collector is timed in every worker (``gc.callbacks``): seconds of full
 (generation 2) and of younger collections per worker process and run.  ``--gc-freeze``
@@ -246,14 +247,14 @@ def run(args) -> dict:
                     for kind in order:
                         mc.client.run(_gctimer.read)  # reset
                         copies(mc.client)  # reset
-                        read0 = cacheaffinity.cache_totals(mc.client).get("bytes_read", 0)
+                        t0 = cacheaffinity.cache_totals(mc.client)
                         with prof(mc.client, f"{kind}{k}") as rec:
                             row = mc.run() if kind == "warm" else mc.floor_in_memory()
                         row["gc"] = _gc_summary(mc.client.run(_gctimer.read))
                         row["copies"] = copies(mc.client)
-                        row["copies"]["read"] = (
-                            cacheaffinity.cache_totals(mc.client).get("bytes_read", 0) - read0
-                        )
+                        t1 = cacheaffinity.cache_totals(mc.client)
+                        for k in ("read", "mapped"):
+                            row["copies"][k] = t1.get(f"bytes_{k}", 0) - t0.get(f"bytes_{k}", 0)
                         got[kind] = (row, rec.shares())
                     (w, wp), (f, fp) = got["warm"], got["floor"]
                     r = {
@@ -265,9 +266,10 @@ def run(args) -> dict:
                         "floor_b_disk_read_bytes": f.get("disk_read_bytes"),
                         "warm_profile": wp, "floor_b_profile": fp,
                         "warm_gc": w["gc"], "floor_b_gc": f["gc"],
-                        # bytes read from the cache's data files (one copy each, into the
-                        # buffer the members view), served to coffea, copied in serving
+                        # bytes of the cache's data files copied into a new buffer (one
+                        # copy each) / mapped (no copy), served to coffea, copied in serving
                         "warm_bytes_read": w["copies"]["read"],
+                        "warm_bytes_mapped": w["copies"]["mapped"],
                         "warm_bytes_served": w["copies"]["served"],
                         "warm_bytes_copied": w["copies"]["copied"],
                     }  # fmt: skip

@@ -323,6 +323,14 @@ def _cache_read(results: str) -> list[str]:
                  f"({lz['uproot_warm_MBps']:.0f} MB/s); first-run write overhead "
                  f"{lz['write_overhead']:.1%} on LZMA-9; "
                  f"{lz['decompressed_bytes'] / 1e6:.0f} MB decompressed per pass")  # fmt: skip
+        if lz.get("pack_copy_warm_MBps"):
+            text += (f"; all of it as one chunk pack: mapped (`worker.read: map`, the default) "
+                     f"{lz['pack_warm_MBps'] / 1e3:.1f} GB/s, {lz['pack_us_per_lookup']:.0f} us per "
+                     f"column lookup, {lz['pack_bytes_copied_per_byte_served']:.2f} bytes copied per "
+                     f"byte served; copied (`copy`) {lz['pack_copy_warm_MBps'] / 1e3:.1f} GB/s, "
+                     f"{lz['pack_copy_us_per_lookup']:.0f} us, "
+                     f"{lz['pack_copy_bytes_copied_per_byte_served']:.2f}; one file per buffer "
+                     f"(layout 3) {lz['entry_us_per_lookup']:.0f} us per lookup")  # fmt: skip
     return [_row(f"column cache vs uproot, {doc['config'].get('threads', 1)} thread", text,
                  "python benchmarks/cache_read.py", doc)]  # fmt: skip
 
@@ -522,6 +530,9 @@ def _warm_run_profile(results: str) -> list[str]:
                      f"{_spread(s['index_query_share'], pct)}, file reads "
                      f"{_spread(s['file_reads_share'], pct)}); warm / floor (b) task samples "
                      f"{_spread(s['task_samples_ratio'], lambda v: f'{v:.2f}')}")
+        if (s.get("copies_per_byte_served") or {}).get("median") is not None:
+            text += (f"; bytes copied per byte served {_spread(s['copies_per_byte_served'], lambda v: f'{v:.2f}')}"
+                     " (cache file reads into new buffers, plus concatenations and re-based offsets)")
         if s.get("warm_full_gc_s"):
             text += (f"; Python's full garbage collections per worker and run: warm "
                      f"{_spread(s['warm_full_gc_s'], sec)}, floor (b) {_spread(s['floor_b_full_gc_s'], sec)}")

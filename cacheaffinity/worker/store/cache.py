@@ -127,6 +127,7 @@ _COUNTERS = (
     "hits", "misses", "bytes_served", "bytes_written", "writes", "evictions",
     "bytes_evicted", "errors", "corrupt", "skipped", "temporaries_removed",
     "orphans_removed", "index_rebuilt", "dropped", "packs_read", "packs_written", "bytes_read",
+    "bytes_mapped",
 )  # fmt: skip
 
 #: Every open ColumnCache and MemoryFront, to replace their locks after fork.
@@ -419,8 +420,9 @@ class ColumnCache(MutableMapping):
         dict
             ``hits``, ``misses``, ``bytes_served`` (lookups: plain entries and
             chunk pack members), ``bytes_written``, ``writes`` (data files),
-            ``packs_read``, ``packs_written``, ``bytes_read`` (bytes of verified
-            data files read: one copy each, into the buffer the members view),
+            ``packs_read``, ``packs_written``, ``bytes_read`` and
+            ``bytes_mapped`` (bytes of verified data files copied into a new
+            buffer / mapped, see ``read``: the members are views of it),
             ``evictions`` and
             ``bytes_evicted`` (by this process's inserts), ``errors``,
             ``corrupt`` (rows that failed verification), ``skipped`` (values not
@@ -447,7 +449,10 @@ class ColumnCache(MutableMapping):
             except (TypeError, ValueError):
                 raise Corrupt("unreadable table of contents", "toc") from None
             members = members_of(buffer, toc, nbytes)
-            self._count(bytes_read=int(nbytes))
+            if self.files.maps(nbytes):
+                self._count(bytes_mapped=int(nbytes))
+            else:
+                self._count(bytes_read=int(nbytes))
             return members
         except Corrupt as e:
             self._warn_once(

@@ -287,6 +287,10 @@ class DataFiles:
         #: Data subdirectory (two hex digits) the next orphan pass starts at.
         self.orphan_cursor = 0
 
+    def maps(self, nbytes: int) -> bool:
+        """Whether :meth:`read` maps a file of ``nbytes`` bytes (else copies it)."""
+        return self.mapped and nbytes >= MAP_AT_LEAST
+
     @property
     def file_mode(self) -> int:
         return 0o600 if self.shared_gid is None else 0o660
@@ -410,7 +414,7 @@ class DataFiles:
                 raise Corrupt(f"file is longer than the {nbytes} bytes in the index", "size")
             if st.st_size < nbytes:
                 raise Corrupt(f"file holds {st.st_size} bytes, the index says {nbytes}", "size")
-            if self.mapped and nbytes >= MAP_AT_LEAST:
+            if self.maps(nbytes):
                 buffer = np.frombuffer(mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY), np.uint8)
                 view = memoryview(buffer)
                 done = nbytes
