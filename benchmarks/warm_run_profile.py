@@ -253,8 +253,8 @@ def run(args) -> dict:
                         row["gc"] = _gc_summary(mc.client.run(_gctimer.read))
                         row["copies"] = copies(mc.client)
                         t1 = cacheaffinity.cache_totals(mc.client)
-                        for k in ("read", "mapped"):
-                            row["copies"][k] = t1.get(f"bytes_{k}", 0) - t0.get(f"bytes_{k}", 0)
+                        for how in ("read", "mapped"):
+                            row["copies"][how] = t1.get(f"bytes_{how}", 0) - t0.get(f"bytes_{how}", 0)
                         got[kind] = (row, rec.shares())
                     (w, wp), (f, fp) = got["warm"], got["floor"]
                     r = {
