@@ -29,6 +29,8 @@ Modelled, not real (documented assumptions):
   total bandwidth: requests are served in order, one at a time), decompresses
   (LZMA-9 uproot rate per core), writes the decompressed bytes to the node's SSD and
   computes; a hit reads the decompressed bytes from the node's SSD and computes.
+  With the rate ``open_bytes`` (0 by default), a chunk read from storage also reads
+  that many bytes of file metadata (coffea opens the file in every chunk task).
   Each node's SSD is a FIFO server of its own bandwidth. A slow node divides its
   decompress and compute rates.
 - **peer fetch** (policy ``cacheaffinity``, ``worker.peer-fetch``): a local miss whose
@@ -375,6 +377,10 @@ class Simulation:
         # per-chunk cost of reading from storage beyond decompression (opening the file
         # over the network, reading its metadata): on the miss path only
         self.t_open = float(rates.get("open_overhead_s", 0.0))
+        # bytes a chunk read from storage reads beyond its columns: the file's metadata
+        # (header, directory, the TTree with its branches' basket tables), which coffea
+        # reads again in every chunk task it opens the file in; 0 unless the config gives it
+        self.b_open = float(rates.get("open_bytes", 0.0))
         #: cores the nodes' threads share (a cluster in a box on one machine); None: a core
         #: per thread
         self.cpu_cores = cluster.get("cpu_cores")
@@ -545,7 +551,7 @@ class Simulation:
     def _estimate(self):
         threads = sum(n.threads for n in self.live())
         work = float(np.sum(self.t_decomp + self.t_compute))
-        return max(work / threads, float(np.sum(self.bc)) / self.storage_bw)
+        return max(work / threads, (float(np.sum(self.bc)) + len(self.bc) * self.b_open) / self.storage_bw)
 
     def _push(self, t, kind, name, c):
         self.seq += 1
@@ -595,14 +601,15 @@ class Simulation:
             self.peer_served.add(c)
             heapq.heappush(src.serves, node.link_free)
         else:
+            nbytes = self.bc[c] + self.b_open
             if node.link_bw is None:
                 s = max(t, self.storage_free)
-                self.storage_free = s + self.bc[c] / self.storage_bw
+                self.storage_free = s + nbytes / self.storage_bw
                 read_end = self.storage_free
             else:  # the node's link and the shared server, each FIFO
                 s = max(t, self.storage_free, node.link_free)
-                self.storage_free = s + self.bc[c] / self.storage_bw
-                node.link_free = s + self.bc[c] / node.link_bw
+                self.storage_free = s + nbytes / self.storage_bw
+                node.link_free = s + nbytes / node.link_bw
                 read_end = max(self.storage_free, node.link_free)
             decomp_end = read_end + (self.t_decomp[c] + self.t_open) * f
             if self.no_cache:  # no column cache: nothing written
@@ -639,7 +646,7 @@ class Simulation:
             if c in self.peer_served:
                 self.peer_hits += 1
             else:
-                self.storage_bytes += self.bc[c]
+                self.storage_bytes += self.bc[c] + self.b_open
             cache.add(c, self.bd[c])
         self.peer_served.discard(c)
         # mean task duration (Dask's prefix duration estimate) for the stock model
@@ -829,8 +836,9 @@ def simulate_shape(cluster: dict, n_chunks: int, *, runs: int, events_per_chunk:
     ``cluster``: as in :data:`CLUSTERS` (``groups`` of ``[prefix, count, threads, {link_MBps,
     ssd_MBps}]``, ``storage_MBps``, ``ssd_MBps``), plus optionally ``cpu_cores``: the cores
     all nodes' threads share (one machine); ``rates``: overrides of :data:`RATES` (plus
-    ``chunk_overhead_s``: a fixed per-chunk cost on one core, and ``open_overhead_s``: one
-    more for a chunk read from storage).  ``direct`` is Dask's
+    ``chunk_overhead_s``: a fixed per-chunk cost on one core, ``open_overhead_s``: one
+    more for a chunk read from storage, and ``open_bytes``: the bytes such a chunk reads
+    beyond its columns, the file's metadata, over its link and from storage).  ``direct`` is Dask's
     placement without a column cache (every chunk reads and decompresses).  Other keyword
     arguments override :data:`FULL` entries (``duration_jitter_sigma``, ``stealing``, ...).
     Returns ``{policy: [run dicts]}`` (see :meth:`Simulation.run`).

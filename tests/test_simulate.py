@@ -288,3 +288,24 @@ def test_heterogeneous_cluster_converges_and_a_slowed_node_is_relieved():
     runs += [sim.run() for _ in range(2)]
     assert runs[2]["hit_rate"] >= 0.9 and runs[3]["hit_rate"] >= 0.97, runs
     assert sim.speed.published["big-0000"] > 1.4 * before  # learned: seconds per task
+
+
+def test_open_bytes_cost_cold_chunks_their_link_and_leave_warm_runs_alone():
+    """``open_bytes`` (the file metadata a chunk task reads when it opens its file) moves
+    over the link of every chunk read from storage: run 1 and ``direct`` take longer and
+    read more from storage; cacheaffinity's warm run reads nothing and is unchanged."""
+    cluster = {"groups": [["s", 2, 1, {"link_MBps": 1.0}], ["b", 1, 2, {"link_MBps": 4.0}]],
+               "storage_MBps": 5.0, "ssd_MBps": 500.0, "cpu_cores": 2}  # fmt: skip
+    rates = {"bytes_per_event": 2400.0, "compression_ratio": 4.6}
+    runs = {
+        ob: simulate.simulate_shape(cluster, 16, runs=2, events_per_chunk=1000,
+                                    rates=dict(rates, open_bytes=ob), seed=3)  # fmt: skip
+        for ob in (0.0, 170e3)
+    }
+    plain, opened = runs[0.0], runs[170e3]
+    for pol in ("cacheaffinity", "direct"):
+        assert opened[pol][0]["makespan_s"] > plain[pol][0]["makespan_s"] * 1.1, pol
+    assert opened["direct"][1]["makespan_s"] > plain["direct"][1]["makespan_s"] * 1.1
+    assert opened["direct"][0]["storage_GB"] == pytest.approx(plain["direct"][0]["storage_GB"] + 16 * 170e3 / 1e9)
+    assert opened["cacheaffinity"][1]["hit_rate"] == plain["cacheaffinity"][1]["hit_rate"] == 1.0
+    assert opened["cacheaffinity"][1]["makespan_s"] == pytest.approx(plain["cacheaffinity"][1]["makespan_s"])
