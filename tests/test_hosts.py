@@ -405,9 +405,11 @@ def test_slow_peer_link_falls_back_to_storage(dataset):
         r2 = run(box, files)
         box.shape("h4", rate="10gbit")
         r3 = run(box, files)
+    keys = ("hits", "misses", "peer_hits", "peer_requests", "peer_failed", "storage_opens", "storage_bytes")
     fig = {"run1": brief(r1), "run2": brief(r2), "run3": brief(r3),
-           "run2_h4": {k: per_host(r2, k)["h4"] for k in
-                       ("hits", "misses", "peer_hits", "peer_requests", "peer_failed", "storage_opens", "storage_bytes")}}  # fmt: skip
+           "run2_h4": {k: per_host(r2, k)["h4"] for k in keys},
+           "run3_h4": {k: per_host(r3, k)["h4"] for k in keys},
+           "chunks_on_another_host_run3_than_run2": moved(r2, r3)}  # fmt: skip
     figures("slow_peer_link", **fig)
     assert "rate 256Kbit" in qdisc, qdisc
     assert r1["summary"] == r2["summary"] == r3["summary"] == reference

@@ -694,8 +694,9 @@ def render_cluster_box(results: str, name: str = "cluster_box") -> str:
         f"box objects left after the runs: {sum(len(v) for v in r['leftovers_after'].values())}. "
         f"Calibration (one core, {cal['events']} events): decompression {cal['decompress_s']:.3f} s, "
         f"compute {cal['compute_s']:.3f} s"
-        + (f"; fitted per-chunk costs: every chunk {fit['chunk_overhead_s']:.3f} s, a chunk read from storage "
-           f"{fit['open_overhead_s']:.3f} s more" if fit else "")
+        + (f", file metadata read per open {cal['open_bytes'] / 1e3:.0f} kB" if cal.get("open_bytes") else "")
+        + (f"; fitted per-chunk cost: every chunk {fit['chunk_overhead_s']:.3f} s" if fit else "")
+        + (f", a chunk read from storage {fit['open_overhead_s']:.3f} s more" if "open_overhead_s" in fit else "")
         + f". Measured on {commit_label(doc)}, {_date(doc)}: `{cmd}`."
     )  # fmt: skip
     return "\n".join(rows) + "\n"
