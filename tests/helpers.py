@@ -121,10 +121,19 @@ class Processes:
         return scheduler_file
 
     def close(self) -> None:
-        for p in self.procs:
+        stop(self.procs)
+
+
+def stop(procs: list[subprocess.Popen]) -> None:
+    """Stop ``dask`` processes, newest first: the workers (SIGINT, each given 20 s, then
+    SIGKILL) before the scheduler they talk to.  Interrupted together, a worker that
+    hears the scheduler close while it handles its own SIGINT may hang in its close
+    (seen: three workers killed after 20 s each)."""
+    for group in (procs[1:][::-1], procs[:1]):
+        for p in group:
             if p.poll() is None:
                 p.send_signal(signal.SIGINT)
-        for p in self.procs:
+        for p in group:
             try:
                 p.wait(20)
             except subprocess.TimeoutExpired:

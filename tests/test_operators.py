@@ -26,6 +26,7 @@ from distributed import Client, get_task_stream
 import cacheaffinity
 from cacheaffinity.protocol import RUN_FIGURES
 from examples.analysis import DimuonJetProcessor, summary
+from helpers import stop
 
 BIN = Path(sys.executable).parent
 CLI = BIN / "cacheaffinity"
@@ -93,15 +94,7 @@ class Cluster:
         )  # fmt: skip
 
     def close(self):
-        for p in self.procs.values():
-            if p.poll() is None:
-                p.send_signal(signal.SIGINT)
-        for p in self.procs.values():
-            try:
-                p.wait(20)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
+        stop(list(self.procs.values()))  # the scheduler was started first
 
 
 def _page(dask_scheduler=None):
