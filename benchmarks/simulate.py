@@ -42,7 +42,9 @@ Modelled, not real (documented assumptions):
   ``cacheaffinity-nopeers`` is the same policy without it.  A holder serves at most
   ``peer_serve_limit`` (``worker.peer-serve-limit``, 2) fetches at once, each until its
   transfer ends (per node: the model's node is one worker process); beyond that the asker
-  reads storage.
+  reads storage.  A fetch whose transfer would end more than ``peer_timeout_s``
+  (``worker.peer-timeout``, 5 s) after the task started is given up then, and the asker
+  reads storage (``peer_timeouts``; the real counter is ``peer_failed``).
 - **caches**: per node, bounded in bytes, FIFO eviction like ``ColumnCache``
   (alternatives for comparison: ``keep`` = admit only while there is room, ``random``
   eviction). A node's cache survives when the node leaves (node-local disk).
@@ -193,6 +195,9 @@ FULL = {
     "peer_link_MBps": 1250.0,
     # peer requests a holder serves at once (cacheaffinity.worker.peer-serve-limit)
     "peer_serve_limit": 2,
+    # a peer fetch not done within this many seconds is given up and storage read
+    # (cacheaffinity.worker.peer-timeout); None: never
+    "peer_timeout_s": 5.0,
     "seed": 1,
 }
 
@@ -357,6 +362,7 @@ class Simulation:
         self.peers = policy in PEER_POLICIES and self.locator is True
         self.peer_bw = cfg.get("peer_link_MBps", 1250.0) * MB
         self.peer_serve_limit = cfg.get("peer_serve_limit")
+        self.peer_timeout = cfg.get("peer_timeout_s")
         self.rng = np.random.default_rng(seed)
         rates = cfg["rates"]
         # chunks: coffea-like ids, events per chunk varying +- spread
@@ -481,6 +487,7 @@ class Simulation:
         self.events: list = []
         self.seq = 0
         self.hits = self.misses = self.steals = self.lost = self.peer_hits = 0
+        self.peer_timeouts = 0
         self.peer_served: set[int] = set()
         self.storage_bytes = 0.0
         # per-run jitter of decompress and compute times (lognormal): real runs vary
@@ -540,6 +547,7 @@ class Simulation:
             # own node's cache + another node's (peer fetch): not decompressed
             "served_rate": (self.hits + self.peer_hits) / max(1, self.hits + self.misses),
             "peer_hits": self.peer_hits,
+            "peer_timeouts": self.peer_timeouts,
             "steals": self.steals,
             "storage_GB": self.storage_bytes / 1e9,
             "nodes": len(self.live()),
@@ -594,31 +602,44 @@ class Simulation:
             src.ssd_free = s + self.bd[c] / src.ssd_bw
             bw = node.link_bw or self.peer_bw
             r = max(src.ssd_free, node.link_free)
-            node.link_free = r + self.bd[c] / bw
-            w = max(node.link_free, node.ssd_free)
-            node.ssd_free = w + self.bd[c] / node.ssd_bw
-            end = node.ssd_free + (self.t_compute[c] + self.t_overhead) * f
-            self.peer_served.add(c)
-            heapq.heappush(src.serves, node.link_free)
-        else:
-            nbytes = self.bc[c] + self.b_open
-            if node.link_bw is None:
-                s = max(t, self.storage_free)
-                self.storage_free = s + nbytes / self.storage_bw
-                read_end = self.storage_free
-            else:  # the node's link and the shared server, each FIFO
-                s = max(t, self.storage_free, node.link_free)
-                self.storage_free = s + nbytes / self.storage_bw
-                node.link_free = s + nbytes / node.link_bw
-                read_end = max(self.storage_free, node.link_free)
-            decomp_end = read_end + (self.t_decomp[c] + self.t_open) * f
-            if self.no_cache:  # no column cache: nothing written
-                end = decomp_end + (self.t_compute[c] + self.t_overhead) * f
+            arrived = r + self.bd[c] / bw
+            if self.peer_timeout is not None and arrived - t > self.peer_timeout:
+                # worker.peer-timeout: the asker gives up, its link was busy until
+                # then, and it reads storage (peer_failed in the real counters)
+                give_up = t + self.peer_timeout
+                node.link_free = max(node.link_free, give_up)
+                heapq.heappush(src.serves, give_up)
+                self.peer_timeouts += 1
+                end = self._from_storage(node, c, give_up, f)
             else:
-                w = max(decomp_end, node.ssd_free)
+                node.link_free = arrived
+                w = max(node.link_free, node.ssd_free)
                 node.ssd_free = w + self.bd[c] / node.ssd_bw
                 end = node.ssd_free + (self.t_compute[c] + self.t_overhead) * f
+                self.peer_served.add(c)
+                heapq.heappush(src.serves, node.link_free)
+        else:
+            end = self._from_storage(node, c, t, f)
         self._push(end, "finish", node.name, c)
+
+    def _from_storage(self, node: Node, c: int, t: float, f: float) -> float:
+        """A miss read from storage from time ``t`` on: its end time."""
+        nbytes = self.bc[c] + self.b_open
+        if node.link_bw is None:
+            s = max(t, self.storage_free)
+            self.storage_free = s + nbytes / self.storage_bw
+            read_end = self.storage_free
+        else:  # the node's link and the shared server, each FIFO
+            s = max(t, self.storage_free, node.link_free)
+            self.storage_free = s + nbytes / self.storage_bw
+            node.link_free = s + nbytes / node.link_bw
+            read_end = max(self.storage_free, node.link_free)
+        decomp_end = read_end + (self.t_decomp[c] + self.t_open) * f
+        if self.no_cache:  # no column cache: nothing written
+            return decomp_end + (self.t_compute[c] + self.t_overhead) * f
+        w = max(decomp_end, node.ssd_free)
+        node.ssd_free = w + self.bd[c] / node.ssd_bw
+        return node.ssd_free + (self.t_compute[c] + self.t_overhead) * f
 
     def _may_serve(self, src: Node) -> bool:
         """Whether holder ``src`` takes one more peer request (``worker.peer-serve-limit``

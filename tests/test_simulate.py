@@ -309,3 +309,25 @@ def test_open_bytes_cost_cold_chunks_their_link_and_leave_warm_runs_alone():
     assert opened["direct"][0]["storage_GB"] == pytest.approx(plain["direct"][0]["storage_GB"] + 16 * 170e3 / 1e9)
     assert opened["cacheaffinity"][1]["hit_rate"] == plain["cacheaffinity"][1]["hit_rate"] == 1.0
     assert opened["cacheaffinity"][1]["makespan_s"] == pytest.approx(plain["cacheaffinity"][1]["makespan_s"])
+
+
+def test_a_peer_fetch_slower_than_the_peer_timeout_falls_back_to_storage():
+    """The cluster box's shape (benchmarks/cluster_box.py): in run 2 a chunk is stolen onto a
+    host whose link takes ~3.8 s for its decompressed columns.  Without a timeout the model
+    fetches them from the holder; with ``peer_timeout_s`` below that it gives up then and
+    reads storage (as the worker does): a storage read, not a peer hit, and a longer run."""
+    cluster = {"groups": [["s1", 1, 1, {"link_MBps": 0.625}], ["s2", 1, 1, {"link_MBps": 0.625}],
+                          ["b1", 1, 2, {"link_MBps": 2.5}]],
+               "storage_MBps": 5.0, "ssd_MBps": 2000.0, "cpu_cores": 2}  # fmt: skip
+    rates = {"bytes_per_event": 2401.6, "compression_ratio": 4.58, "compute_events_per_s_per_core": 4187.8,
+             "decompress_MBps_per_core": 23.8, "open_bytes": 106e3}  # fmt: skip
+    out = {}
+    for timeout in (None, 3.0):
+        runs = simulate.simulate_shape(cluster, 24, runs=3, events_per_chunk=1000, rates=rates, seed=1,
+                                       peer_timeout_s=timeout, policies=("cacheaffinity",))  # fmt: skip
+        out[timeout] = runs["cacheaffinity"][1]  # run 2
+    fetched, gave_up = out[None], out[3.0]
+    assert fetched["steals"] >= 1 and fetched["peer_hits"] >= 1 and fetched["peer_timeouts"] == 0, fetched
+    assert gave_up["peer_timeouts"] >= 1 and gave_up["peer_hits"] == 0, gave_up
+    assert gave_up["storage_GB"] > fetched["storage_GB"]
+    assert gave_up["makespan_s"] > fetched["makespan_s"]
