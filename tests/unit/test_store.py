@@ -614,6 +614,28 @@ def test_read_modes_serve_the_stored_bytes_as_private_writable_arrays(tmp_path, 
         assert cache.get_packs("g", 0, 10) == []  # and a miss from then on
 
 
+def test_a_file_system_that_cannot_map_falls_back_to_copies(tmp_path, caplog):
+    """Where ``mmap`` fails (here: a pipe, which cannot be mapped: ENODEV), the cache logs
+    one warning and copies from then on; reads keep working."""
+    from cacheaffinity.worker.store.files import MAP_AT_LEAST
+
+    with ColumnCache(tmp_path, capacity="64 MiB", read="map") as cache:
+        r, w = os.pipe()
+        try:
+            caplog.set_level(logging.WARNING, LOGGER)
+            assert cache.files._map(r, MAP_AT_LEAST) is None
+        finally:
+            os.close(r)
+            os.close(w)
+        assert not cache.files.mapped and len(warnings_of(caplog)) == 1
+        assert "cannot mmap" in warnings_of(caplog)[0].getMessage()
+        big = np.arange(MAP_AT_LEAST // 4, dtype=np.float64)
+        cache.put_pack("g", 0, 1, {"big": big})
+        (pack,) = cache.get_packs("g", 0, 1)
+        assert_same(pack.members["big"], big)
+        assert cache.stats()["bytes_read"] > 0 and cache.stats()["bytes_mapped"] == 0
+
+
 def test_shared_group_cache_copies_by_default(tmp_path):
     group = os.getgid()
     os.chmod(tmp_path, 0o2770)

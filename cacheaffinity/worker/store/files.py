@@ -55,6 +55,7 @@ Atomic writes
 from __future__ import annotations
 
 import errno
+import logging
 import math
 import mmap
 import os
@@ -77,6 +78,8 @@ from cacheaffinity.worker.store.layout import (
 )
 
 __all__ = ["MAP_AT_LEAST", "NEW_FILE", "DataFiles", "as_bytes", "atomic_write", "unlink"]
+
+logger = logging.getLogger("cacheaffinity.worker")
 
 _PAD = bytes(ALIGN)
 #: Data files at least this large are mapped, not copied, by a mapping reader
@@ -414,8 +417,8 @@ class DataFiles:
                 raise Corrupt(f"file is longer than the {nbytes} bytes in the index", "size")
             if st.st_size < nbytes:
                 raise Corrupt(f"file holds {st.st_size} bytes, the index says {nbytes}", "size")
-            if self.maps(nbytes):
-                buffer = np.frombuffer(mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY), np.uint8)
+            buffer = self._map(fd, nbytes) if self.maps(nbytes) else None
+            if buffer is not None:
                 view = memoryview(buffer)
                 done = nbytes
             else:
@@ -434,6 +437,19 @@ class DataFiles:
         if xxhash.xxh3_64_digest(view) != digest:
             raise Corrupt("xxh3 checksum mismatch", "checksum")
         return buffer
+
+    def _map(self, fd: int, nbytes: int) -> np.ndarray | None:
+        """A copy-on-write mapping of ``nbytes`` of ``fd``, or None if this file
+        system cannot map files (then this cache copies from now on, logged once)."""
+        try:
+            return np.frombuffer(mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY), np.uint8)
+        except (OSError, ValueError) as e:
+            self.mapped = False
+            logger.warning(
+                "cacheaffinity: cannot mmap cache files in %s (%s); reading them into memory "
+                "instead (cacheaffinity.worker.read: copy)", self.directory, e,
+            )  # fmt: skip
+            return None
 
     # ------------------------------------------------------------------ tidy
     def remove(self, names) -> int:
