@@ -15,7 +15,8 @@ simulated, with the project's *real* decision code in the loop:
   by threads x learned speed) and :class:`~cacheaffinity.scheduler.locator.NodeSpeed`
   (learned seconds per task: EWMA with hysteresis), fed with each task's duration, and
   :func:`~cacheaffinity.scheduler.stealing.warm_threshold` (warm steals scaled by the
-  learned speeds); the bookkeeping of ``Locator.finished`` is mirrored in ``_finish``.
+  learned speeds) with :class:`~cacheaffinity.scheduler.stealing.WarmStealCost` (what a
+  stolen warm chunk took its thief, learned per thief node); the bookkeeping of ``Locator.finished`` is mirrored in ``_finish``.
   ``cacheaffinity-hashlocator`` is the locator before issue 15 (only chunks stolen last
   run, while their hash placement is unchanged; no speeds).
 
@@ -104,6 +105,7 @@ from cacheaffinity.scheduler.stealing import (
     VICTIM_HOLDS,
     choose_steal,
     plan_steals,
+    WarmStealCost,
     track_idle,
     warm_threshold,
 )
@@ -425,6 +427,12 @@ class Simulation:
         sc = cfg["stealing"]
         self.idle_time, self.backlog = sc["idle_time"], sc["backlog"]
         self.warm_backlog = sc.get("warm_backlog", float("inf"))
+        #: LocalityStealing.warm_cost: what a stolen warm chunk costs each thief
+        self.warm_cost = WarmStealCost(self.warm_backlog)
+        #: chunk -> thief, for chunks its victim held when stolen (until they finish)
+        self.warm_stolen: dict[int, str] = {}
+        #: simulated seconds of the runs before this one (the learned cost's clock)
+        self.clock = 0.0
         #: chunk -> node that processed it last (CacheAffinityPlugin.holder)
         self.holder: dict[int, str] = {}
         self.interval, self.max_moves = sc["interval"], sc["max_moves"]
@@ -487,7 +495,8 @@ class Simulation:
         self.events: list = []
         self.seq = 0
         self.hits = self.misses = self.steals = self.lost = self.peer_hits = 0
-        self.peer_timeouts = 0
+        self.peer_timeouts = self.warm_steals = 0
+        self.warm_stolen.clear()
         self.peer_served: set[int] = set()
         self.storage_bytes = 0.0
         # per-run jitter of decompress and compute times (lognormal): real runs vary
@@ -549,11 +558,14 @@ class Simulation:
             "peer_hits": self.peer_hits,
             "peer_timeouts": self.peer_timeouts,
             "steals": self.steals,
+            # steals of chunks the victim's node held (a hit turned into a transfer)
+            "warm_steals": self.warm_steals,
             "storage_GB": self.storage_bytes / 1e9,
             "nodes": len(self.live()),
             "lost_tasks": self.lost,
         }
         self.runs.append(out)
+        self.clock += self.t
         return out
 
     def _estimate(self):
@@ -674,7 +686,11 @@ class Simulation:
         self.dur_sum += self.t_compute[c]
         if self.locator:  # CacheAffinityPlugin.transition, processing -> memory
             self.holder[c] = node.name
-            self.speed.observe(node.name, self.t - self.started_at[c])
+            seconds = self.t - self.started_at[c]
+            if self.warm_stolen.pop(c, None) != node.name or self.warm_cost.observe(
+                node.name, seconds, self.speed.smoothed.get(node.name), self.clock + self.t
+            ) is None:  # a warm steal's seconds are the thief's links, not its speed
+                self.speed.observe(node.name, seconds)
             meant = self.hashed.pop(c, None)
             target = self.target.get(c)
             if meant is not None:
@@ -699,6 +715,9 @@ class Simulation:
         self._enqueue(thief, c)
         self.stolen.add(c)
         self.steals += 1
+        if self.locator is True and self.holder.get(c) == victim.name:
+            self.warm_stolen[c] = thief.name
+            self.warm_steals += 1
         self._dispatch(thief)
         return True
 
@@ -740,7 +759,8 @@ class Simulation:
                 runner_up_is_thief=(lambda cs: [self.runner_up(c) == tn for c in cs])
                 if multi else None,
                 take_warm=victim.processing() - victim.threads > victim.threads * (
-                    warm_threshold(self.warm_backlog, self.speed.speed(vn), self.speed.speed(tn))
+                    warm_threshold(self.warm_cost.cost(tn, self.clock + self.t), self.speed.speed(vn),
+                                   self.speed.speed(tn))
                     if self.locator is True else self.warm_backlog),
             )  # fmt: skip
 

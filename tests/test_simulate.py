@@ -331,3 +331,32 @@ def test_a_peer_fetch_slower_than_the_peer_timeout_falls_back_to_storage():
     assert gave_up["peer_timeouts"] >= 1 and gave_up["peer_hits"] == 0, gave_up
     assert gave_up["storage_GB"] > fetched["storage_GB"]
     assert gave_up["makespan_s"] > fetched["makespan_s"]
+
+
+def test_a_thief_that_learned_a_warm_chunk_costs_it_a_slow_link_takes_fewer(monkeypatch):
+    """The cluster box's shape with tasks whose durations vary (sigma 0.3): warm chunks
+    stolen over a 0.625 MB/s link take their thief tens of its tasks.  WarmStealCost learns
+    that in the first warm runs, so in runs 3-5 fewer warm chunks leave their holders and the
+    runs are shorter than with the prior (warm-backlog 2) alone."""
+    cluster = {"groups": [["s1", 1, 1, {"link_MBps": 0.625}], ["s2", 1, 1, {"link_MBps": 0.625}],
+                          ["b1", 1, 2, {"link_MBps": 2.5}]],
+               "storage_MBps": 5.0, "ssd_MBps": 2000.0, "cpu_cores": 2}  # fmt: skip
+    rates = {"bytes_per_event": 2401.6, "compression_ratio": 4.58, "compute_events_per_s_per_core": 4187.8,
+             "decompress_MBps_per_core": 23.8, "open_bytes": 106e3}  # fmt: skip
+
+    def later_runs():
+        steals = seconds = 0.0
+        for seed in range(1, 7):
+            runs = simulate.simulate_shape(cluster, 48, runs=5, events_per_chunk=1000, rates=rates, seed=seed,
+                                           peer_timeout_s=5.0, duration_jitter_sigma=0.3,
+                                           policies=("cacheaffinity",))["cacheaffinity"]  # fmt: skip
+            steals += sum(r["warm_steals"] for r in runs[2:])
+            seconds += sum(r["makespan_s"] for r in runs[2:])
+        return steals, seconds
+
+    learned = later_runs()
+    monkeypatch.setattr(simulate.WarmStealCost, "observe", lambda self, *a: None)  # the prior alone
+    prior = later_runs()
+    assert prior[0] >= 4, prior  # the shape does steal warm chunks
+    assert learned[0] <= prior[0] / 2, (learned, prior)
+    assert learned[1] < prior[1], (learned, prior)

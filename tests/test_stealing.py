@@ -32,6 +32,15 @@ def blocked(_chunk, event_name):
     return get_worker().address
 
 
+def slow_on(_chunk, event_name, slow_worker):
+    """Blocked until the event; then 1 s on ``slow_worker`` (a thief whose
+    columns come over a slow link), at once elsewhere."""
+    Event(event_name).wait(timeout=60)
+    if get_worker().address == slow_worker:
+        sleep(1.0)
+    return get_worker().address
+
+
 async def setup(c, s, tmp_path, **stealing_kwargs):
     await c.register_plugin(CacheAffinityPlugin())
     await c.register_plugin(CacheWorkerPlugin(directory=str(tmp_path / "{name}")))
@@ -161,6 +170,68 @@ async def test_chunks_the_victims_node_holds_stay_unless_its_queue_is_long(
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_a_thief_learns_what_a_warm_chunk_costs_it_and_stops_taking_them(
+    c, s, a, b, tmp_path
+):
+    plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=1, warm_backlog=2)
+    where = plugin.where(CHUNKS)
+    a_node = plugin.membership.worker_node[a.address]
+    b_node = plugin.membership.worker_node[b.address]
+    # b's typical task: 0.1 s
+    theirs = [ch for ch, h in where.items() if h["node"] == b_node][:4]
+    assert set(await c.gather(cacheaffinity.map_chunks(c, sleepy, theirs, chunk_ids=theirs))) == {
+        b.address
+    }
+    typical = plugin.locator.speed.smoothed[b_node]
+    assert 0.1 <= typical < 0.3
+    # run 1: a holds its 9 chunks
+    mine = [ch for ch, h in where.items() if h["node"] == a_node][:9]
+    run1 = Event("learn-run-1")
+    await run1.set()
+    futs = cacheaffinity.map_chunks(c, blocked, mine, [run1.name] * 9, chunk_ids=mine, pure=False)
+    assert set(await c.gather(futs)) == {a.address}
+    del futs
+    await async_poll_for(lambda: not a.state.tasks, timeout=10)
+    # run 2: 1 running + 8 queued on a (> warm-backlog 2 per thread): b takes two
+    # chunks a holds, and each takes it 1 s (10x its typical task)
+    run2 = Event("learn-run-2")
+    futs = cacheaffinity.map_chunks(
+        c, slow_on, mine, [run2.name] * 9, [b.address] * 9, chunk_ids=mine, pure=False
+    )
+    await async_poll_for(lambda: len(a.state.tasks) == 9, timeout=10)
+    make_idle_long_ago(ext, s, 10)
+    assert ext.warm_cost.cost(b_node, monotonic()) == 2  # the prior: nothing learned yet
+    ext.balance()
+    assert ext.steals == 2 and len(ext.warm_stolen) == 2
+    await run2.set()
+    results = dict(zip(mine, await c.gather(futs)))
+    stolen = [ch for ch, w in results.items() if w == b.address]
+    assert len(stolen) == 2
+    del futs
+    await async_poll_for(lambda: not a.state.tasks and not b.state.tasks, timeout=10)
+    assert ext.warm_cost.observed == 2 and not ext.warm_stolen
+    learned = ext.warm_cost.cost(b_node, monotonic())
+    assert 1.0 / 0.3 < learned < 1.5 / typical  # ~10 of b's tasks, not the prior 2
+    # the stolen chunks' seconds are b's link, not b's speed
+    assert plugin.locator.speed.smoothed[b_node] == typical
+    # a node that has stolen nothing uses the median of those that have
+    assert ext.warm_cost.cost(a_node, monotonic()) == pytest.approx(learned, rel=1e-3)
+    # run 3, a's 7 chunks: 1 running + 6 queued (> the prior 2, < the learned ~10): b takes none
+    rest = [ch for ch in mine if ch not in stolen]
+    run3 = Event("learn-run-3")
+    futs = cacheaffinity.map_chunks(c, blocked, rest, [run3.name] * 7, chunk_ids=rest, pure=False)
+    await async_poll_for(lambda: len(a.state.tasks) == 7, timeout=10)
+    make_idle_long_ago(ext, s, 10)
+    ext.balance()
+    assert ext.steals == 2
+    ext.warm_cost.learned.clear()  # control: with the prior alone, one goes
+    ext.balance()
+    assert ext.steals > 2
+    await run3.set()
+    await c.gather(futs)
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
 async def test_a_located_chunk_goes_to_its_holder_next_run(c, s, a, b, tmp_path):
     plugin, ext = await setup(c, s, tmp_path)
     a_node, b_node = plugin.membership.worker_node[a.address], plugin.membership.worker_node[b.address]
@@ -276,3 +347,29 @@ async def test_choices_within_a_round_equal_fresh_choices(c, s, a, b, tmp_path):
     assert taken[0] == mine[6] and len(set(taken)) == 4  # held first, never twice
     await ev.set()
     await c.gather(futs)
+
+
+def test_warm_steal_cost_learns_fades_and_never_goes_below_the_prior():
+    from cacheaffinity.scheduler.stealing import WarmStealCost
+
+    cost = WarmStealCost(2.0, alpha=0.5, half_life=100.0)
+    assert cost.cost("n1", 0.0) == 2.0 and cost.cost(None, 0.0) == 2.0
+    assert cost.observe("n1", 3.0, None, 0.0) is None  # no typical task: nothing learned
+    assert cost.observe("n1", 3.0, 0.1, 0.0) == pytest.approx(30.0)
+    assert cost.cost("n1", 0.0) == pytest.approx(30.0)
+    # the next observation weighs alpha; the excess over the prior halves per half-life
+    cost.observe("n1", 1.0, 0.1, 0.0)
+    assert cost.cost("n1", 0.0) == pytest.approx(20.0)
+    assert cost.cost("n1", 100.0) == pytest.approx(2.0 + 18.0 / 2)
+    assert cost.cost("n1", 1e6) == pytest.approx(2.0)
+    # a fast steal never lowers the cost below the prior
+    cost.observe("n2", 0.1, 0.1, 0.0)
+    assert cost.cost("n2", 0.0) == 2.0
+    # a node without observations: the median of those with
+    cost.observe("n3", 5.0, 0.1, 0.0)
+    assert cost.cost("n4", 0.0) == pytest.approx(20.0)  # median of 1 (n2), 20, 50
+    assert cost.to_dict(0.0) == {"n1": 20.0, "n2": 2.0, "n3": 50.0}
+    with pytest.raises(ValueError, match="prior"):
+        WarmStealCost(-1)
+    with pytest.raises(ValueError, match="half_life"):
+        WarmStealCost(2, half_life=0)

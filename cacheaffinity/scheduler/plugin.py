@@ -498,6 +498,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
             if key in locator.chunk_of:
                 locator.forget_task(key)
                 self.runs.forget(key)
+                if self.stealing is not None:
+                    self.stealing.forget(key)
             return
         if start != "processing":
             return
@@ -513,9 +515,14 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 locator.finished(key, None)
                 on_target = locator.target.get(key) == node
             else:
-                on_target = locator.finished(
-                    key, node, _compute_seconds(kwargs.get("startstops"))
-                )
+                seconds = _compute_seconds(kwargs.get("startstops"))
+                stealing = self.stealing
+                if (
+                    stealing is not None and stealing.warm_stolen and node is not None
+                    and stealing.finished(key, worker, seconds, locator.speed.smoothed.get(node))
+                ):  # fmt: skip
+                    seconds = None  # the thief's links' time, not the node's speed
+                on_target = locator.finished(key, node, seconds)
             if on_target is not None:
                 which = "on-target" if on_target else "off-target"
                 self.counters[which] += 1

@@ -73,6 +73,7 @@ __all__ = [
     "THIEF_HOLDS",
     "VICTIM_HOLDS",
     "LocalityStealing",
+    "WarmStealCost",
     "choose_steal",
     "plan_steals",
     "steal_preference",
@@ -125,13 +126,86 @@ def warm_threshold(warm_backlog: float, victim_speed: float, thief_speed: float)
 
     A queued task on the victim starts after ``queued/threads`` x its seconds
     per task; on the thief, as a cache miss, it takes about ``warm_backlog`` x
-    the thief's seconds per task.  With speeds relative to a typical node
+    the thief's seconds per task (the policy passes the thief's
+    :meth:`WarmStealCost.cost`).  With speeds relative to a typical node
     (:meth:`~cacheaffinity.scheduler.locator.NodeSpeed.speed`), the move pays
     off above ``warm_backlog x victim_speed / thief_speed`` tasks per thread.
     """
     if not (victim_speed > 0 and thief_speed > 0):
         return warm_backlog
     return warm_backlog * victim_speed / thief_speed
+
+
+class WarmStealCost:
+    """What a stolen warm chunk costs each thief node, learned, in its own tasks.
+
+    A chunk the victim's node holds is, on the thief, a cache miss: its columns
+    come from the victim's node (peer fetch) or from storage, over the thief's
+    links.  ``prior`` (``stealing.warm-backlog``) is what that is assumed to
+    cost, in the thief's typical task durations, until it is measured.
+    :meth:`observe` measures it when such a stolen task finishes on the thief:
+    its duration over the thief's typical task duration (the locator's
+    :class:`~cacheaffinity.scheduler.locator.NodeSpeed` before this task).  On a
+    slow link (the peer fetch gives up at ``worker.peer-timeout`` and storage
+    answers over the same link) that is tens of tasks, not ``prior``.
+
+    :meth:`cost` is the node's learned cost (the newest observation weighs
+    ``alpha``), never below ``prior`` (a warm steal also moves the chunk's cache
+    home, which its duration does not show); a node that has stolen no warm
+    chunk yet uses the median of the nodes that have (links are alike more
+    often than not).  What was learned above ``prior`` fades with ``half_life``
+    seconds, so that a link that recovered is tried again, at one warm steal
+    per node and half-life at most.
+    """
+
+    def __init__(self, prior: float, *, alpha: float = 0.5, half_life: float = 600.0):
+        if not prior >= 0:
+            raise ValueError(f"WarmStealCost prior={prior!r} must be >= 0, e.g. 2")
+        if not 0 < alpha <= 1:
+            raise ValueError(f"WarmStealCost alpha={alpha!r} must be in (0, 1], e.g. 0.5")
+        if not half_life > 0:
+            raise ValueError(f"WarmStealCost half_life={half_life!r} must be > 0 s, e.g. 600")
+        self.prior, self.alpha, self.half_life = float(prior), alpha, half_life
+        #: node -> (learned cost in its tasks, time it was learned)
+        self.learned: dict[str, tuple[float, float]] = {}
+        #: Observations made (stolen warm chunks finished on their thief).
+        self.observed: int = 0
+
+    def _faded(self, node: str, now: float) -> float | None:
+        rec = self.learned.get(node)
+        if rec is None:
+            return None
+        value, at = rec
+        if value <= self.prior:
+            return value
+        return self.prior + (value - self.prior) * 0.5 ** (max(0.0, now - at) / self.half_life)
+
+    def observe(self, node: str, seconds: float, typical: float | None, now: float) -> float | None:
+        """A warm chunk stolen by ``node`` took ``seconds`` there, where its
+        tasks typically take ``typical`` seconds; returns the cost observed (in
+        tasks; None: no typical duration known, nothing learned)."""
+        if not (typical is not None and typical > 0 and seconds >= 0):
+            return None
+        ratio = seconds / typical
+        old = self._faded(node, now)
+        value = ratio if old is None else old + self.alpha * (ratio - old)
+        self.learned[node] = (value, now)
+        self.observed += 1
+        return ratio
+
+    def cost(self, node: str | None, now: float) -> float:
+        """Thief ``node``'s cost of a warm chunk, in its tasks (>= ``prior``)."""
+        value = self._faded(node, now) if node is not None else None
+        if value is None:
+            if not self.learned:
+                return self.prior
+            values = sorted(v for v in (self._faded(n, now) for n in self.learned) if v is not None)
+            value = values[len(values) // 2]
+        return max(self.prior, value)
+
+    def to_dict(self, now: float) -> dict[str, float]:
+        """node -> its current learned cost (faded), for the dashboard and logs."""
+        return {n: round(max(self.prior, self._faded(n, now) or 0.0), 2) for n in self.learned}
 
 
 def plan_steals(
@@ -351,16 +425,15 @@ class LocalityStealing:
             raise ValueError(
                 f"cacheaffinity.scheduler.stealing.backlog={self.backlog!r} must be >= 0"
             )
-        #: Queued tasks per thread above which a chunk the victim's node holds may
-        #: be taken by a thief that does not hold it.
-        self.warm_backlog: float = float(
-            config.get("scheduler.stealing.warm-backlog", warm_backlog)
-        )
-        if self.warm_backlog < 0:
+        prior = float(config.get("scheduler.stealing.warm-backlog", warm_backlog))
+        if not prior >= 0:
             raise ValueError(
-                f"cacheaffinity.scheduler.stealing.warm-backlog={self.warm_backlog!r} "
-                "must be >= 0"
+                f"cacheaffinity.scheduler.stealing.warm-backlog={prior!r} must be >= 0, e.g. 2"
             )
+        #: What a stolen warm chunk costs each thief, learned (prior: warm-backlog).
+        self.warm_cost = WarmStealCost(prior)
+        #: task key -> (thief address, thief node) of warm chunks stolen, until they finish
+        self.warm_stolen: dict[Any, tuple[str, str]] = {}
         #: Moves per interval at most.
         self.max_moves: int = int(config.get("scheduler.stealing.max-moves", max_moves))
         if self.max_moves < 0:
@@ -386,6 +459,17 @@ class LocalityStealing:
         #: tasks the thief may take (:meth:`_choose`); nothing changes them within
         #: a round but the policy's own steal requests.
         self._round: dict[tuple[str, str], list[TaskState]] = {}
+
+    @property
+    def warm_backlog(self) -> float:
+        """Queued tasks per thread (x victim speed / thief speed) above which a
+        chunk the victim's node holds may go to a thief that does not hold it,
+        until the thief's cost of such a chunk is learned (:class:`WarmStealCost`)."""
+        return self.warm_cost.prior
+
+    @warm_backlog.setter
+    def warm_backlog(self, value: float) -> None:
+        self.warm_cost.prior = float(value)
 
     # ------------------------------------------------------------ lifecycle
     def start(self) -> None:
@@ -466,10 +550,20 @@ class LocalityStealing:
         if not victims:
             return
 
+        locator = self.locator
+        node_of = locator.membership.worker_node
+
         def move(ts: TaskState, victim: WorkerState, thief: WorkerState) -> bool:
             if not self.move(ts, thief, reason="steal"):
                 return False
             self.steals += 1
+            vn, tn = node_of.get(victim.address), node_of.get(thief.address)
+            chunk = locator.chunk_of.get(ts.key)
+            if (
+                vn is not None and tn is not None and chunk is not None
+                and locator.holder_of_task(ts.key, chunk) == vn
+            ):  # fmt: skip
+                self.warm_stolen[ts.key] = (thief.address, tn)
             self.locator.note_steal(ts.key)
             if self.on_steal is not None:
                 self.on_steal(ts, victim, thief)
@@ -525,10 +619,41 @@ class LocalityStealing:
         speed = self.locator.speed.speed
         vn, tn = node_of.get(victim.address), node_of.get(thief.address)
         threshold = warm_threshold(
-            self.warm_backlog,
+            self.warm_cost.cost(tn, monotonic()),
             speed(vn) if vn is not None else 1.0,
             speed(tn) if tn is not None else 1.0,
         )
         return steal_preference(
             self.locator, candidates, victim, thief, take_warm=queued > threshold * victim.nthreads
         )
+
+    # ------------------------------------------------------------ learning
+    def finished(
+        self, key: Any, worker: str | None, seconds: float | None, typical: float | None
+    ) -> bool:
+        """Chunk task ``key`` finished on ``worker`` in ``seconds`` (compute
+        time); ``typical``: that node's seconds per task before it (the
+        locator's :class:`~cacheaffinity.scheduler.locator.NodeSpeed`).  Learns
+        the cost of a warm chunk this policy stole, if it ran on its thief, and
+        returns whether it did: that duration is the thief's links' time, not
+        a sample of the node's speed."""
+        rec = self.warm_stolen.pop(key, None)
+        if rec is None or seconds is None or worker != rec[0]:
+            return False  # not a warm steal, or the victim kept it (it had started)
+        node = rec[1]
+        ratio = self.warm_cost.observe(node, seconds, typical, monotonic())
+        if ratio is not None and ratio > 2 * max(self.warm_backlog, 1.0):
+            logger.info(
+                "stealing: a warm chunk stolen by node %s took %.1f s, %.0fx its typical "
+                "task (%.2f s): its columns came over its links (peer fetch or storage). "
+                "It now takes chunks another node holds only above %.0f queued tasks per "
+                "thread (cost learned, fades with a half-life of %.0f s)",
+                node, seconds, ratio, typical, self.warm_cost.cost(node, monotonic()),
+                self.warm_cost.half_life,
+            )
+        return True
+
+    def forget(self, key: Any) -> None:
+        """Task ``key`` was forgotten."""
+        if self.warm_stolen:
+            self.warm_stolen.pop(key, None)
