@@ -212,6 +212,14 @@ async def test_a_thief_learns_what_a_warm_chunk_costs_it_and_stops_taking_them(
     assert ext.warm_cost.observed == 2 and not ext.warm_stolen
     learned = ext.warm_cost.cost(b_node, monotonic())
     assert 1.0 / 0.3 < learned < 1.5 / typical  # ~10 of b's tasks, not the prior 2
+    info = plugin.info()["stealing"]
+    assert set(info["warm-steal-cost"]) == {b_node} and info["warm-steal-cost"][b_node] > 3
+    assert info["warm-backlog"] == 2
+    from cacheaffinity.scheduler.dashboard import TorusView
+
+    assert f"costs its thief up to {info['warm-steal-cost'][b_node]:.0f} of its tasks" in (
+        TorusView(s).header.text
+    )
     # the stolen chunks' seconds are b's link, not b's speed
     assert plugin.locator.speed.smoothed[b_node] == typical
     # a node that has stolen nothing uses the median of those that have

@@ -67,6 +67,7 @@ Cost
 
 from __future__ import annotations
 
+import html
 import logging
 import weakref
 from collections import Counter
@@ -446,8 +447,6 @@ class TorusView:
         uncached = {n: e["uncached"] for n, e in nodes.items() if e.get("uncached")}
         warning = ""
         if uncached:
-            import html
-
             warning = (
                 '<div class="cacheaffinity-uncached" style="color:#b00000">'
                 f"<b>{len(uncached)} node(s) cache nothing</b>"
@@ -466,13 +465,27 @@ class TorusView:
             f"{int(totals.get('on-target', 0)):,} finished on their node, "
             f"{int(totals.get('off-target', 0)):,} elsewhere, "
             f"{int(totals.get('steals', 0)):,} stolen "
-            f"({'no cacheaffinity stealing' if stealing is None else 'stealing ' + ('on' if stealing.get('enabled') else 'off')}), "
+            f"({'no cacheaffinity stealing' if stealing is None else 'stealing ' + ('on' if stealing.get('enabled') else 'off')}"
+            f"{_warm_cost_text(stealing)}), "
             f"{int(totals.get('failovers', 0)):,} failovers; "
             f"cache hit rate {hits / lookups if lookups else 0:.1%} of {lookups:,} lookups, "
             f"{format_bytes(sum(rows['cached_bytes']))} cached. "
             f"Drawn: {len(self.chunks.data['chunk']):,} distinct chunks of the last "
             f"{len(recent):,} placements (at most {maxlen or MAX_CHUNKS:,})."
         )
+
+
+def _warm_cost_text(stealing: dict | None) -> str:
+    """'; a warm chunk costs its thief N tasks (learned, node X)' when learned above the prior."""
+    costs = (stealing or {}).get("warm-steal-cost") or {}
+    prior = (stealing or {}).get("warm-backlog", 0)
+    if not costs or max(costs.values()) <= prior:
+        return ""
+    node = max(costs, key=costs.__getitem__)
+    return (
+        f"; a stolen warm chunk costs its thief up to {costs[node]:.0f} of its tasks "
+        f"(learned on {html.escape(node)}; prior {prior:g})"
+    )
 
 
 def cacheaffinity_doc(scheduler: Scheduler, extra: dict, doc) -> None:

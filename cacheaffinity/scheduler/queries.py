@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable
+from time import monotonic
 from typing import TYPE_CHECKING
 
 from cacheaffinity._version import __version__
@@ -118,6 +119,9 @@ def info(plugin: CacheAffinityPlugin) -> dict:
             "steals": stealing.steals,
             "membership-moves": stealing.membership_moves,
             "refused": stealing.refused,
+            # node -> what a warm chunk it stole cost it, in its typical tasks (learned)
+            "warm-steal-cost": stealing.warm_cost.to_dict(monotonic()),
+            "warm-backlog": stealing.warm_backlog,
         },
         "tracked-tasks": len(plugin.locator.chunk_of),
         "held-chunks": len(plugin.locator.holder),

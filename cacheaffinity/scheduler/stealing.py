@@ -25,10 +25,12 @@ every ``cacheaffinity.scheduler.stealing.interval``:
   run last (:func:`choose_steal`, fed by :func:`steal_preference` with the
   locator's answer to "which node holds this task's chunk");
 * a chunk the victim's node holds is taken by a thief that does not hold it
-  only if the victim's queue holds more than
-  ``cacheaffinity.scheduler.stealing.warm-backlog`` tasks per thread, scaled
-  by the nodes' learned speeds (:func:`warm_threshold`: a victim twice as slow
-  as the thief gives up its warm chunks at half that backlog);
+  only if the victim's queue holds more than what such a chunk costs the
+  thief, in its tasks, per thread, scaled by the nodes' learned speeds
+  (:func:`warm_threshold`: a victim twice as slow as the thief gives up its
+  warm chunks at half that backlog).  The cost is
+  ``cacheaffinity.scheduler.stealing.warm-backlog`` until learned from the
+  thief's own stolen warm chunks, never below it (:class:`WarmStealCost`);
 * a task that has started is never moved (the victim refuses the request);
 * a move never breaks a restriction a user set (resources, workers, hosts with
   ``allow_other_workers=False``).
