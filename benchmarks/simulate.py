@@ -687,9 +687,11 @@ class Simulation:
         if self.locator:  # CacheAffinityPlugin.transition, processing -> memory
             self.holder[c] = node.name
             seconds = self.t - self.started_at[c]
-            if self.warm_stolen.pop(c, None) != node.name or self.warm_cost.observe(
-                node.name, seconds, self.speed.smoothed.get(node.name), self.clock + self.t
-            ) is None:  # a warm steal's seconds are the thief's links, not its speed
+            if self.warm_stolen.pop(c, None) == node.name:  # LocalityStealing.finished
+                # a warm steal's seconds are the thief's links, not its speed
+                self.warm_cost.observe(node.name, seconds, self.speed.smoothed.get(node.name),
+                                       self.clock + self.t)  # fmt: skip
+            else:
                 self.speed.observe(node.name, seconds)
             meant = self.hashed.pop(c, None)
             target = self.target.get(c)

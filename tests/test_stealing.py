@@ -216,6 +216,12 @@ async def test_a_thief_learns_what_a_warm_chunk_costs_it_and_stops_taking_them(
     assert set(info["warm-steal-cost"]) == {b_node} and info["warm-steal-cost"][b_node] > 3
     assert info["warm-backlog"] == 2
     from cacheaffinity.scheduler.dashboard import TorusView
+    from cacheaffinity.scheduler.metrics import CacheAffinityMetricCollector
+
+    (gauge,) = [f for f in CacheAffinityMetricCollector(s).collect() if f.name.endswith("warm_steal_cost")]
+    assert [(x.labels, x.value) for x in gauge.samples] == [
+        ({"node": b_node}, info["warm-steal-cost"][b_node])
+    ]
 
     assert f"costs its thief up to {info['warm-steal-cost'][b_node]:.0f} of its tasks" in (
         TorusView(s).header.text

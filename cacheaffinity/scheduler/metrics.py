@@ -28,6 +28,9 @@ name                              type     source
 ``steals_total``                  counter  scheduler: chunk tasks stolen by the node
 ``tasks_on_target_total``         counter  scheduler: chunk tasks finished on their node
 ``tasks_off_target_total``        counter  scheduler: chunk tasks finished elsewhere
+``warm_steal_cost``               gauge    scheduler: what a chunk another node held cost
+                                           the node when it stole one, in its typical
+                                           tasks (learned; nodes that stole one only)
 ================================  =======  =============================================
 
 Notes
@@ -103,6 +106,13 @@ UNCACHED_GAUGE = (
     "1 if no worker of the cache node has a usable cache (a read-only or untrusted directory, "
     "no worker plugin): it gets no placement while cached nodes exist; else 0.",
 )
+#: Gauge of the stealing policy's learned cost of a warm steal: (name, help).
+WARM_COST_GAUGE = (
+    "warm_steal_cost",
+    "What a chunk another node held cost this node when it stole one, in its typical task "
+    "durations (learned; the stealing policy takes such chunks only above this many queued "
+    "tasks per thread, scaled by speeds; the prior is stealing.warm-backlog).",
+)
 #: Counters kept by the scheduler plugin per node: (name, counter, help).
 SCHEDULER_COUNTERS = (
     ("placements", "placements", "Chunk tasks placed on the cache node."),
@@ -145,8 +155,8 @@ class CacheAffinityMetricCollector(PrometheusCollector):
             out[name] = CounterMetricFamily(self.build_name(name), doc, labels=["node"])
         for name, _, doc in WORKER_GAUGES:
             out[name] = GaugeMetricFamily(self.build_name(name), doc, labels=["node"])
-        name, doc = UNCACHED_GAUGE
-        out[name] = GaugeMetricFamily(self.build_name(name), doc, labels=["node"])
+        for name, doc in (UNCACHED_GAUGE, WARM_COST_GAUGE):
+            out[name] = GaugeMetricFamily(self.build_name(name), doc, labels=["node"])
         return out
 
     def describe(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
@@ -185,6 +195,9 @@ class CacheAffinityMetricCollector(PrometheusCollector):
             counters = node_counters.get(node) or {}
             for name, key, _ in SCHEDULER_COUNTERS:
                 families[name].add_metric([node], counters.get(key, 0))
+        stealing = snapshot.get("stealing") or {}
+        for node, cost in sorted((stealing.get("warm-steal-cost") or {}).items()):
+            families[WARM_COST_GAUGE[0]].add_metric([node], cost)
         return list(families.values())
 
 

@@ -649,7 +649,7 @@ class LocalityStealing:
                 "stealing: a warm chunk stolen by node %s took %.1f s, %.0fx its typical "
                 "task (%.2f s): its columns came over its links (peer fetch or storage). "
                 "It now takes chunks another node holds only above %.0f queued tasks per "
-                "thread (cost learned, fades with a half-life of %.0f s)",
+                "thread (x victim speed / its speed; learned, fades with a half-life of %.0f s)",
                 node, seconds, ratio, typical, self.warm_cost.cost(node, monotonic()),
                 self.warm_cost.half_life,
             )
