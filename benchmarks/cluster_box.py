@@ -39,7 +39,9 @@ on that chunk's events in memory, :mod:`benchmarks._floor`), with the box's ``cp
 (all hosts share this machine's cores), and with the bytes of file metadata every chunk
 that opens its file reads over its link (``open_bytes``: what uproot reads to open a file
 of the dataset and its tree; coffea opens the file in every chunk task, so a cold chunk
-moves its columns *and* the file's metadata: ~30% more bytes than the columns here); and
+moves its columns *and* the file's metadata: ~30% more bytes than the columns here), and
+with a per-chunk cost measured the same way (:func:`calibrate_warm_task`: a warm chunk task
+of cacheaffinity on one worker of one thread, beyond the processor's compute); and
 ``fitted``: the calibrated model plus a per-chunk cost fitted to cacheaffinity's warm runs
 (:func:`fit_overheads`), so that only run 1, ``direct`` and the hit rates are predictions
 there.  The generated files have basket clusters of ``--basket-events``
@@ -141,6 +143,56 @@ def calibrate(files: list[str], chunksize: int, branches) -> dict:
             "open_bytes": statistics.median(opened)}  # fmt: skip
 
 
+def _chunk_task_seconds(dask_scheduler=None, since: float = 0.0) -> dict[str, list[float]]:
+    """Compute seconds of the tasks that ended since ``since``, per task name prefix."""
+    from dask.utils import key_split
+
+    out: dict[str, list[float]] = {}
+    for rec in dask_scheduler.get_task_stream(start=since):
+        secs = sum(ss["stop"] - ss["start"] for ss in rec.get("startstops", ()) if ss.get("action") == "compute")
+        out.setdefault(key_split(rec.get("key", "")), []).append(secs)
+    return out
+
+
+def calibrate_warm_task(files: list[str], chunksize: int) -> dict:
+    """What a warm chunk task costs on one core, measured outside the box: a LocalCluster of
+    one single-threaded worker process with cacheaffinity (scheduler and worker preload, a
+    fresh cache directory) runs the realistic analysis over one file twice
+    (:func:`testbed.boxbench.run`); the compute seconds of the second run's chunk tasks (every
+    column a hit: the cache read, NanoEvents built from the cached buffers, the processor), as
+    a box worker runs a warm chunk but without the box's sharing of cores.  Beyond the
+    calibrated compute (the processor on events already in memory) that is the per-chunk cost
+    ``chunk_overhead_s`` of the calibrated model."""
+    import dask
+    from distributed import Client, LocalCluster
+
+    import cacheaffinity
+    from testbed.boxbench import run, warm
+
+    with tempfile.TemporaryDirectory(prefix="cacheaffinity-box-cal-") as d:
+        settings = {"distributed.scheduler.preload": ["cacheaffinity"],
+                    "distributed.worker.preload": ["cacheaffinity"],
+                    "cacheaffinity.worker.directory": os.path.join(d, "node-{name}")}  # fmt: skip
+        with dask.config.set(settings), LocalCluster(
+            n_workers=1, threads_per_worker=1, processes=True, host="127.0.0.1",
+            dashboard_address="127.0.0.1:0", local_directory=d,
+        ) as cluster, Client(cluster) as client:  # fmt: skip
+            deadline = time.monotonic() + 60
+            while not any(n["workers"] for n in cacheaffinity.check(client)["nodes"].values()):
+                if time.monotonic() > deadline:
+                    raise TimeoutError("calibration cluster: no cache node after 60 s")
+                time.sleep(0.1)
+            warm(client)
+            run(client, files[:1], chunksize, "cacheaffinity")
+            second = run(client, files[:1], chunksize, "cacheaffinity")
+            stream = client.run_on_scheduler(_chunk_task_seconds, since=second["start"])
+    chunks = second["chunks"]
+    # the chunk tasks: the prefix with one task per chunk (the accumulation has fewer)
+    name = min(stream, key=lambda k: (abs(len(stream[k]) - chunks), -len(stream[k])))
+    return {"warm_task_s": statistics.median(stream[name]), "warm_tasks": len(stream[name]),
+            "warm_hit_rate": second["hit_rate"]}  # fmt: skip
+
+
 # ----------------------------------------------------------------------------- box
 
 
@@ -222,6 +274,9 @@ def simulate(args, hosts, n_chunks, events_per_chunk, ds, cal, fitted=None) -> d
                           compute_events_per_s_per_core=cal["events"] / cal["compute_s"])  # fmt: skip
         if cal.get("open_bytes"):  # the files' metadata, read by every chunk that opens one
             calibrated["open_bytes"] = cal["open_bytes"]
+        if cal.get("warm_task_s"):  # a warm chunk task beyond the processor on in-memory events
+            per = events_per_chunk / cal["events"]
+            calibrated["chunk_overhead_s"] = max(0.0, cal["warm_task_s"] - cal["compute_s"] * per)
         variants["calibrated"] = (calibrated, os.cpu_count())
     if fitted:
         variants["fitted"] = (dict(variants["calibrated"][0], **fitted), os.cpu_count())
@@ -445,8 +500,10 @@ def main(argv=None) -> int:
         print(f"dataset: {ds['uncompressed'] / 1e6:.1f} MB uncompressed, {ds['compressed'] / 1e6:.1f} MB "
               f"compressed ({ds['branches_found']} branches)", flush=True)  # fmt: skip
         cal = calibrate(files, args.chunksize, branches)
+        cal.update(calibrate_warm_task(files, args.chunksize))
         print(f"calibration (1 core, {cal['events']} events): decompress {cal['decompress_s']:.3f} s, "
-              f"compute {cal['compute_s']:.3f} s", flush=True)  # fmt: skip
+              f"compute {cal['compute_s']:.3f} s, warm chunk task {cal['warm_task_s']:.3f} s "
+              f"(median of {cal['warm_tasks']}, hit rate {cal['warm_hit_rate']:.1%})", flush=True)  # fmt: skip
         reference: list = [None]
         repeats = []
         for i in range(args.repeats):

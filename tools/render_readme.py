@@ -695,6 +695,9 @@ def render_cluster_box(results: str, name: str = "cluster_box") -> str:
         f"Calibration (one core, {cal['events']} events): decompression {cal['decompress_s']:.3f} s, "
         f"compute {cal['compute_s']:.3f} s"
         + (f", file metadata read per open {cal['open_bytes'] / 1e3:.0f} kB" if cal.get("open_bytes") else "")
+        + (f", a warm chunk task {cal['warm_task_s']:.3f} s (cacheaffinity, one worker of one thread, median of "
+           f"{cal['warm_tasks']}; the calibrated per-chunk cost is what it adds to the compute)"
+           if cal.get("warm_task_s") else "")
         + (f"; fitted per-chunk cost: every chunk {fit['chunk_overhead_s']:.3f} s" if fit else "")
         + (f", a chunk read from storage {fit['open_overhead_s']:.3f} s more" if "open_overhead_s" in fit else "")
         + f". Measured on {commit_label(doc)}, {_date(doc)}: `{cmd}`."
