@@ -448,6 +448,10 @@ def test_cluster_box_benchmark_quick_leaves_nothing(box_ok, tmp_path):
     assert ca[0]["hit_rate"]["median"] == 0 and ca[0]["files_opened"]["median"] > 0
     assert ca[1]["hit_rate"]["median"] >= 0.9  # run 2 from the hosts' own caches (a steal may miss)
     assert {"uncalibrated", "calibrated", "fitted"} <= set(r["simulated"])
+    # the warm chunk task, measured outside the box: every column a hit, dearer than the compute
+    cal = r["calibration"]
+    assert cal["warm_hit_rate"] == 1.0 and cal["warm_task_s"] > cal["compute_s"] * 0.5, cal
+    assert r["simulated"]["calibrated"]["rates"]["chunk_overhead_s"] >= 0
     metrics = [row["metric"] for row in r["comparison"]]
     assert "run-2 own-node hit rate" in metrics and any(m.startswith("run 1 / run 2") for m in metrics)
     figures("cluster_box_quick", comparison=r["comparison"], elapsed_s=r["elapsed_s"])
