@@ -186,6 +186,57 @@ def test_holders_handler_names_other_nodes_only(files, tmp_path):
         assert seen, "some stripe's holder is named to the other nodes"
 
 
+def test_a_restarted_scheduler_names_runner_up_nodes_for_chunks_of_unknown_holder(files, tmp_path):
+    """A scheduler plugin that starts while the nodes' caches hold entries (a scheduler
+    restart) has no holder records: for such a chunk it names the chunk's runner-up nodes
+    among those (where the stealing policy puts a stolen chunk first).  A plugin that saw the
+    caches fill names nobody of the sort (no extra peer request in a first run)."""
+    from cacheaffinity import CacheAffinityPlugin
+
+    with dask.config.set(settings(tmp_path)), LocalCluster(
+        n_workers=3, threads_per_worker=1, processes=False, dashboard_address=":0"
+    ) as cluster, Client(cluster) as client:  # fmt: skip
+        first = cluster.scheduler.plugins["cacheaffinity"]
+        assert first.locator.inherited == set()  # empty caches when it met the nodes
+        run(cacheaffinity.CacheAffinityExecutor(client=client, status=False), files, C)
+        client.run(lambda: None)  # metrics: the next heartbeats carry the entries
+        nodes = set(first.membership.node_workers)
+        assert len(nodes) == 3 and first.locator.inherited == set()
+        uuid = str(uproot.open(files[0])["Events"].file.uuid)
+        item = WorkItem("gen", str(files[0]), "Events", 0, STRIPE, uuid)
+        chunk = chunk_identity(item, stripe_entries=STRIPE)
+        home, *runner_ups = first.placement.ranking(chunk, 3)
+        worker_of = {n: min(ws) for n, ws in first.membership.node_workers.items()}
+        asker = worker_of[home]
+        # the first plugin knows where the chunk was processed: no runner-up named
+        assert first.holders(chunk=chunk, start=0, stop=STRIPE, worker=asker) == [
+            worker_of[n] for n in first.locator.holders_of_range(chunk, 0, STRIPE) if n != home
+        ]
+        # "restart": a new plugin on the same scheduler, no records, caches full
+        import time
+
+        deadline = time.monotonic() + 10
+        while not all(
+            (ws.metrics.get("cacheaffinity") or {}).get("stats", {}).get("entries", 0) > 0
+            for ws in cluster.scheduler.workers.values()
+        ):  # fmt: skip
+            assert time.monotonic() < deadline, "no heartbeat with the caches' entries"
+            time.sleep(0.1)
+        async def replace(dask_scheduler=None):
+            await dask_scheduler.register_scheduler_plugin(CacheAffinityPlugin(), idempotent=False)
+
+        with pytest.warns(UserWarning, match="overwriting"):
+            client.run_on_scheduler(replace)
+        second = cluster.scheduler.plugins["cacheaffinity"]
+        assert second is not first and second.locator.inherited == nodes
+        assert not second.locator.recorded(chunk, 0, STRIPE)
+        named = second.holders(chunk=chunk, start=0, stop=STRIPE, worker=asker)
+        assert named == [worker_of[n] for n in runner_ups], (named, runner_ups)
+        # its own runner-up asks too: the others of the ranking, never itself
+        named = second.holders(chunk=chunk, start=0, stop=STRIPE, worker=worker_of[runner_ups[0]])
+        assert worker_of[runner_ups[0]] not in named and worker_of[home] in named
+
+
 def test_distributed_names_the_peers_module_uses(tmp_path):
     """Fails when distributed changes what cacheaffinity.worker.peers relies on:
     ``Worker.get_current_task``, ``Worker.state.tasks[key].annotations``,

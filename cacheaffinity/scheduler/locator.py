@@ -430,6 +430,10 @@ class Locator:
         self.node_tasks: defaultdict[str, set] = defaultdict(set)
         #: task key -> placement's node, for tasks the locator sent elsewhere
         self.hashed: dict[Hashable, str] = {}
+        #: nodes whose cache held entries when this scheduler first saw them: they
+        #: hold chunks of no record here (a scheduler restart; see
+        #: ``CacheAffinityPlugin._note_inherited``)
+        self.inherited: set[str] = set()
         #: keys of chunk tasks the stealing policy moved (until they finish)
         self.stolen: set = set()
         #: chunk digest -> :data:`HolderRecord` (where it was processed last); newest last
@@ -578,6 +582,13 @@ class Locator:
         """The node that processed ``chunk`` last (None: unknown or forgotten);
         with ``start``, ``stop``: the one that processed most of those entries."""
         return holder_for(self.holder.get(chunk_digest(chunk)), start, stop)
+
+    def recorded(self, chunk: str, start: int | None = None, stop: int | None = None) -> bool:
+        """Whether a holder of any stripe of ``[start, stop)`` of ``chunk`` (or of
+        the id, without a range) is recorded."""
+        if start is None or stop is None or stop <= start:
+            return chunk_digest(chunk) in self.holder
+        return any(chunk_digest(p) in self.holder for p, _, _ in stripe_parts(chunk, start, stop))
 
     def holders_of_range(
         self, chunk: str, start: int | None = None, stop: int | None = None

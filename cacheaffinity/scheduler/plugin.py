@@ -67,6 +67,7 @@ from cacheaffinity.protocol import (
     PLUGIN_NAME,
     RUN_ANNOTATION,
     TASK_REPORT_TOPIC,
+    WORKER_METRIC,
 )
 from cacheaffinity.scheduler import _distributed, queries
 from cacheaffinity.scheduler.locator import Locator
@@ -193,6 +194,9 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.node_counters: defaultdict[str, Counter[str]] = defaultdict(Counter)
         #: Figures of the last runs, reported by their chunk tasks.
         self.runs = RunFigures()
+        #: Nodes seen by :meth:`_note_inherited` (``locator.inherited``: those
+        #: whose cache held entries then).
+        self._seen_nodes: set[str] = set()
         #: Nodes that own a part of the placement (the cached ones, if any).
         self.owners: set[str] = set()
         #: (chunk id, node) of the last chunks placed, newest last (dashboard page)
@@ -282,7 +286,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def _learn_worker(
         self, addr: str, node=None, weight=None, reported: bool = False, uncached=None
     ) -> bool:
-        return self.membership.learn(
+        changed = self.membership.learn(
             addr,
             node,
             weight,
@@ -290,6 +294,34 @@ class CacheAffinityPlugin(SchedulerPlugin):
             report_expected=PLUGIN_NAME in self.scheduler.worker_plugins,
             uncached=uncached,
         )
+        self._note_inherited(addr)
+        return changed
+
+    def _note_inherited(self, addr: str) -> None:
+        """A node first seen by this plugin whose cache already held entries
+        holds chunks the locator knows nothing of (the scheduler restarted, or
+        the node came back with its disk): :meth:`holders` names it for chunks
+        of unknown holder whose runner-up it is (where a steal would have put them),
+        and the stealing policy counts its queued chunks of unknown holder as held
+        by it (:func:`~cacheaffinity.scheduler.stealing.steal_preference`)."""
+        node = self.membership.worker_node.get(addr)
+        if node is None or node in self._seen_nodes:
+            return
+        ws = self.scheduler.workers.get(addr) if self.scheduler is not None else None
+        m = (ws.metrics or {}).get(WORKER_METRIC) if ws is not None else None
+        stats = m.get("stats") if isinstance(m, dict) else None
+        if not isinstance(stats, dict):
+            return  # no report yet: looked at again when it reports
+        self._seen_nodes.add(node)
+        entries = stats.get("entries")
+        if isinstance(entries, (int, float)) and entries > 0 and node not in self.locator.node_tasks:
+            self.locator.inherited.add(node)
+            logger.info(
+                "cacheaffinity: node %s joined with %d cache entries this scheduler has no "
+                "record of (a restart?): its queued chunks count as held by it for stealing, "
+                "and it is asked for the chunks of unknown holder it is runner-up of",
+                node, int(entries),
+            )  # fmt: skip
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         if self._learn_worker(worker):

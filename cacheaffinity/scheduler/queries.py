@@ -39,8 +39,9 @@ def holders(
 ) -> list[str]:
     """Handler ``cacheaffinity_holders``: one worker address per other live
     node that processed entries ``[start, stop)`` of ``chunk`` (most first),
-    then the placement's nodes of its stripes; ``worker``'s own node left
-    out.  A worker asks this once per chunk task that missed a column
+    then the placement's nodes of its stripes, and (no holder recorded) its
+    runner-up nodes among :attr:`Locator.inherited`; ``worker``'s
+    own node left out.  A worker asks this once per chunk task that missed a column
     (:mod:`cacheaffinity.worker.peers`)."""
     if not isinstance(chunk, str):
         return []
@@ -49,7 +50,15 @@ def holders(
     own = plugin.membership.worker_node.get(worker)
     node_workers = plugin.membership.node_workers
     out = []
-    for node in plugin.locator.holders_of_range(chunk, start, stop):
+    nodes = plugin.locator.holders_of_range(chunk, start, stop)
+    inherited = plugin.locator.inherited
+    if inherited and node_workers and not plugin.locator.recorded(chunk, start, stop):
+        # no record (a restarted scheduler): where a steal would have put it, if that
+        # node came with a cache this scheduler has not seen filled
+        for node in plugin.placement.ranking(chunk, 3)[1:]:
+            if node in inherited and node not in nodes:
+                nodes.append(node)
+    for node in nodes:
         workers = node_workers.get(node)
         if node != own and workers:
             out.append(min(workers))

@@ -341,6 +341,7 @@ def steal_preference(
     victim_node = node_of.get(victim.address)
     chunk_of, placement = locator.chunk_of, locator.placement
     holder_of_task = locator.holder_of_task
+    inherited = locator.inherited
 
     def where(ts: TaskState) -> int:
         key = ts.key
@@ -349,7 +350,9 @@ def steal_preference(
             return NO_CHUNK
         h = holder_of_task(key, chunk)
         if h is None:
-            return COLD
+            # no record; a node that came with a cache (scheduler restart) most
+            # likely holds what it was sent
+            return VICTIM_HOLDS if victim_node in inherited else COLD
         if h == thief_node:
             return THIEF_HOLDS
         if h == victim_node:
@@ -561,11 +564,10 @@ class LocalityStealing:
             self.steals += 1
             vn, tn = node_of.get(victim.address), node_of.get(thief.address)
             chunk = locator.chunk_of.get(ts.key)
-            if (
-                vn is not None and tn is not None and chunk is not None
-                and locator.holder_of_task(ts.key, chunk) == vn
-            ):  # fmt: skip
-                self.warm_stolen[ts.key] = (thief.address, tn)
+            if vn is not None and tn is not None and chunk is not None:
+                h = locator.holder_of_task(ts.key, chunk)
+                if h == vn or (h is None and vn in locator.inherited):  # as steal_preference
+                    self.warm_stolen[ts.key] = (thief.address, tn)
             self.locator.note_steal(ts.key)
             if self.on_steal is not None:
                 self.on_steal(ts, victim, thief)
