@@ -319,7 +319,9 @@ def test_scheduler_restart_between_runs(dataset):
     assert r3["storage_opens"] == 0, fig
     assert r3["misses"] == 0 and r3["hit_rate"] == 1.0, fig
     assert r3["peer_hits"] == 0 or r3["counters"].get("steals", 0) > 0 or fig["moved_run2_to_run3"], fig
-    if r1["counters"].get("steals", 0) == 0:
+    if r1["counters"].get("steals", 0) == 0 and r2["counters"].get("steals", 0) == 0:
+        # nothing processed away from its hashed node: nothing to move back (a steal in
+        # run 2 leaves a chunk at its thief, which run 3's fresh locator does not know)
         assert fig["moved_run2_to_run3"] == 0, fig
         assert per_host(r3, "hits") == per_host(r2, "hits")
 
@@ -409,6 +411,9 @@ def test_slow_peer_link_falls_back_to_storage(dataset):
         box.python("wait", "--workers", 4, timeout=90)
         r2 = run(box, files)
         box.shape("h4", rate="10gbit")
+        # on the slow link h4's heartbeats may miss worker-ttl (5 s): the scheduler removes
+        # it and its supervisor starts it again (seen once: no h4 in run 3); wait for it
+        box.python("wait", "--workers", 4, timeout=90)
         r3 = run(box, files)
     keys = ("hits", "misses", "peer_hits", "peer_requests", "peer_failed", "storage_opens", "storage_bytes")
     fig = {"run1": brief(r1), "run2": brief(r2), "run3": brief(r3),

@@ -205,7 +205,7 @@ def test_a_restarted_scheduler_names_runner_up_nodes_for_chunks_of_unknown_holde
         uuid = str(uproot.open(files[0])["Events"].file.uuid)
         item = WorkItem("gen", str(files[0]), "Events", 0, STRIPE, uuid)
         chunk = chunk_identity(item, stripe_entries=STRIPE)
-        home, *runner_ups = first.placement.ranking(chunk, 3)
+        home, *runner_ups = first.placement.ranking(chunk, 3)  # 3 nodes: both others
         worker_of = {n: min(ws) for n, ws in first.membership.node_workers.items()}
         asker = worker_of[home]
         # the first plugin knows where the chunk was processed: no runner-up named

@@ -30,6 +30,11 @@ if TYPE_CHECKING:
 __all__ = ["holders", "info", "snapshot", "where"]
 
 
+#: Runner-up nodes (among the inherited) named for a chunk of unknown holder: a missed
+#: chunk asks each of them once, after a scheduler restart only.
+INHERITED_ASKED = 4
+
+
 def holders(
     plugin: CacheAffinityPlugin,
     chunk: str | None = None,
@@ -55,7 +60,7 @@ def holders(
     if inherited and node_workers and not plugin.locator.recorded(chunk, start, stop):
         # no record (a restarted scheduler): where a steal would have put it, if that
         # node came with a cache this scheduler has not seen filled
-        for node in plugin.placement.ranking(chunk, 3)[1:]:
+        for node in plugin.placement.ranking(chunk, 1 + INHERITED_ASKED)[1:]:
             if node in inherited and node not in nodes:
                 nodes.append(node)
     for node in nodes:
