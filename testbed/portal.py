@@ -122,8 +122,9 @@ def _worker_counters(client) -> dict[str, dict]:
     from cacheaffinity.client import _worker_stats
 
     out = {}
-    for addr, m in client.run(_worker_stats).items():
-        if m and m.get("node"):
+    # a worker that is leaving (removed by the scheduler) is not read: it counts as lost
+    for addr, m in client.run(_worker_stats, on_error="return").items():
+        if isinstance(m, dict) and m.get("node"):
             out[addr] = {"node": m["node"], **{k: v for k, v in (m.get("stats") or {}).items()
                                                if isinstance(v, (int, float))}}  # fmt: skip
     return out

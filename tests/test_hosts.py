@@ -397,8 +397,10 @@ def test_slow_peer_link_falls_back_to_storage(dataset):
     locator's slack is 1: with the default 1.5 the three holders may each keep up to 1.5x
     their fair share of a run, which covers all 16 chunks, so h4 got none (seen once)."""
     files, reference = dataset
+    # worker-ttl 60 s: h4's heartbeats share its slow link with the column transfers and
+    # came later than 5 s (the scheduler removed h4 twice in one session)
     config = {**CONFIG, "cacheaffinity.scheduler.stealing.enabled": False,
-              "cacheaffinity.scheduler.locator-slack": 1.0}  # fmt: skip
+              "cacheaffinity.scheduler.locator-slack": 1.0, "distributed.scheduler.worker-ttl": "60s"}  # fmt: skip
     with hb.ClusterBox(4, dask_config=config, start=False) as box:
         box.start_scheduler()
         for h in ("h1", "h2", "h3"):
