@@ -270,6 +270,11 @@ class CacheAffinityPlugin(SchedulerPlugin):
             return
         for addr, _, _ in self.membership.reported_pending():
             self._handle_node_report(addr, reported=False)
+        if len(self._seen_nodes) < len(self.membership.node_workers):
+            # nodes whose cache stats had not arrived when their node was learned
+            for addr, node in list(self.membership.worker_node.items()):
+                if node not in self._seen_nodes:
+                    self._note_inherited(addr)
 
     def describe(self) -> str:
         p = self.placement
