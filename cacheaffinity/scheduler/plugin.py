@@ -319,7 +319,9 @@ class CacheAffinityPlugin(SchedulerPlugin):
             return  # no report yet: looked at again when it reports
         self._seen_nodes.add(node)
         entries = stats.get("entries")
-        if isinstance(entries, (int, float)) and entries > 0 and node not in self.locator.node_tasks:
+        counted = self.node_counters.get(node)
+        ran = counted is not None and any(counted.get(k) for k in ("placements", "on-target", "off-target", "steals"))
+        if isinstance(entries, (int, float)) and entries > 0 and not ran and node not in self.locator.node_tasks:
             self.locator.inherited.add(node)
             logger.info(
                 "cacheaffinity: node %s joined with %d cache entries this scheduler has no "
