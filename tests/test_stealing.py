@@ -60,6 +60,16 @@ async def setup(c, s, tmp_path, **stealing_kwargs):
     return plugin, ext
 
 
+async def first_run(c, worker, chunks, event_name):
+    """Run ``chunks`` (all of ``worker``'s node) once, unblocked; wait until it is idle."""
+    await Event(event_name).set()
+    n = len(chunks)
+    futs = cacheaffinity.map_chunks(c, blocked, chunks, [event_name] * n, chunk_ids=chunks, pure=False)
+    assert set(await c.gather(futs)) == {worker.address}
+    del futs
+    await async_poll_for(lambda: not worker.state.tasks, timeout=10)
+
+
 async def fill_node(c, plugin, worker, n, event):
     """Submit n chunk tasks that all belong to ``worker``'s node; wait until queued."""
     node = plugin.membership.worker_node[worker.address]
@@ -139,12 +149,7 @@ async def test_chunks_the_victims_node_holds_stay_unless_its_queue_is_long(
     plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=1, warm_backlog=8)
     a_node = plugin.membership.worker_node[a.address]
     mine = [ch for ch, h in plugin.where(CHUNKS).items() if h["node"] == a_node][:7]
-    run1 = Event("warm-run-1")
-    await run1.set()
-    futs = cacheaffinity.map_chunks(c, blocked, mine, [run1.name] * 7, chunk_ids=mine, pure=False)
-    assert set(await c.gather(futs)) == {a.address}
-    del futs
-    await async_poll_for(lambda: not a.state.tasks, timeout=10)
+    await first_run(c, a, mine, "warm-run-1")
     assert all(plugin.locator.holder_of(ch) == a_node for ch in mine)
     cold = mine[3]
     plugin.locator.forget_holder(cold)  # as if a's cache had never seen it
@@ -186,12 +191,7 @@ async def test_a_thief_learns_what_a_warm_chunk_costs_it_and_stops_taking_them(
     assert 0.1 <= typical < 0.3
     # run 1: a holds its 9 chunks
     mine = [ch for ch, h in where.items() if h["node"] == a_node][:9]
-    run1 = Event("learn-run-1")
-    await run1.set()
-    futs = cacheaffinity.map_chunks(c, blocked, mine, [run1.name] * 9, chunk_ids=mine, pure=False)
-    assert set(await c.gather(futs)) == {a.address}
-    del futs
-    await async_poll_for(lambda: not a.state.tasks, timeout=10)
+    await first_run(c, a, mine, "learn-run-1")
     # run 2: 1 running + 8 queued on a (> warm-backlog 2 per thread): b takes two
     # chunks a holds, and each takes it 1 s (10x its typical task)
     run2 = Event("learn-run-2")
