@@ -33,6 +33,10 @@ HOLDERS_HANDLER = "cacheaffinity_holders"
 PACKS_HANDLER = "cacheaffinity_packs"
 #: Worker handler that sends a stored NanoEvents form document (JSON) of a file.
 FORM_HANDLER = "cacheaffinity_form"
+#: Prefix of the chunk identity of a coffea preprocessing task
+#: (``file:<path>.<stamp>/<tree>``): placed like a chunk, counted in its run's
+#: preprocessing figures, not in its ``tasks``.
+PREPROCESS_PREFIX = "file:"
 #: Task annotation that carries the run a chunk task belongs to (set by the
 #: coffea executor, one id per ``Runner`` call): the scheduler adds up the
 #: per-task figures of each run.  Optional: tasks without it count in a run
@@ -56,6 +60,9 @@ RUN_FIGURES = (
     "storage_opens",  # data files opened on storage
     "steals",  # chunk tasks moved by the stealing policy
     "uncached_chunks",  # chunk tasks that ran without a usable node cache
+    "files_preprocessed",  # preprocessing tasks that reported (one per file)
+    "metadata_hits",  # of those, files whose metadata the node cache held (not opened)
+    "preprocess_ms",  # milliseconds the preprocessing tasks took, added up
 )
 #: Uncached reason of a worker without the cacheaffinity worker plugin.
 NO_WORKER_PLUGIN = (

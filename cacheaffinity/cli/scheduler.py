@@ -79,7 +79,7 @@ def _ask(scheduler: str, timeout: str, question: Callable[[Any], Awaitable[Any]]
 
     def too_late() -> None:
         click.echo(
-            f"Error: no answer from a Dask scheduler at {scheduler} within {timeout}; give "
+            f"Error: no answer from a Dask scheduler at {scheduler} within {seconds:g} s; give "
             "its address (e.g. tcp://scheduler:8786, not the dashboard's port) or its "
             "--scheduler-file",
             err=True,
@@ -98,7 +98,7 @@ def _ask(scheduler: str, timeout: str, question: Callable[[Any], Awaitable[Any]]
             try:
                 await asyncio.wait_for(client, max(0.1, deadline - time.monotonic()))
             except (OSError, asyncio.TimeoutError, TimeoutError, ValueError) as e:
-                why = str(e) or f"no Dask scheduler answered within {timeout}"
+                why = str(e) or f"no Dask scheduler answered within {seconds:g} s"
                 raise CommandError(
                     f"cannot connect to a Dask scheduler at {scheduler} ({why}); give its "
                     "address (e.g. tcp://scheduler:8786, not the dashboard's port) or its "
@@ -110,7 +110,7 @@ def _ask(scheduler: str, timeout: str, question: Callable[[Any], Awaitable[Any]]
                 )
             except (asyncio.TimeoutError, TimeoutError) as e:
                 raise CommandError(
-                    f"the Dask scheduler at {scheduler} did not answer within {timeout}"
+                    f"the Dask scheduler at {scheduler} did not answer within {seconds:g} s"
                 ) from e
             except RuntimeError as e:
                 raise CommandError(str(e)) from e
@@ -254,7 +254,8 @@ def check(scheduler: str, as_json: bool, timeout: str) -> None:
     else:
         p = info.get("placement") or {}
         click.echo(
-            f"cacheaffinity {info.get('version')} on {scheduler}: {len(nodes)} cache nodes; "
+            f"cacheaffinity {info.get('version')} on {scheduler}: {len(nodes)} cache "
+            f"{'node' if len(nodes) == 1 else 'nodes'}; "
             f"torus D={p.get('dimensions')}, {p.get('replicas')} replicas, seed {p.get('seed')}"
         )
         for name, e in sorted(nodes.items()):
@@ -272,18 +273,29 @@ def check(scheduler: str, as_json: bool, timeout: str) -> None:
         sys.exit(1)
 
 
-#: Columns of ``stats``: (figure, title, bytes?).
+def _count(v: int) -> str:
+    return f"{v:,}"
+
+
+def _ms(v: int) -> str:
+    return f"{v / 1000:.1f}"
+
+
+#: ``cacheaffinity stats`` columns: (figure, title, how it is shown).
 _STATS_COLUMNS = (
-    ("tasks", "tasks", False),
-    ("chunks", "chunks", False),
-    ("hits", "hits", False),
-    ("peer_hits", "peer hits", False),
-    ("misses", "misses", False),
-    ("bytes_served", "served", True),
-    ("storage_bytes", "storage", True),
-    ("storage_opens", "files", False),
-    ("steals", "steals", False),
-    ("uncached_chunks", "uncached", False),
+    ("tasks", "tasks", _count),
+    ("chunks", "chunks", _count),
+    ("hits", "hits", _count),
+    ("peer_hits", "peer hits", _count),
+    ("misses", "misses", _count),
+    ("bytes_served", "served", format_bytes),
+    ("storage_bytes", "storage", format_bytes),
+    ("storage_opens", "files", _count),
+    ("steals", "steals", _count),
+    ("uncached_chunks", "uncached", _count),
+    ("files_preprocessed", "preprocessed", _count),
+    ("metadata_hits", "metadata hits", _count),
+    ("preprocess_ms", "preprocess s", _ms),
 )
 
 
@@ -297,11 +309,13 @@ _STATS_COLUMNS = (
 def stats(scheduler: str, last: int, run: str | None, as_json: bool, timeout: str) -> None:
     """Figures of the last run(s) the scheduler saw, counted by their own chunk tasks.
 
-    One row per run (the chunk tasks of one coffea ``Runner`` call, or of one
-    submitted graph): tasks submitted, chunk tasks that reported (a task run
-    twice counts twice), column-cache hits, peer hits, misses, bytes served
-    from caches, bytes and files read from storage, steals, chunks that ran
-    uncached.
+    One row per run (one coffea ``Runner`` call, its preprocessing included,
+    or one submitted graph): chunk tasks submitted, chunk tasks that reported
+    (a task run twice counts twice), column-cache hits, peer hits, misses,
+    bytes served from caches, bytes read from storage, files opened (by chunk
+    and preprocessing tasks), steals, chunks that ran uncached, files
+    preprocessed, of which answered from the node cache, and the
+    preprocessing tasks' seconds.
     """  # fmt: skip
     import cacheaffinity
 
@@ -317,9 +331,8 @@ def stats(scheduler: str, last: int, run: str | None, as_json: bool, timeout: st
     cells = []
     for r in runs:
         row = [r["run"][:32], when(r.get("started")).split(" (")[0]]
-        for name, _, is_bytes in _STATS_COLUMNS:
-            v = int(r.get(name, 0))
-            row.append(format_bytes(v) if is_bytes else f"{v:,}")
+        for name, _, show in _STATS_COLUMNS:
+            row.append(show(int(r.get(name, 0))))
         cells.append(row)
     titles = ["run", "started"] + [t for _, t, _ in _STATS_COLUMNS]
     widths = [max(len(t), *(len(c[i]) for c in cells)) for i, t in enumerate(titles)]

@@ -35,6 +35,11 @@ Private names (leading underscore)
 Undocumented shapes of public names
     - ``Runner.automatic_retries(retries, skipbadfiles, func, *args,
       use_result_type=...)``: the outer partial the executor receives.
+    - ``Runner.metadata_fetcher_root(xrootdtimeout, align_clusters,
+      uproot_options, item)``: the inner partial of a preprocessing run
+      (:func:`unwrap_metadata`), whose result is a ``set_accumulator`` of
+      ``FileMeta`` with ``numentries``, ``uuid`` (16 bytes) and, with
+      ``align_clusters``, ``clusters``.
     - ``coffea.processor.executor.WorkItem`` / ``FileMeta``: the items.
     - ``DaskExecutor.__call__`` submits chunk tasks with one
       ``self.client.map(function, items, ...)`` call (the executor's client
@@ -74,11 +79,12 @@ from coffea.nanoevents.mapping import UprootSourceMapping
 from coffea.nanoevents.mapping.base import BaseSourceMapping, UUIDOpener
 from coffea.nanoevents.schemas.base import BaseSchema
 from coffea.nanoevents.util import key_to_tuple, tuple_to_key
-from coffea.processor import DaskExecutor, ProcessorABC, Runner
+from coffea.processor import DaskExecutor, ProcessorABC, Runner, set_accumulator
 from coffea.processor.executor import FileMeta, WorkItem
 
 __all__ = [
     "FileMeta",
+    "MetadataCall",
     "ProcessorABC",
     "RunnerCall",
     "SchemaCache",
@@ -91,6 +97,7 @@ __all__ = [
     "is_base_schema",
     "logged_columns",
     "unwrap",
+    "unwrap_metadata",
 ]
 
 #: (object, attribute) pairs this module needs, private ones first.
@@ -99,6 +106,7 @@ NAMES = (
     (UprootSourceMapping, "_extract_base_form"),
     (NanoEventsFactory, "_from_mapping"),
     (Runner, "automatic_retries"),
+    (Runner, "metadata_fetcher_root"),
     (Runner, "get_cache"),
     (BaseSourceMapping, "interpret_key"),
     (BaseSourceMapping, "preload_column_source"),
@@ -120,6 +128,10 @@ SIGNATURES = {
     "Runner.automatic_retries": (
         Runner.automatic_retries,
         ("retries", "skipbadfiles", "func", "args", "use_result_type", "kwargs"),
+    ),
+    "Runner.metadata_fetcher_root": (
+        Runner.metadata_fetcher_root,
+        ("xrootdtimeout", "align_clusters", "uproot_options", "item"),
     ),
     "Runner.get_cache": (Runner.get_cache, ("cachestrategy",)),
     "UprootSourceMapping._extract_base_form": (
@@ -266,6 +278,47 @@ def unwrap(function) -> RunnerCall | None:
         work=work,
         inner=inner,
     )
+
+
+@dataclass
+class MetadataCall:
+    """What the ``Runner`` asked the executor to run per file when preprocessing.
+
+    Attributes
+    ----------
+    align_clusters : bool
+        Whether coffea wants each file's cluster boundaries (``clusters``).
+    function : functools.partial
+        The whole function as the Runner built it (retries included).
+    """
+
+    align_clusters: bool
+    function: partial
+
+    @staticmethod
+    def result(item: FileMeta, metadata: dict):
+        """What ``Runner.metadata_fetcher_root`` returns for ``item`` with ``metadata``."""
+        return set_accumulator([FileMeta(item.dataset, item.filename, item.treename, metadata)])
+
+
+def unwrap_metadata(function) -> MetadataCall | None:
+    """The :class:`MetadataCall` in a preprocessing function a ``Runner`` hands its
+    executor: ``partial(Runner.automatic_retries, retries, skipbadfiles,
+    partial(Runner.metadata_fetcher_root, xrootdtimeout, align_clusters,
+    uproot_options), use_result_type=...)``; ``None`` for anything else (parquet,
+    another caller, a coffea release that changed it)."""
+    if not (
+        isinstance(function, partial)
+        and function.func is Runner.automatic_retries
+        and len(function.args) == 3
+        and isinstance(function.args[2], partial)
+        and function.args[2].func is Runner.metadata_fetcher_root
+        and len(function.args[2].args) == 3
+        and not function.args[2].keywords
+        and set(function.keywords) <= {"use_result_type"}
+    ):
+        return None
+    return MetadataCall(align_clusters=bool(function.args[2].args[1]), function=function)
 
 
 def is_base_schema(schema) -> bool:

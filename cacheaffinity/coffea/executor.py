@@ -55,6 +55,7 @@ from cacheaffinity.coffea.identity import (
     file_identities,
     warn_once,
 )
+from cacheaffinity.coffea.preprocess import MetadataTask
 from cacheaffinity.coffea.work import ChunkTask
 from cacheaffinity.protocol import RUN_ANNOTATION, RUN_FIGURES
 
@@ -118,7 +119,9 @@ class CacheAffinityExecutor(DaskExecutor):
             )
         preprocessing = self.function_name == "get_metadata"
         ca_client.check(self.client, warn=not preprocessing)  # once per run
-        if self.node_cache and not preprocessing:
+        if self.node_cache and preprocessing and adapter.unwrap_metadata(function) is not None:
+            function = MetadataTask(function)
+        elif self.node_cache and not preprocessing:
             if adapter.unwrap(function) is None:
                 warn_once(
                     "function-shape",
@@ -132,10 +135,14 @@ class CacheAffinityExecutor(DaskExecutor):
         base = DaskExecutor(
             **{f.name: getattr(self, f.name) for f in fields(DaskExecutor) if f.init}
         )
-        run = None if preprocessing else uuid.uuid4().hex
+        # One run id for a Runner call: its preprocessing (if any) and its chunks.
+        if preprocessing:
+            run = self.run_log["pending"] = uuid.uuid4().hex
+        else:
+            run = self.run_log.pop("pending", None) or uuid.uuid4().hex
         base.client = _ChunkClient(self.client, run) if place else self.client
         result = DaskExecutor.__call__(base, items, function, accumulator)
-        if run is not None:
+        if not preprocessing:
             stats = self._run_stats(run)
             self.run_log["last"] = stats
             out = result[0] if isinstance(result, tuple) and result else None

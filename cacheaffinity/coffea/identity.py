@@ -50,6 +50,7 @@ from urllib.parse import urlparse
 import xxhash
 
 from cacheaffinity._logging import LogOnce
+from cacheaffinity.protocol import PREPROCESS_PREFIX
 
 logger = logging.getLogger("cacheaffinity.coffea")
 
@@ -378,5 +379,5 @@ def chunk_identity(
         k = stripe_of(item.entrystart, item.entrystop, stripe_entries)
         return f"{file_id}{stamp}/{treename}/s{stripe_entries}:{k}"
     if hasattr(item, "metadata") and hasattr(item, "dataset"):
-        return f"file:{filename}{stamp}/{treename}"
+        return f"{PREPROCESS_PREFIX}{filename}{stamp}/{treename}"
     return None

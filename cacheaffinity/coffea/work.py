@@ -52,7 +52,7 @@ from cacheaffinity.worker.forms import FormStore
 
 logger = logging.getLogger("cacheaffinity.coffea")
 
-__all__ = ["ChunkTask", "IdentityKeyedCache", "LazyFile"]
+__all__ = ["ChunkTask", "IdentityKeyedCache", "LazyFile", "plugin_or_none", "report_task"]
 
 _MISSING = object()
 
@@ -196,7 +196,7 @@ def _shared_form(doc: dict) -> dict:
     return {**doc, "base_form": shared[0], "branch_kinds": shared[1], "form_digest": digest}
 
 
-def _plugin():
+def plugin_or_none():
     """The worker's cacheaffinity plugin, or None (logged once)."""
     from cacheaffinity.worker.plugin import worker_cache
 
@@ -257,7 +257,7 @@ class ChunkTask:
         call = adapter.unwrap(self.function)
         if call is None or not isinstance(item, adapter.WorkItem):
             return self.function(arg)
-        plugin = _plugin()
+        plugin = plugin_or_none()
         if plugin is None or plugin.cache is None or plugin.uncached:
             out = self.function(arg)
             report_task({"chunks": 1, "uncached_chunks": 1})

@@ -65,6 +65,7 @@ from cacheaffinity.protocol import (
     HOLDERS_HANDLER,
     NODE_REPORT_TOPIC,
     PLUGIN_NAME,
+    PREPROCESS_PREFIX,
     RUN_ANNOTATION,
     TASK_REPORT_TOPIC,
     WORKER_METRIC,
@@ -476,7 +477,15 @@ class CacheAffinityPlugin(SchedulerPlugin):
         node_workers = self.membership.node_workers
         runs = annotations.get(RUN_ANNOTATION) or {}
         graph_run = f"graph:{stimulus_id}"
-        self.runs.submitted({ts.key: runs.get(ts.key) or graph_run for ts, _ in todo})
+        # a run's ``tasks`` are its chunk tasks; its preprocessing tasks report
+        # their figures with the run named in the report
+        self.runs.submitted(
+            {
+                ts.key: runs.get(ts.key) or graph_run
+                for ts, chunk in todo
+                if not chunk.startswith(PREPROCESS_PREFIX)
+            }
+        )
         if not node_workers:
             for ts, _ in todo:
                 ts.worker_restrictions = {_NO_NODE}
