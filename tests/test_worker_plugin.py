@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+import dask.config
 import numpy as np
 import pytest
 from distributed import get_worker
@@ -100,6 +101,28 @@ async def test_unusable_directory_runs_uncached_with_one_warning(c, s, a, tmp_pa
     plugin = s.plugins["cacheaffinity"]
     await async_poll_for(lambda: a.address in plugin.membership.worker_node, timeout=10)
     assert plugin.membership.worker_node[a.address] == HOST_NODE_PREFIX + "127.0.0.1"
+
+
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_capacity_from_config_applies_and_the_default_keeps_the_recorded_one(c, s, a, tmp_path):
+    from helpers import fill
+
+    directory = tmp_path / "cache"
+    fill(directory, n=10, capacity="1 MiB")  # recorded: 1 MiB, ten 4 KiB entries
+    # the packaged default is not a given size: the directory's 1 MiB stays
+    await c.register_plugin(CacheWorkerPlugin(directory=str(directory)))
+    plugin = a.plugins["cacheaffinity"]
+    assert plugin.capacity_given is None
+    assert plugin.stats()["configured_capacity"] == 2**20 and plugin.stats()["entries"] == 10
+    await c.unregister_worker_plugin("cacheaffinity")
+    # a setting other than the default (here dask.config.set on the worker) is given
+    with dask.config.set({"cacheaffinity.worker.capacity": "12 KiB"}):
+        await c.register_plugin(CacheWorkerPlugin(directory=str(directory)))
+    plugin = a.plugins["cacheaffinity"]
+    assert plugin.capacity_given == 12 * 2**10
+    stats = plugin.stats()
+    assert stats["configured_capacity"] == stats["capacity"] == 12 * 2**10
+    assert stats["entries"] == 3 and stats["bytes"] <= 12 * 2**10 and stats["evictions"] == 7
 
 
 @gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])

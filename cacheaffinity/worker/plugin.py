@@ -33,6 +33,15 @@ logged once with the path, its owner and the fix; the worker then caches nothing
 and reports its host as node, marked *uncached* with the reason (the metric's
 ``uncached``), and analyses run uncached but correct.
 
+A capacity given explicitly (the plugin's ``capacity`` argument, which
+``--cache-capacity`` is, or a ``cacheaffinity.worker.capacity`` other than the
+packaged default, from any Dask config source) is recorded as the directory's
+capacity and the cache evicted down to it when the plugin opens it
+(``ColumnCache(set_capacity=True)``); without one the worker uses the capacity
+the directory records.  The node's other processes follow a new recorded
+capacity (:meth:`~cacheaffinity.worker.store.ColumnCache.follow_capacity`);
+of processes given different sizes, the last one started wins.
+
 The capacity in force is at most what the directory's file system can hold:
 the store computes it when the plugin opens it (``ColumnCache(fit_disk=True)``,
 :mod:`cacheaffinity.worker.store.capacity`: the free space plus what the cache
@@ -181,6 +190,10 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.uncached: str | None = None
         #: The capacity setting (``capacity`` is the one in force, at most the disk's).
         self.configured_capacity: int = 0
+        #: The capacity in bytes if it was given explicitly (an argument, or a
+        #: setting other than the packaged default): it is then the directory's.
+        #: None: not given, the directory's recorded capacity is used.
+        self.capacity_given: int | None = None
         #: Free bytes on the directory's file system when the plugin was set up.
         self.free_at_start: int | None = None
         self._tally = threading.local()
@@ -202,7 +215,11 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.failed = str(e)
             raise
         self.failed = None
-        self._open(worker)
+        try:
+            self._open(worker)
+        except ValueError as e:  # a given capacity the cache does not use
+            self.failed = str(e)
+            raise
 
     def validate(self, worker) -> None:
         """Resolve this plugin's settings for ``worker`` without opening anything.
@@ -218,6 +235,9 @@ class CacheWorkerPlugin(WorkerPlugin):
         # the whole section and the arguments, checked once in cacheaffinity.config
         c = config.settings("worker", **self._args)
         self.capacity = config.get_bytes("worker.capacity", c["capacity"])
+        default = config.get_bytes("worker.capacity", config.default("worker.capacity"))
+        given = self._args["capacity"] is not None or self.capacity != default
+        self.capacity_given = self.capacity if given else None
         self.memory = config.get_bytes("worker.memory", c["memory"])
         self.write_queue = config.get_bytes("worker.write-queue", c["write-queue"])
         self.peer_fetch = bool(c["peer-fetch"])
@@ -253,10 +273,11 @@ class CacheWorkerPlugin(WorkerPlugin):
                 shared_group=self.shared_group,
                 write_queue=self.write_queue,
                 fit_disk=True,
+                set_capacity=self.capacity_given is not None,
             )
             self.forms = FormStore(self.directory)
-            # what the store decided: the directory's recorded capacity wins (all
-            # its processes agree), at most what the file system holds
+            # what the store decided: a given capacity is recorded, else the
+            # directory's recorded one is used; at most what the file system holds
             self.configured_capacity = self.cache.configured_capacity
             self.capacity = self.cache.capacity
             self.free_at_start = self.cache.free_at_open
@@ -280,6 +301,7 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.forms = None
             self.node_id = None
             self.uncached = f"cache directory {self.directory} unusable: {e}"
+        self._check_capacity_given()
         worker.metrics[WORKER_METRIC] = self.metric
         from cacheaffinity.worker.peers import serve_form, serve_packs
 
@@ -303,6 +325,23 @@ class CacheWorkerPlugin(WorkerPlugin):
                 bs.send({"op": "log-event", "topic": NODE_REPORT_TOPIC, "msg": msg})
             except Exception as e:  # closed stream: the worker is going away
                 logger.debug("cacheaffinity: node report not sent: %r", e)
+
+    def _check_capacity_given(self) -> None:
+        """Refuse to run when a capacity given explicitly is not the one the
+        opened cache uses (never silently ignored)."""
+        cache, given = self.cache, self.capacity_given
+        if given is None or cache is None or cache.disabled:
+            return
+        if cache.configured_capacity != given:
+            cache.close()
+            self.cache = self.forms = None
+            raise ValueError(
+                f"cacheaffinity.worker.capacity={format_bytes(given)} (--cache-capacity) was "
+                f"given but cache directory {self.directory} could not record it and uses "
+                f"{format_bytes(cache.configured_capacity)}; make its index writable by this user "
+                "(cacheaffinity cache verify --repair DIR), or start the worker without "
+                "--cache-capacity to use the recorded capacity"
+            )
 
     def startup_line(self) -> str:
         """The one INFO line a worker logs at start: node id, directory, its file
@@ -343,6 +382,7 @@ class CacheWorkerPlugin(WorkerPlugin):
         """
         if flush:
             self.flush(60.0)
+        self._follow_capacity()
         out: dict[str, Any] = {
             "capacity": self.capacity,
             "configured_capacity": self.configured_capacity or self.capacity,
@@ -361,6 +401,16 @@ class CacheWorkerPlugin(WorkerPlugin):
             except Exception as e:  # a broken index is a cache problem, not ours
                 logger.debug("cacheaffinity: cache size unavailable: %r", e)
         return out
+
+    def _follow_capacity(self) -> None:
+        """Take a capacity another process of the node recorded since setup."""
+        if self.cache is None:
+            return
+        try:
+            self.capacity = self.cache.follow_capacity()
+            self.configured_capacity = self.cache.configured_capacity
+        except Exception as e:  # a broken index is a cache problem, not ours
+            logger.debug("cacheaffinity: recorded capacity unavailable: %r", e)
 
     def metric(self, worker=None) -> dict[str, Any]:
         """The ``cacheaffinity`` worker metric sent to the scheduler."""

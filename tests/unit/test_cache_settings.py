@@ -6,9 +6,13 @@ Real directories, real SQLite files."""
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import sqlite3
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -149,3 +153,135 @@ def test_processes_agree_on_the_directory_capacity(tmp_path, caplog):
     assert settings(tmp_path)["capacity"] == 2 * 2**20
     with ColumnCache(tmp_path, capacity="1 MiB") as cache:
         assert cache.capacity == 2 * 2**20
+
+
+# ------------------------------------------- a capacity given explicitly
+BLOCK = 4096
+
+
+def test_a_given_capacity_is_recorded_and_the_oldest_entries_go(tmp_path, caplog):
+    values = fill(tmp_path, n=10, capacity="1 MiB")  # one 4 KiB block each
+    keys = list(values)
+    caplog.set_level(logging.INFO, LOGGER)
+    # shrink: recorded, the 6 oldest entries evicted at open, stats and info show it
+    with ColumnCache(tmp_path, capacity=4 * BLOCK, set_capacity=True) as cache:
+        assert settings(tmp_path)["capacity"] == 4 * BLOCK
+        assert cache.capacity == cache.configured_capacity == 4 * BLOCK
+        assert cache.volume() <= 4 * BLOCK
+        assert list(cache) == keys[-4:]
+        assert cache.stats()["evictions"] == 6 and cache.stats()["bytes_evicted"] == 6 * BLOCK
+        assert cache.info()["capacity"] == 4 * BLOCK
+        assert np.array_equal(cache[keys[-1]], values[keys[-1]])
+    lines = [r.getMessage() for r in caplog.records if "->" in r.getMessage()]
+    assert len(lines) == 1, lines
+    assert "capacity 1.00 MiB -> 16.00 kiB (--cache-capacity / cacheaffinity.worker.capacity)" in lines[0]
+    assert "evicted the 6 oldest entries" in lines[0]
+    assert len(data_files(tmp_path)) == 4  # the evicted entries' files are gone
+    # not given (the default 10 GiB): the recorded capacity stays, nothing evicted
+    caplog.clear()
+    with ColumnCache(tmp_path) as cache:
+        assert cache.capacity == 4 * BLOCK and cache.capacity_source == "directory"
+        assert list(cache) == keys[-4:]
+    assert settings(tmp_path)["capacity"] == 4 * BLOCK
+    assert not [r for r in caplog.records if "->" in r.getMessage()]
+    # grow: recorded, nothing evicted, and it fills up to the new size
+    with ColumnCache(tmp_path, capacity=8 * BLOCK, set_capacity=True) as cache:
+        assert settings(tmp_path)["capacity"] == 8 * BLOCK
+        assert list(cache) == keys[-4:] and cache.stats()["evictions"] == 0
+        for i in range(4):
+            cache[f"uuid/Events/0-10/data/new{i}"] = np.arange(300, dtype=np.int64)
+        assert len(cache) == 8 and cache.stats()["evictions"] == 0
+        cache["uuid/Events/0-10/data/one-more"] = np.arange(300, dtype=np.int64)
+        assert len(cache) == 8 and cache.volume() <= 8 * BLOCK
+
+
+def test_a_given_capacity_needs_a_writable_open(tmp_path):
+    with pytest.raises(ValueError, match="set_capacity=True, heal=False"):
+        ColumnCache(tmp_path, capacity="1 MiB", set_capacity=True, heal=False)
+
+
+_FOLLOWER = """
+import json, logging, sys
+import numpy as np
+from cacheaffinity.worker.store import ColumnCache
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
+cache = ColumnCache(sys.argv[1], capacity="1 MiB", set_capacity=True)
+for i in range(10):
+    cache[f"uuid/Events/0-10/data/old{i}"] = np.arange(300, dtype=np.int64)
+print("ready", flush=True)
+sys.stdin.readline()  # another process records a new capacity meanwhile
+cache["uuid/Events/0-10/data/after"] = np.arange(300, dtype=np.int64)
+print(json.dumps({"capacity": cache.capacity, "configured": cache.configured_capacity,
+                  "volume": cache.volume(), "entries": len(cache),
+                  "evictions": cache.stats()["evictions"]}), flush=True)
+cache.close()
+"""
+
+
+def _follower(directory):
+    root = str(Path(__file__).resolve().parents[2])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _FOLLOWER, str(directory)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    assert proc.stdout.readline().strip() == "ready", proc.stderr.read()
+    return proc
+
+
+def _after_change(proc):
+    out, err = proc.communicate("go\n", timeout=120)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+@pytest.mark.timeout(240)
+def test_live_processes_follow_a_capacity_given_to_another(tmp_path):
+    # a process that keeps the directory open at 1 MiB, and a second open cache here
+    proc = _follower(tmp_path)
+    try:
+        other = ColumnCache(tmp_path)
+        assert other.capacity == 2**20
+        with ColumnCache(tmp_path, capacity=4 * BLOCK, set_capacity=True) as cache:
+            assert len(cache) == 4  # evicted at open
+        got, err = _after_change(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    # its next insert used the new capacity: it did not fill up to the old 1 MiB
+    assert got["capacity"] == got["configured"] == 4 * BLOCK
+    assert got["volume"] <= 4 * BLOCK and got["entries"] == 4
+    followed = [line for line in err.splitlines() if "recorded by another process" in line]
+    assert len(followed) == 1 and "INFO" in followed[0], err
+    assert "capacity 1.00 MiB -> 16.00 kiB" in followed[0]
+    # an open cache that did not insert follows when asked (workers: every heartbeat)
+    assert other.follow_capacity() == 4 * BLOCK
+    assert other.configured_capacity == 4 * BLOCK and other.capacity_source == "directory"
+    other.close()
+
+
+@pytest.mark.timeout(240)
+def test_live_processes_follow_a_larger_capacity_without_evicting(tmp_path):
+    proc = _follower(tmp_path)
+    try:
+        with ColumnCache(tmp_path, capacity="2 MiB", set_capacity=True) as cache:
+            assert len(cache) == 10
+        got, _ = _after_change(proc)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert got["configured"] == 2 * 2**20 and got["entries"] == 11 and got["evictions"] == 0
+
+
+def test_the_last_given_capacity_wins_and_fit_disk_refits(tmp_path):
+    fill(tmp_path, n=6, capacity="1 MiB")
+    first = ColumnCache(tmp_path, capacity=5 * BLOCK, set_capacity=True, fit_disk=True)
+    second = ColumnCache(tmp_path, capacity=3 * BLOCK, set_capacity=True, fit_disk=True)
+    try:
+        assert settings(tmp_path)["capacity"] == 3 * BLOCK and len(second) == 3
+        first["uuid/Events/0-10/data/x"] = np.arange(300, dtype=np.int64)
+        assert first.configured_capacity == first.capacity == 3 * BLOCK
+        assert first.volume() <= 3 * BLOCK and "uuid/Events/0-10/data/x" in first
+    finally:
+        first.close()
+        second.close()

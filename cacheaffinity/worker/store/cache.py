@@ -45,7 +45,7 @@ Thread and process safety
     lock.  A data file is never modified once visible and names are never
     reused, so a reader sees a complete pack or nothing: a file deleted by
     another process's eviction after the lookup is a miss.  Every process
-    evicts down to the directory's ``capacity`` when it inserts.  The directory
+    evicts down to the directory's recorded ``capacity`` when it inserts.  The directory
     must be on a local file system (SQLite WAL does not work over NFS).
 
 Disk use
@@ -71,10 +71,15 @@ Failures are misses, never errors
 
 Settings every process agrees on
     The index's ``settings`` table holds the capacity and the layout version.
-    A process whose own ``capacity`` differs uses the directory's (one log
-    line); ``ColumnCache(..., set_capacity=True)`` rewrites it.  With
-    ``fit_disk=True`` (workers) the capacity in force is at most what the
-    file system can hold (:mod:`.capacity`; per process, never recorded).
+    ``ColumnCache(..., set_capacity=True)`` records this process's ``capacity``
+    (the last such open wins) and evicts the oldest entries down to it at
+    once, with one log line; otherwise a process whose own ``capacity`` differs
+    uses the directory's (one log line).  Open caches follow a capacity
+    recorded later by another process: every insert transaction reads it, and
+    :meth:`ColumnCache.follow_capacity` does on demand (workers: with every
+    heartbeat).  With ``fit_disk=True`` (workers) the capacity in force is at
+    most what the file system can hold (:mod:`.capacity`; per process, never
+    recorded).
 
 No pickle
     Keys and tables of contents are SQLite text, values are raw array bytes,
@@ -169,8 +174,10 @@ class ColumnCache(MutableMapping):
         changes nothing and disables the cache with the reason in
         :attr:`disabled` (the read-only ``cacheaffinity cache info``).
     set_capacity : bool, optional
-        Write this process's ``capacity`` into the directory's settings
-        (default: adopt the capacity recorded there, if any).
+        Record this process's ``capacity`` as the directory's (replacing the
+        recorded one; its other processes follow it) and evict the oldest
+        entries down to it now.  Default: adopt the capacity recorded there,
+        if any.  Needs ``heal=True``.
     write_queue : int or str, optional
         Bytes of values waiting for the background writer thread (see
         :mod:`.writer`); ``0`` (the default here; workers pass
@@ -208,9 +215,15 @@ class ColumnCache(MutableMapping):
         fit_disk: bool = False,
         read: str | None = None,
     ):
+        if set_capacity and not heal:
+            raise ValueError(
+                "ColumnCache(set_capacity=True, heal=False): a read-only open cannot record "
+                "a capacity; pass heal=True, or set_capacity=False to use the recorded one"
+            )
         #: Absolute path of the cache directory.
         self.directory: str = os.path.abspath(os.fspath(directory))
-        #: The capacity setting: the argument (or config), or the directory's recorded one.
+        #: The capacity setting: the argument (or config), or the directory's recorded
+        #: one (followed when another process records a new one).
         self.configured_capacity: int = config.get_bytes("worker.capacity", capacity)
         #: Size bound in force, in bytes: :attr:`configured_capacity`, with
         #: ``fit_disk`` at most what the file system holds.
@@ -238,6 +251,7 @@ class ColumnCache(MutableMapping):
         self._uid = os.geteuid()
         self._heals = bool(heal)
         self._stats_lock = threading.Lock()
+        self._capacity_lock = threading.Lock()
         self._counts = dict.fromkeys(_COUNTERS, 0)
         #: Each problem logged once per cache (then at debug level).
         self._warn_once = LogOnce(logger)
@@ -338,6 +352,7 @@ class ColumnCache(MutableMapping):
     def _reset_locks(self) -> None:
         """Fresh locks and no writer thread in a forked child."""
         self._stats_lock = threading.Lock()
+        self._capacity_lock = threading.Lock()
         self.index.reset_after_fork()
         self.writer.reset()
 
@@ -346,13 +361,64 @@ class ColumnCache(MutableMapping):
         self.index.writer_thread = thread
 
     def _settings(self, set_capacity: bool) -> None:
-        """Adopt the directory's capacity, or record this process's (:func:`~.capacity.agree`)."""
-        recorded = _capacity.agree(
-            self.index, self.directory, self.configured_capacity, heals=self._heals, force=set_capacity
-        )
+        """Record this process's capacity and evict down to it (:func:`~.capacity.impose`),
+        or adopt the directory's (:func:`~.capacity.agree`)."""
+        if set_capacity:
+            evicted, freed = _capacity.impose(self.index, self.files, self.directory, self.configured_capacity)
+            self._count(evictions=evicted, bytes_evicted=freed)
+            return
+        recorded = _capacity.agree(self.index, self.directory, self.configured_capacity, heals=self._heals)
         if recorded is not None:
             self.capacity_source = "directory"
             self.configured_capacity = self.capacity = recorded
+
+    def follow_capacity(self, con: sqlite3.Connection | None = None) -> int:
+        """Follow the capacity the directory records now (another process may
+        have recorded a new one since this cache was opened); returns the
+        capacity in force.
+
+        Parameters
+        ----------
+        con : sqlite3.Connection, optional
+            The connection of the caller's open transaction (the write path);
+            default: a query of its own.
+
+        Notes
+        -----
+        A change is taken as :attr:`configured_capacity` (with ``fit_disk``,
+        fitted to the file system again) and logged once per process.
+        """
+        if self._closed or self._disabled:
+            return self.capacity
+        sql = "SELECT value FROM settings WHERE name = 'capacity'"
+        if con is None:
+            rows = self.index.query(sql)
+            recorded = int(rows[0][0]) if rows else None
+        else:
+            row = con.execute(sql).fetchone()
+            recorded = None if row is None else int(row[0])
+        with self._capacity_lock:
+            if recorded is None or recorded == self.configured_capacity:
+                return self.capacity
+            old, self.configured_capacity = self.configured_capacity, recorded
+        capacity = recorded
+        if self.fit_disk:  # no lock held: the size query may wait for the index
+            if con is None:
+                held = self.totals()["bytes"]
+            else:
+                held = int(con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0])
+            capacity = _capacity.fit_to_disk(self.directory, recorded, held)[0]
+        with self._capacity_lock:
+            if self.configured_capacity != recorded:  # a newer change overtook this one
+                return self.capacity
+            self.capacity = capacity
+            self.capacity_source = "directory"
+        logger.info(
+            "cacheaffinity: cache directory %s: capacity %s -> %s, recorded by another process "
+            "(the last one started with %s given explicitly)",
+            self.directory, format_bytes(old), format_bytes(recorded), _capacity.GIVEN,
+        )  # fmt: skip
+        return capacity
 
     def _fit_disk(self) -> None:
         """The capacity in force: at most what the file system holds (:func:`~.capacity.fit_to_disk`)."""
@@ -424,7 +490,8 @@ class ColumnCache(MutableMapping):
             ``bytes_mapped`` (bytes of verified data files copied into a new
             buffer / mapped, see ``read``: the members are views of it),
             ``evictions`` and
-            ``bytes_evicted`` (by this process's inserts), ``errors``,
+            ``bytes_evicted`` (by this process's inserts, and at open down
+            to a capacity given with ``set_capacity``), ``errors``,
             ``corrupt`` (rows that failed verification), ``skipped`` (values not
             cached: too large, disk full, unwritable or dropped), ``dropped``
             (full write queue), ``temporaries_removed``, ``orphans_removed``,

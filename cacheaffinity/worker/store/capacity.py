@@ -4,14 +4,20 @@ and in the ``cacheaffinity`` CLI).
 This module owns the store's capacity policy:
 
 - **the capacity every process agrees on**: the directory's ``settings`` table
-  records one; a process whose own setting differs uses the recorded one (one
-  log line), ``set_capacity=True`` rewrites it (:func:`agree`);
+  records one.  A process given a capacity explicitly
+  (``ColumnCache(set_capacity=True)``; workers: ``--cache-capacity`` or a
+  ``cacheaffinity.worker.capacity`` other than the default) records it and
+  evicts down to it at once (:func:`impose`, one log line); any other process
+  uses the recorded one (:func:`agree`).  Open caches follow a capacity another
+  process recorded: writers in every insert transaction, workers with every
+  heartbeat (:meth:`~.cache.ColumnCache.follow_capacity`);
 - **the capacity in force**: at most what the directory's file system can hold,
   the free space at open (plus what the cache already holds) minus a reserve
   (:func:`effective_capacity`, :func:`fit_to_disk`); per process, never recorded;
 - **eviction**: first in, first out, inside the transaction that inserts
-  (:func:`evict_rows`), and, when the disk filled up below the capacity, data
-  files first and rows after (:func:`make_room`).
+  (:func:`evict_rows`), down to a new capacity (:func:`shrink`), and, when the
+  disk filled up below the capacity, data files first and rows after
+  (:func:`make_room`).
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from cacheaffinity.worker.store.files import DataFiles
 from cacheaffinity.worker.store.index import Index
 
 __all__ = [
+    "GIVEN",
     "MAX_EVICTIONS_PER_INSERT",
     "RESERVE_FRACTION",
     "RESERVE_MAX",
@@ -34,7 +41,9 @@ __all__ = [
     "effective_capacity",
     "evict_rows",
     "fit_to_disk",
+    "impose",
     "make_room",
+    "shrink",
 ]
 
 logger = logging.getLogger("cacheaffinity.worker")
@@ -45,17 +54,19 @@ MAX_EVICTIONS_PER_INSERT = 1024
 RESERVE_FRACTION = 0.05
 #: Bytes kept free at most.
 RESERVE_MAX = 2**30
+#: How an operator gives a worker's capacity (named in the log lines).
+GIVEN = "--cache-capacity / cacheaffinity.worker.capacity"
 
 
 # ------------------------------------------------------------------- agreement
-def agree(index: Index, directory: str, mine: int, *, heals: bool, force: bool) -> int | None:
+def agree(index: Index, directory: str, mine: int, *, heals: bool) -> int | None:
     """The directory's recorded capacity if this process must use it instead of
-    ``mine`` (logged when they differ), else None (``mine`` was recorded, or a
-    read-only open found nothing recorded)."""
+    ``mine`` (logged when they differ), else None (``mine`` was recorded in a
+    directory that had none, or a read-only open found nothing recorded)."""
     if not heals:  # read-only (``cache info``): report, change nothing
         recorded = index.settings().get("capacity")
     else:
-        recorded, written = index.adopt_or_set("capacity", mine, force=force)
+        recorded, written = index.adopt_or_set("capacity", mine)
         if written:
             return None
     if recorded is None:
@@ -64,11 +75,46 @@ def agree(index: Index, directory: str, mine: int, *, heals: bool, force: bool) 
     if recorded != mine:
         logger.info(
             "cacheaffinity: cache directory %s records capacity %s, used instead of this "
-            "process's %s so that all its processes agree (ColumnCache(set_capacity=True) "
-            "changes it)",
-            directory, format_bytes(recorded), format_bytes(mine),
+            "process's default %s so that all its processes agree (a worker started with "
+            "%s given explicitly changes it)",
+            directory, format_bytes(recorded), format_bytes(mine), GIVEN,
         )  # fmt: skip
     return recorded
+
+
+def impose(index: Index, files: DataFiles, directory: str, mine: int) -> tuple[int, int]:
+    """Record ``mine`` as the directory's capacity (whatever it recorded: of
+    processes doing this at once, the last one wins), then evict the oldest
+    entries until the cache holds at most ``mine`` (:func:`shrink`).  One INFO
+    line when the capacity changed or entries went.  Returns ``(entries
+    evicted, bytes freed)``."""
+    old = index.replace_setting("capacity", mine)
+    evicted, freed = shrink(index, files, mine)
+    if (old is not None and old != mine) or evicted:
+        before = "none" if old is None else format_bytes(old)
+        gone = f"; evicted the {evicted} oldest entries ({format_bytes(freed)})" if evicted else ""
+        logger.info(
+            "cacheaffinity: cache directory %s: capacity %s -> %s (%s)%s",
+            directory, before, format_bytes(mine), GIVEN, gone,
+        )  # fmt: skip
+    return evicted, freed
+
+
+def shrink(index: Index, files: DataFiles, capacity: int) -> tuple[int, int]:
+    """Evict the oldest entries until the index accounts at most ``capacity``
+    bytes: transactions of at most :data:`MAX_EVICTIONS_PER_INSERT` rows, each
+    one's data files deleted after its commit.  Returns ``(entries evicted,
+    bytes freed)``."""
+    evicted = freed = 0
+    while True:
+        with index.transaction() as con:
+            used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
+            doomed, n = evict_rows(con, int(used) - int(capacity))
+        if not doomed:
+            return evicted, freed
+        files.remove(doomed)  # only after the commit: nobody can find them any more
+        evicted += len(doomed)
+        freed += n
 
 
 # ---------------------------------------------------------------- disk space

@@ -467,6 +467,15 @@ class Index:
             con.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (name, int(value)))
             return int(value), True
 
+    def replace_setting(self, name: str, value: int) -> int | None:
+        """Write ``value`` as the ``name`` setting; returns the value it replaced
+        (None: there was none).  One transaction: of processes writing at once,
+        the last one wins."""
+        with self.transaction() as con:
+            row = con.execute("SELECT value FROM settings WHERE name = ?", (name,)).fetchone()
+            con.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (name, int(value)))
+        return None if row is None else int(row[0])
+
     # --------------------------------------------------------------- healing
     def salvage(self, con: sqlite3.Connection) -> list[tuple]:
         """The rows of a damaged index that can still be read, in FIFO order.

@@ -10,7 +10,9 @@ This module owns what happens to a value from ``cache[key] = array`` (or
   arrives while writes pause after a full disk, then queues the item for the
   background writer (:mod:`.writer`) or stores it now;
 - :func:`store_many` writes the data files first, then **one** index transaction
-  that replaces older values, evicts (:func:`~.capacity.evict_rows`) and inserts;
+  that reads the directory's recorded capacity (another process may have
+  changed it), replaces older values, evicts (:func:`~.capacity.evict_rows`)
+  and inserts;
   files of replaced or evicted rows are deleted only after the commit;
 - :func:`set_now` recovers from a full disk: make room
   (:func:`~.capacity.make_room`) and retry once, then leave the value uncached
@@ -216,13 +218,14 @@ def store_many(cache: ColumnCache, items: list[Item]) -> None:
         evicted = freed = 0
         now = time.time()
         with cache.index.transaction() as con:
+            capacity = cache.follow_capacity(con)  # another process may have recorded a new one
             for item, name, toc, nbytes, digest in written:
                 old = con.execute("SELECT id, file FROM entries WHERE key = ?", (item.key,)).fetchone()
                 if old is not None:
                     con.execute("DELETE FROM entries WHERE id = ?", (old[0],))
                     doomed.append(old[1])
                 used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
-                gone, n = evict_rows(con, used + item.size - cache.capacity)
+                gone, n = evict_rows(con, used + item.size - capacity)
                 doomed.extend(gone)
                 evicted += len(gone)
                 freed += n
