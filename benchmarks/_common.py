@@ -2,7 +2,10 @@
 
 - :func:`parser`: the common command line (``--quick``, ``--out``);
 - :func:`machine_info`: what the numbers were measured on (CPU, load, versions);
-- :func:`write_json`: results with the config used and the machine, written atomically;
+- :func:`write_json`: results with the config used and the machine, written atomically
+  (paths in them recorded by :func:`portable_path`);
+- :func:`portable_path`: a path as results files record it (relative to the repository,
+  or its base name), so that they name no folder of the machine they ran on;
 - :func:`pyplot` and :func:`save_png`: matplotlib with the Agg backend (no display),
   PNG written atomically;
 - :func:`print_table`: a plain-text table for the terminal;
@@ -51,6 +54,7 @@ __all__ = [
     "dataset_stats",
     "template_path",
     "synthetic_module",
+    "portable_path",
 ]
 
 # The synthetic data generator: this is the one place benchmarks import it from (it may
@@ -183,16 +187,43 @@ def git_info(repo: str = REPO) -> dict[str, Any]:
 
 
 def template_path() -> str:
-    """The NanoAOD template the synthetic data are resampled from (env or default)."""
+    """The NanoAOD template the synthetic data are resampled from:
+    ``$CACHEAFFINITY_NANOAOD_TEMPLATE``, else ``nano_dy.root`` of the sample folder
+    (``data/nanoaod/`` of the repository or ``$CACHEAFFINITY_NANOAOD_DIR``:
+    :mod:`testbed.samples`)."""
     env = os.environ.get("CACHEAFFINITY_NANOAOD_TEMPLATE")
     if env:
         return env
-    path = _synthetic().default_template_path()
-    if not path.exists():  # a git worktree beside the repository: try the shared data
-        for d in (os.environ.get("CACHEAFFINITY_NANOAOD_DIR"), "/work/shared/data/nanoaod"):
-            if d and os.path.exists(os.path.join(d, "nano_dy.root")):
-                return os.path.join(d, "nano_dy.root")
-    return str(path)
+    return str(_synthetic().default_template_path())
+
+
+def portable_path(path: str | os.PathLike) -> str:
+    """``path`` as a results file records it: relative to the repository root when it
+    lies inside the repository, else its base name (results name no folder of the
+    machine they were measured on)."""
+    real = os.path.realpath(os.fspath(path))
+    root = os.path.realpath(REPO)
+    if real == root:
+        return "."
+    if real.startswith(root + os.sep):
+        return os.path.relpath(real, root)
+    return os.path.basename(os.path.normpath(os.fspath(path))) or os.fspath(path)
+
+
+def _portable(value: Any) -> Any:
+    """``value`` with every string that is an absolute path (one word, starting with
+    ``/``) replaced by :func:`portable_path`; dicts, lists and tuples recursively."""
+    if isinstance(value, str):
+        if value.startswith("/") and len(value) > 1 and not any(c.isspace() for c in value):
+            return portable_path(value)
+        return value
+    if isinstance(value, dict):
+        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_portable(v) for v in value]
+    if isinstance(value, os.PathLike):
+        return portable_path(value)
+    return value
 
 
 def spread(values: Sequence[float]) -> dict[str, Any]:
@@ -245,16 +276,18 @@ def branch_bytes(
 
 def write_json(path: str, config: dict[str, Any], results: Any, **extra: Any) -> None:
     """Write ``{"config", "machine", "commit", "dirty", "results", **extra}`` as
-    indented JSON; ``commit``/``dirty`` from :func:`git_info`."""
+    indented JSON; ``commit``/``dirty`` from :func:`git_info`.  Absolute paths in
+    ``config``, ``results`` and ``extra`` are recorded by :func:`portable_path`
+    (relative to the repository, or their base name)."""
     g = git_info()
     doc = {
-        "config": config,
+        "config": _portable(config),
         "machine": machine_info(),
         "commit": g["commit"],
         "dirty": g["dirty"],
         "dirty_files": g["dirty_files"],
-        "results": results,
-        **extra,
+        "results": _portable(results),
+        **_portable(extra),
     }
 
     def write(tmp: str) -> None:

@@ -63,7 +63,8 @@ import xxhash
 from cacheaffinity import ColumnCache
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from benchmarks._common import git_info  # noqa: E402
+from benchmarks._common import git_info, portable_path  # noqa: E402
+from testbed.samples import sample  # noqa: E402
 
 CODECS = {
     "LZMA(9)": lambda: uproot.LZMA(9),
@@ -351,8 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=os.path.join(here, "results"), help="output directory")
     parser.add_argument(
         "--source",
-        default="/work/shared/data/nanoaod/nano_dy.root",
-        help="NanoAOD file to resample",
+        default=None,
+        help="NanoAOD file to resample (default: nano_dy.root of the repository's "
+        "data/nanoaod/, or of $CACHEAFFINITY_NANOAOD_DIR)",
     )
     parser.add_argument(
         "--events", type=int, help="events to generate (default 120000, quick 10000)"
@@ -367,6 +369,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--codecs", default=",".join(CODECS), help="comma-separated subset")
     args = parser.parse_args(argv)
+    if args.source is None:
+        args.source = str(sample("nano_dy.root"))
     n_events = args.events or (10_000 if args.quick else 120_000)
     repeat = args.repeat or (2 if args.quick else 5)
     baskets = 4 if args.quick else 8
@@ -652,7 +656,7 @@ def main(argv: list[str] | None = None) -> int:
         "seconds": time.time() - started,
         "config": {
             "quick": args.quick,
-            "source": args.source,
+            "source": portable_path(args.source),
             "events": n_events,
             "baskets_per_branch": baskets,
             "repeat": repeat,
@@ -662,7 +666,7 @@ def main(argv: list[str] | None = None) -> int:
             "buffers": len(buffer_sizes),
             "decompressed_bytes": sum(buffer_sizes),
             "threads": 1,
-            "cache_dir": cache_dir,
+            "cache_dir": portable_path(cache_dir),
             "page_cache_drop": sorted(m or "not permitted" for m in drop_methods),
             "MB": "10**6 bytes",
             "timing": "best of `repeat` runs after a warm-up (cache reads: fastest pass)",

@@ -72,7 +72,7 @@ def _parser() -> argparse.ArgumentParser:
         "--template",
         default=None,
         help="NanoAOD template file (default: $CACHEAFFINITY_NANOAOD_TEMPLATE or "
-        "../shared/data/nanoaod/nano_dy.root)",
+        "data/nanoaod/nano_dy.root of the repository)",
     )
     p.add_argument(
         "--branches",

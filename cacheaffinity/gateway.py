@@ -33,7 +33,7 @@ In a notebook::
     cluster = cacheaffinity.gateway.new_cluster(workers=4)
     client = cluster.get_client()
 
-``dask_gateway`` (the client package, extra ``cacheaffinity[gateway]``) is
+``dask_gateway`` (the client package, extra ``gateway``) is
 imported only by :func:`new_cluster`; :func:`configure` needs nothing but the
 gateway server's config object.
 """
@@ -252,7 +252,7 @@ def new_cluster(workers: int = 2, *, gateway: Any = None, **cluster_options: Any
     except ImportError as e:  # pragma: no cover - depends on the environment
         raise ImportError(
             "cacheaffinity.gateway.new_cluster needs the dask-gateway client: "
-            "pip install 'cacheaffinity[gateway]' (or pip install dask-gateway)"
+            "pip install dask-gateway (or, from a cacheaffinity checkout, pip install \".[gateway]\")"
         ) from e
     from cacheaffinity.client import check
 

@@ -50,7 +50,8 @@ Restarts
 (``distributed.deploy.lost-worker-timeout``, 15 s); a new job on the same node reads the same
 ``node-id``, so the scheduler sends it the same chunks as before.
 
-dask-jobqueue is an optional dependency: ``pip install cacheaffinity[jobqueue]``.
+dask-jobqueue is an optional dependency: ``pip install dask-jobqueue`` (or the
+``jobqueue`` extra, ``pip install ".[jobqueue]"`` from a checkout).
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ __all__ = [
 ]
 
 _INSTALL = (
-    "cacheaffinity.jobqueue needs dask-jobqueue: pip install cacheaffinity[jobqueue] "
-    "(or pip install dask-jobqueue)"
+    "cacheaffinity.jobqueue needs dask-jobqueue: pip install dask-jobqueue "
+    "(or, from a cacheaffinity checkout, pip install \".[jobqueue]\")"
 )
 # Our own worker options: refused in worker_extra_args (pass them as arguments instead).
 _OURS = ("--preload", "--cache-directory", "--cache-capacity", "--cache-memory", "--node-weight")

@@ -319,7 +319,46 @@ def _parse_time(ctx, outer, values: list) -> dict:
     return recovered
 
 
-@click.command(context_settings={"ignore_unknown_options": False})
+class _PreloadCommand(click.Command):
+    """The preload's click command, named in its errors as the program that parses it.
+
+    Distributed parses a click preload's arguments in a context of its own making,
+    without a name (``click.Context(command)`` while it parses its command line;
+    ``"dask_setup"`` when the server runs the preload), so a usage error read
+    ``Usage:  [OPTIONS]`` and ``Try ' --help'``.  Here the context gets the command
+    line's name, ``dask worker --preload cacheaffinity`` (or ``dask scheduler ...``),
+    and a line after the usage lists the options.  There is no ``Try '... --help'`` line:
+    ``--help`` after ``--preload cacheaffinity`` is taken by ``dask worker`` itself,
+    so no command shows this help.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list) -> list:
+        if not ctx.info_name or ctx.info_name == "dask_setup":
+            ctx.info_name = f"{_program()} --preload cacheaffinity"
+        return super().parse_args(ctx, args)
+
+    def get_help_option(self, ctx: click.Context):
+        return None
+
+    def format_usage(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_usage(ctx, formatter)
+        names = [p.opts[0] for p in self.params if isinstance(p, click.Option)]
+        formatter.write(f"Options: {' '.join(names)}\n")
+
+
+def _program() -> str:
+    """``dask worker``/``dask scheduler``: the command line being parsed (its click
+    context is current then), else the process's role when known, else both."""
+    outer = click.get_current_context(silent=True)
+    if outer is not None and outer.command.name in ("worker", "scheduler"):
+        return outer.command_path or f"dask {outer.command.name}"
+    return "dask scheduler|worker"
+
+
+@click.command(
+    cls=_PreloadCommand,
+    context_settings={"ignore_unknown_options": False},
+)
 @click.option("--cache-directory", default=None, help="worker: cacheaffinity.worker.directory")
 @click.option(
     "--cache-capacity",

@@ -2,7 +2,7 @@
 
 ``make demo`` runs ``python -m examples.demo``: it generates NanoAOD-like LZMA-9
 data (resampled from a real CMS NanoAOD file), adds the real CMS NanoAOD files of
-``../shared/data/nanoaod`` as further datasets, starts a local Dask cluster whose
+the repository's ``data/nanoaod/`` as further datasets, starts a local Dask cluster whose
 worker processes act as separate cache nodes (each with its own cache
 directory), runs the same analysis several times with the cacheaffinity
 executor, once with coffea's plain ``DaskExecutor`` for comparison, checks that
@@ -27,6 +27,7 @@ from coffea.nanoevents import NanoAODSchema
 from distributed import Client, LocalCluster
 
 import cacheaffinity
+from testbed.samples import samples_dir
 from testbed.synthetic import make_dataset
 from examples.analysis import DimuonJetProcessor, quiet_known_schema_warnings_on, summary
 
@@ -87,7 +88,7 @@ def main(argv=None) -> int:
     ARGS = args = parse_args(argv)
     files = dataset(args)
     fileset = {"synthetic": files}
-    real = Path(__file__).resolve().parent.parent.parent / "shared" / "data" / "nanoaod"
+    real = samples_dir()  # data/nanoaod/ of the repository, or $CACHEAFFINITY_NANOAOD_DIR
     for name in ("nano_dy.root", "nano_dimuon.root", "nanoAOD_2015_CMS_Open_Data_ttbar.root"):
         if (real / name).exists():  # real CMS NanoAOD beside the generated data
             fileset[name.removesuffix(".root")] = [str(real / name)]

@@ -28,7 +28,7 @@ nano_dy.root's 1,499, 31% of its uncompressed bytes; 42% of the generated data's
 The corrections are toys (no correction files are shipped), but they read the same inputs
 and do the same kind of per-object arithmetic as the real ones.  Optional branches (a
 trigger path, a flag, a weight) are used only when the file has them, so the processor runs
-on every NanoAOD version in ``../shared/data/nanoaod`` of the NanoAODv6/v7 family and on
+on every NanoAOD version in the repository's ``data/nanoaod/`` of the NanoAODv6/v7 family and on
 the generated data of :func:`testbed.synthetic.make_dataset` (resampled from
 ``nano_dy.root``).
 
@@ -496,10 +496,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     files = list(argv if argv is not None else sys.argv[1:])
     if not files:
+        # the repository's sample folder (testbed/samples.py), computed here so that
+        # ``python examples/realistic.py`` runs without the repository root on sys.path
         d = os.environ.get("CACHEAFFINITY_NANOAOD_DIR") or os.path.join(
-            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "nanoaod")
+            os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "nanoaod")
         if not os.path.isdir(d):
-            d = "/work/shared/data/nanoaod"
+            print(f"no NanoAOD samples in {d}: expected the repository folder data/nanoaod/",
+                  file=sys.stderr)  # fmt: skip
+            return 1
         files = [f for f in sorted(glob.glob(os.path.join(d, "*.root")))
                  if os.path.basename(f) in ("nano_dy.root", "nano_dimuon.root",
                                             "nanoAOD_2015_CMS_Open_Data_ttbar.root")]  # fmt: skip

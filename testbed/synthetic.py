@@ -83,6 +83,8 @@ import awkward as ak
 import numpy as np
 import uproot
 
+from testbed.samples import REL_SAMPLES, sample
+
 __all__ = [
     "CODECS",
     "DEFAULT_JITTER",
@@ -164,12 +166,12 @@ def file_name(index: int) -> str:
 
 def default_template_path() -> Path:
     """The template used when none is given: ``$CACHEAFFINITY_NANOAOD_TEMPLATE`` if set, else
-    ``<repository root>/../shared/data/nanoaod/nano_dy.root`` (may not exist)."""
+    ``nano_dy.root`` of the repository's sample folder ``data/nanoaod/``
+    (:func:`testbed.samples.sample`; may not exist)."""
     env = os.environ.get(TEMPLATE_ENV)
     if env:
         return Path(env).expanduser()
-    repo_root = Path(__file__).resolve().parents[1]
-    return repo_root.parent / "shared" / "data" / "nanoaod" / "nano_dy.root"
+    return sample("nano_dy.root")
 
 
 def resolve_template(template: str | os.PathLike | None = None) -> Path:
@@ -187,7 +189,7 @@ def resolve_template(template: str | os.PathLike | None = None) -> Path:
             f"NanoAOD template file not found: {str(path)!r} (from the {origin}). "
             f"Pass template=<path to a NanoAOD ROOT file with an {TREE_NAME!r} TTree> "
             f"or set the environment variable {TEMPLATE_ENV}; the real sample files live in "
-            f"<repository root>/../shared/data/nanoaod/ (see its README.md)."
+            f"the repository folder {REL_SAMPLES} (see its README.md)."
         )
     return path
 
@@ -774,7 +776,7 @@ def make_dataset(
         files: number of files, 1 <= files <= events (unless ``allow_empty``); events are spread
             as evenly as possible, the first ``events % files`` files get one more.
         template: NanoAOD ROOT file to resample; default ``$CACHEAFFINITY_NANOAOD_TEMPLATE`` or
-            ``<repository root>/../shared/data/nanoaod/nano_dy.root``.
+            ``data/nanoaod/nano_dy.root`` of the repository.
         codec: ``"lzma"`` (default), ``"zlib"``, ``"lz4"``, ``"zstd"`` or ``None`` (uncompressed).
         level: compression level; default LZMA 9, ZLIB 1, LZ4 4, ZSTD 5.
         seed: non-negative int; equal arguments give equal event content (not equal file bytes:

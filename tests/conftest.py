@@ -12,23 +12,23 @@ client, coffea runs, cache-total deltas, ``dask`` processes) are in
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
+from testbed.samples import REL_SAMPLES, samples_dir
+
 REPO = Path(__file__).resolve().parent.parent
-NANOAOD = Path(
-    os.environ.get("CACHEAFFINITY_NANOAOD_DIR", REPO.parent / "shared" / "data" / "nanoaod")
-)
+#: the real NanoAOD samples: the repository's data/nanoaod/ or $CACHEAFFINITY_NANOAOD_DIR
+NANOAOD = samples_dir()
 
 
 @pytest.fixture(scope="session")
 def nanoaod_dir() -> Path:
     if not (NANOAOD / "nano_dy.root").exists():
         pytest.fail(
-            f"real NanoAOD samples not found in {NANOAOD}; the repository expects "
-            "../shared/data/nanoaod beside it (or set CACHEAFFINITY_NANOAOD_DIR)"
+            f"real NanoAOD samples not found in {NANOAOD}; the repository carries them in "
+            f"{REL_SAMPLES} (or set CACHEAFFINITY_NANOAOD_DIR to a folder holding them)"
         )
     return NANOAOD
 

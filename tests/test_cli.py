@@ -118,9 +118,28 @@ def test_verify_detects_a_flipped_byte(cache_dir):
     assert again.returncode == 0 and f"{COLUMNS - 1} good, 0 corrupt" in again.stdout
 
 
+def run_on_terminal(*args, answer: str) -> subprocess.CompletedProcess:
+    """Run the command with a pseudo-terminal as stdin, typing ``answer`` into it."""
+    import pty
+
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.Popen([str(CLI), *map(str, args)], stdin=slave,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+        os.close(slave)
+        slave = None
+        os.write(master, answer.encode())
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if slave is not None:
+            os.close(slave)
+        os.close(master)
+    return subprocess.CompletedProcess(args, proc.returncode, stdout, stderr)
+
+
 def test_clear_keeps_the_node_id(cache_dir):
     directory, node = cache_dir
-    declined = run("cache", "clear", directory, input="n\n")
+    declined = run_on_terminal("cache", "clear", directory, answer="n\n")
     assert declined.returncode == 1
     assert f"Remove {COLUMNS} entries" in declined.stderr and node in declined.stderr
     with ColumnCache(directory) as cache:
@@ -287,6 +306,28 @@ def test_group_writable_directory_is_refused_unless_shared(cache_dir, tmp_path):
     )
     assert shared.returncode == 0, shared.stderr
     assert json.loads(shared.stdout)["entries"] == COLUMNS
+
+
+def test_clear_without_a_terminal_names_yes(cache_dir):
+    """No terminal on stdin (a script, cron): one line naming --yes, exit 1, nothing
+    removed; with --yes it clears."""
+    directory, node = cache_dir
+    for stdin in (subprocess.DEVNULL, None):  # /dev/null; a pipe with an answer in it
+        proc = subprocess.run(
+            [str(CLI), "cache", "clear", str(directory)], stdin=stdin,
+            input="y\n" if stdin is None else None, capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert proc.returncode == 1, proc.stderr
+        assert proc.stderr == (
+            f"cacheaffinity cache clear: no terminal to confirm on; add --yes to clear {directory}\n"
+        )
+        assert "Aborted" not in proc.stderr and proc.stdout == ""
+        with ColumnCache(directory) as cache:
+            assert len(cache) == COLUMNS  # nothing removed
+    cleared = run("cache", "clear", directory, "--yes")
+    assert cleared.returncode == 0 and f"removed {COLUMNS} entries" in cleared.stdout
+    helped = run("cache", "clear", "--help")
+    assert "--yes" in helped.stdout and "without a terminal" in helped.stdout
 
 
 # ============================================================== read-only, configured, corrupt

@@ -282,4 +282,4 @@ def test_missing_dask_jobqueue_names_the_extra():
         "except ImportError as e:\n    print(e)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=300)
-    assert "pip install cacheaffinity[jobqueue]" in out.stdout, out.stderr
+    assert "pip install dask-jobqueue" in out.stdout, out.stderr

@@ -125,10 +125,10 @@ def test_version_has_one_source():
     assert f"## {value} " in changelog or "## Unreleased" in changelog
 
 
-def test_distribution_ships_license_types_and_no_tests():
-    """The sdist leaves the tests out (they need testbed/, tools/ and a cluster); it and
-    the wheel ship LICENSE and ``py.typed``.  Checked on the build inputs: the build
-    backend is not installed in the test venv (``python -m build`` makes both)."""
+def test_distribution_ships_license_types_and_tests():
+    """The sdist carries the tests and what they collect with (testbed/, data/, examples/,
+    the scripts of benchmarks/ and tools/); it and the wheel ship LICENSE and ``py.typed``.
+    Checked on the build inputs here; :func:`test_sdist_tests_collect` builds the sdist."""
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text())
     project = pyproject["project"]
     assert project["license"] == "BSD-3-Clause" and project["license-files"] == ["LICENSE"]
@@ -141,10 +141,75 @@ def test_distribution_ships_license_types_and_no_tests():
         tuple(line.split()) for line in (REPO / "MANIFEST.in").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     }  # fmt: skip
-    for folder in ("tests", "testbed", "benchmarks", "examples", "tools"):
+    for folder in ("tests", "testbed", "data", "examples"):
+        assert ("graft", folder) in manifest, folder
+    for folder in ("docs", "benchmarks/results"):
         assert ("prune", folder) in manifest, folder
     include = set().union(*(set(m[1:]) for m in manifest if m[0] == "include"))
-    assert {"LICENSE", "CHANGELOG.md", "README.md"} <= include
+    assert {"LICENSE", "CHANGELOG.md", "README.md", "conftest.py"} <= include
+
+
+def _build_sdist(tmp: Path) -> Path:
+    """The sdist of a copy of the checkout's tracked-or-new files (the checkout stays
+    untouched), built by setuptools' PEP 517 backend with a setuptools>=77 that pip
+    installs into a folder of its own from the configured index (as ``python -m build``
+    does in its isolated environment; ``build`` itself is not a test dependency)."""
+    src = tmp / "src"
+    skip = shutil.ignore_patterns(".git", ".venv*", "__pycache__", "*.pyc", "*.egg-info",
+                                  ".demo", ".bench-data", ".pytest_cache", ".hypothesis",
+                                  "_build", "build", "dist")  # fmt: skip
+    shutil.copytree(REPO, src, ignore=skip)
+    backend = tmp / "backend"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--quiet", "--target", str(backend),
+         "setuptools>=77"], capture_output=True, text=True, timeout=300, cwd=tmp, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, (
+        "pip could not install setuptools>=77 for the sdist build (no package index?)\n"
+        + proc.stderr[-3000:]
+    )
+    dist = tmp / "dist"
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys; from setuptools import build_meta as b; "
+         "print(b.build_sdist(sys.argv[1]))", str(dist)],
+        capture_output=True, text=True, timeout=300, cwd=src,
+        env={**env, "PYTHONPATH": str(backend)},
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    (sdist,) = dist.glob("cacheaffinity-*.tar.gz")
+    return sdist
+
+
+def test_sdist_tests_collect(tmp_path):
+    """``python -m build --sdist``, unpacked: its tests collect without errors against the
+    unpacked copy (the samples in its data/nanoaod/, its testbed/ and examples/)."""
+    import tarfile
+
+    sdist = _build_sdist(tmp_path)
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(sdist) as tar:
+        tar.extractall(unpacked, filter="data")
+    (root,) = unpacked.iterdir()
+    for name in ("conftest.py", "tests/conftest.py", "testbed/samples.py",
+                 "data/nanoaod/nano_dy.root", "data/nanoaod/README.md", "examples/demo.py"):
+        assert (root / name).is_file(), f"the sdist lacks {name}"
+    assert not (root / "docs").exists() and not (root / "benchmarks" / "results").exists()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("CACHEAFFINITY_NANOAOD")}
+    env["PYTHONPATH"] = str(root)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-3000:]
+    assert "error" not in proc.stdout.splitlines()[-1].lower(), proc.stdout[-3000:]
+    assert re.search(r"^\d+(/\d+)? tests collected", proc.stdout.splitlines()[-1]), proc.stdout[-500:]
+    assert "tests/unit/test_store.py::" in proc.stdout
+    probe = subprocess.run(
+        [sys.executable, "-c", "import testbed.samples as s; print(s.samples_dir())"],
+        cwd=root, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert probe.stdout.strip() == str(root / "data" / "nanoaod"), probe.stdout + probe.stderr
 
 
 # ----------------------------------------------------------------------------- the wheel

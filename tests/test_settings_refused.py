@@ -228,6 +228,34 @@ def test_a_stray_argument_is_a_usage_error(scheduler, tmp_path):
     assert seconds < 30
 
 
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize(
+    "role, args, error",
+    [
+        ("scheduler", (*SCHEDULER, "--preload", "cacheaffinity", "--cache-capasity", "1"),
+         "Error: No such option '--cache-capasity'"),
+        ("worker", ("tcp://127.0.0.1:1", *WORKER, "--no-nanny", "--preload", "cacheaffinity",
+                    "--cache-capacity", "lots"),
+         "Error: Invalid value for '--cache-capacity'"),
+    ],
+)  # fmt: skip
+def test_a_usage_error_names_the_program(role, args, error):
+    """A click error of the preload's options names the command line it belongs to and
+    lists the preload's options (distributed parses them in an unnamed click context)."""
+    r, seconds = _run([role, *args])
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.splitlines()
+    usage = [line for line in lines if line.startswith("Usage:")]
+    assert usage == [f"Usage: dask {role} --preload cacheaffinity [OPTIONS]"], r.stderr
+    options = lines[lines.index(usage[0]) + 1]
+    assert options.startswith("Options: --cache-directory --cache-capacity"), r.stderr
+    assert "--balance" in options
+    assert "Try '" not in r.stderr and "Usage:  " not in r.stderr
+    assert sum(line.startswith(error) for line in lines) == 1, r.stderr
+    assert "Traceback" not in r.stderr
+    assert seconds < 30
+
+
 # ====================================================================== in-process
 @pytest.mark.timeout(60)
 def test_in_process_cluster_raises_in_the_caller(tmp_path):

@@ -14,6 +14,7 @@ import pytest
 import uproot
 
 from testbed import synthetic
+from testbed.samples import samples_dir
 from testbed.synthetic import (
     EVENT_ID_BRANCHES,
     TEMPLATE_ENV,
@@ -23,8 +24,8 @@ from testbed.synthetic import (
     make_dataset,
 )
 
-# the real NanoAOD samples (see ../shared/data/README.md); the tests pin nano_dy.root
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "nanoaod"
+# the real NanoAOD samples (see data/nanoaod/README.md); the tests pin nano_dy.root
+DATA = samples_dir()
 TEMPLATE = DATA / "nano_dy.root"
 SMALL = ["Muon_*", "Jet_pt", "Jet_eta", "Jet_phi", "Jet_mass", "LHEPdfWeight", "MET_pt"]
 COFFEA_WARNINGS = pytest.mark.filterwarnings(

@@ -14,8 +14,13 @@ Runs as its own process, started by an operator:
   watchdog ends the process shortly after the deadline should anything still
   hang.
 
+``cache clear`` asks for confirmation on the terminal; ``--yes`` (``-y``) skips the
+question, and without a terminal on stdin (a script, cron, ``ssh`` without ``-t``) it
+refuses in one line naming ``--yes`` instead of prompting.
+
 Exit status: 0 on success; 1 when ``cache verify`` found (and removed) corrupt
-entries, a confirmation was declined, or ``check`` found nodes that cache nothing;
+entries, a confirmation was declined or could not be asked (no terminal, no ``--yes``),
+or ``check`` found nodes that cache nothing;
 2 for usage errors, a path that is not a cache directory, a directory that
 cannot be trusted, read or (for ``verify`` and ``clear``) written, a damaged
 index (``info`` and ``verify`` without ``--repair`` leave it as it is), and a

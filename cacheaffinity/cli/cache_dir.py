@@ -26,7 +26,12 @@ from dask.utils import format_bytes, parse_bytes
 
 from cacheaffinity import config
 from cacheaffinity.cli._common import JSON, CommandError, echo_json, logger, when
-from cacheaffinity.worker.directory import UntrustedDirectory, trusted_directory, user_name
+from cacheaffinity.worker.directory import (
+    ReadOnlyDirectory,
+    UntrustedDirectory,
+    trusted_directory,
+    user_name,
+)
 from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import NODE_ID_FILE, read_node_id
 from cacheaffinity.worker.store import INDEX_NAME, ColumnCache
@@ -61,7 +66,7 @@ def _cache_directory(path: str) -> str:
             trusted_directory(
                 directory, create=False, shared_group=config.get("worker.shared-group")
             )
-        except (UntrustedDirectory, ValueError) as e:
+        except (UntrustedDirectory, ReadOnlyDirectory, ValueError) as e:
             raise CommandError(str(e)) from e
         return directory
     hint = "give the directory a worker caches in (its --cache-directory)"
@@ -394,15 +399,26 @@ def verify(directory: str, as_json: bool, progress: bool | None, repair: bool) -
 
 @cache.command()
 @_DIR
-@click.option("--yes", "-y", is_flag=True, help="Do not ask for confirmation.")
+@click.option(
+    "--yes", "-y", is_flag=True,
+    help="Do not ask for confirmation (needed without a terminal: scripts, cron, ssh without -t).",
+)  # fmt: skip
 def clear(directory: str, yes: bool) -> None:
     """Remove all cached columns and forms from DIR; keep the node id.
 
     The node keeps its identity, so the scheduler keeps sending it the same
     chunks; their next run reads them from storage and caches them again.  Safe
-    while workers use the directory.
+    while workers use the directory.  Asks for confirmation on the terminal;
+    without one (stdin not a terminal) it refuses unless given --yes.
     """
     directory = _cache_directory(directory)
+    if not yes and not (sys.stdin is not None and sys.stdin.isatty()):
+        # nobody can answer the question: say what to do instead of "Aborted!"
+        click.echo(
+            f"cacheaffinity cache clear: no terminal to confirm on; add --yes to clear {directory}",
+            err=True,
+        )
+        sys.exit(1)
     node, _ = _node_id(directory)
     forms = FormStore(directory)
     store = _open(directory, _capacity(None)[0], heal=True, what="clear")

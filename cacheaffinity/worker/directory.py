@@ -3,7 +3,8 @@ and in the ``cacheaffinity`` command).
 
 Defines :func:`trusted_directory`, which creates a cache directory with mode 0700
 or checks an existing one, :class:`UntrustedDirectory`, the error naming the
-path, its owner and the fix, and :func:`default_directory`.
+path, its owner and the fix, :class:`ReadOnlyDirectory`, the error for a cache
+directory on a read-only file system, and :func:`default_directory`.
 
 Everything read from a cache directory is trusted by the analysis: a column
 buffer with a valid checksum is used as it is, and the checksums live in the
@@ -36,6 +37,7 @@ known to be writable by its user alone, nobody else can swap a file in it.
 
 from __future__ import annotations
 
+import errno
 import getpass
 import grp
 import os
@@ -46,6 +48,7 @@ import tempfile
 import dask.config
 
 __all__ = [
+    "ReadOnlyDirectory",
     "UntrustedDirectory",
     "default_directory",
     "group_id",
@@ -120,6 +123,34 @@ def _is_member(uid: int, gid: int) -> bool:
         return False
 
 
+class ReadOnlyDirectory(OSError):
+    """A cache directory on a read-only file system (``errno`` ``EROFS``): a worker
+    cannot cache in it, whatever its mode says (a read-only tmpfs shows mode 1777)."""
+
+    def __init__(self, path: str):
+        super().__init__(
+            errno.EROFS,
+            f"cache directory {path} is on a read-only file system; give a writable "
+            "node-local directory with --cache-directory (or set "
+            "cacheaffinity.worker.directory)",
+        )
+        self.filename = path
+
+    def __str__(self) -> str:
+        return self.strerror
+
+    def __reduce__(self):
+        return (type(self), (self.filename,))
+
+
+def _read_only(path: str) -> bool:
+    """Whether the file system holding ``path`` is mounted read-only (``statvfs``)."""
+    try:
+        return bool(getattr(os.statvfs(path), "f_flag", 0) & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def _me() -> str:
     return user_name(os.geteuid())
 
@@ -133,8 +164,9 @@ def _refuse(path: str, problem: str, fix: str) -> UntrustedDirectory:
 
 def _own_fix(path: str) -> str:
     return (
-        "Use a directory of your own: set cacheaffinity.worker.directory (or "
-        f"--cache-directory) to e.g. {os.path.join(os.path.expanduser('~'), '.cache', 'cacheaffinity')}"
+        "Use a directory of your own: pass --cache-directory DIR (or set "
+        "cacheaffinity.worker.directory), e.g. "
+        f"{os.path.join(os.path.expanduser('~'), '.cache', 'cacheaffinity')}"
         f" or /scratch/$USER/cacheaffinity, or let its owner remove {path}"
     )
 
@@ -240,14 +272,18 @@ def trusted_directory(
     except FileNotFoundError:
         if not create:
             raise
-        os.makedirs(os.path.dirname(path), exist_ok=True)
         try:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             os.mkdir(path, 0o700 if gid is None else 0o770)
             if gid is not None:
                 os.chown(path, -1, gid)
                 os.chmod(path, 0o2770)
         except FileExistsError:  # another worker process of the node was first
             pass
+        except OSError as e:
+            if e.errno == errno.EROFS:
+                raise ReadOnlyDirectory(path) from e
+            raise
         st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         target = os.readlink(path)
@@ -255,15 +291,24 @@ def trusted_directory(
             path,
             f"is a symbolic link (to {target}, link owned by {user_name(st.st_uid)}); "
             "cache directories are never followed through links",
-            "Point cacheaffinity.worker.directory (or --cache-directory) at the real "
-            "directory, if it is yours.",
+            "Pass --cache-directory DIR (or set cacheaffinity.worker.directory) with the "
+            "real directory, if it is yours.",
         )
     if not stat.S_ISDIR(st.st_mode):
         raise NotADirectoryError(
-            f"cache directory {path} is not a directory; set cacheaffinity.worker.directory "
-            "(or --cache-directory) to a directory on node-local disk"
+            f"cache directory {path} is not a directory; pass --cache-directory DIR (or set "
+            "cacheaffinity.worker.directory) naming a directory on node-local disk"
         )
-    _check_mode(path, st, gid, "cache directory")
+    # On a read-only file system the mode is not what to fix (a read-only tmpfs shows
+    # mode 1777; "run chmod go-w" cannot work there): say it is read-only.  A directory
+    # whose mode passes is left to its users, which can read it (`cacheaffinity cache
+    # info`) and report the read-only file system when they try to write.
+    try:
+        _check_mode(path, st, gid, "cache directory")
+    except UntrustedDirectory as e:
+        if _read_only(path):
+            raise ReadOnlyDirectory(path) from e
+        raise
     if gid is not None and not st.st_mode & stat.S_ISGID:
         raise _refuse(
             path,

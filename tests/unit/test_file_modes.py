@@ -119,3 +119,45 @@ def test_the_store_fits_its_capacity_to_the_file_system(tmp_path, caplog, disk):
     with ColumnCache(d, capacity="1 MiB") as cache:
         assert cache.capacity == cache.configured_capacity == 2**50
         assert cache.capacity_source == "directory" and cache.free_at_open is None
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="mounts a read-only tmpfs (mount -t tmpfs -o ro): needs root"
+)
+def test_a_read_only_file_system_is_named_as_such(tmp_path):
+    """A cache directory on a read-only mount is diagnosed as read-only, not by the mode
+    its mount point shows (a read-only tmpfs is 1777: "run chmod go-w" would not help);
+    a directory of the same mode on a writable file system still gets the mode message."""
+    import subprocess
+
+    from cacheaffinity.worker.directory import (
+        ReadOnlyDirectory,
+        UntrustedDirectory,
+        trusted_directory,
+    )
+
+    writable = tmp_path / "writable"
+    writable.mkdir()
+    os.chmod(writable, 0o1777)
+    with pytest.raises(UntrustedDirectory, match=r"mode 1777.*chmod go-w"):
+        trusted_directory(writable)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(ro)], check=True,
+                   timeout=30)  # fmt: skip
+    try:
+        assert stat.S_IMODE(os.lstat(ro).st_mode) == 0o1777  # what the mode check saw
+        for path, create in ((ro, True), (ro, False), (ro / "cache", True)):
+            with pytest.raises(ReadOnlyDirectory) as e:
+                trusted_directory(path, create=create)
+            message = str(e.value)
+            assert message == (
+                f"cache directory {path} is on a read-only file system; give a writable "
+                "node-local directory with --cache-directory (or set "
+                "cacheaffinity.worker.directory)"
+            )
+            assert "chmod" not in message and e.value.errno == 30  # EROFS
+        with ColumnCache(ro / "cache", capacity="1 MiB") as cache:  # what a worker opens
+            assert "read-only file system" in cache.disabled
+    finally:
+        subprocess.run(["umount", str(ro)], check=True, timeout=30)
