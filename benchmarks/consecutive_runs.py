@@ -78,7 +78,8 @@ repeats of run-1 and run-2 wall, the floors, and the ratios (each ratio formed w
 repeat): run 1 / run 2, every mode's run 2 / cacheaffinity's (target > 1; for
 ``coffea-native``, issue 28: >= 2), coffea-native's run 3 / cacheaffinity's, run 2 / floor
 (b), run 2 / floor (a), cacheaffinity's run 1 / direct's run 1 (what the cache writes cost
-the first run).
+the first run); ``headline.new_process``: the new-process runs' figures and ratios (every
+mode's run 2 / cacheaffinity's, new-process run 2 / same-process run 2).
 
 Every cluster's workers are warmed up when it starts (:meth:`ModeCluster.warm_up`: the
 processor once on 200 events of the generator's template, not a dataset file, no column
@@ -96,6 +97,22 @@ schedulers and nannies (in this process) keep running; ``distributed.scheduler.w
 is off on every cluster so that a frozen worker is not removed.
 Every mode keeps one coffea metadata cache for its runs (a notebook session rerunning a
 cell): run 1 includes coffea's preprocessing (opening every file), later runs do not.
+
+Processes (``--processes same,new``, default both): ``same`` is the above, every run's
+client in this process.  ``new`` runs the stable scenario once more, on fresh clusters of
+its own (after the ``same`` rounds of a repeat, before them in the next), with each run's
+client side (``Client``, executor, ``Runner``, processor) in a new Python process started
+with ``sys.executable`` (:mod:`benchmarks._new_process_run`): a batch script or restarted
+kernel re-running the analysis while the workers persist.  Nothing in memory is inherited
+(coffea's metadata cache is empty: coffea preprocesses, opening every file, in every run,
+unless the executor serves the preprocessing from the node caches).  The child runs the
+same code as ``same`` (:func:`client_run`; its ``wall_s`` is the same span, without
+interpreter start, imports and connection, recorded in ``child``); this process takes the
+figures around it as for ``same``.  Per run additionally: ``file_opens`` (uproot files the
+workers opened, preprocessing included, the same counter for every mode) and
+``last_run_stats`` (cacheaffinity's executor: ``storage_opens``, and where reported
+``files_preprocessed``, ``metadata_hits``, ``preprocess_ms``).  The results of every
+process's runs must be identical (``identical_across_processes``).
 
 Per run: ``wall_s``; ``storage_bytes`` (bytes uproot requested from the storage the mode
 reads: origin, XCache, or local files; coffea's ``savemetrics`` ``bytesread``, which for
@@ -168,7 +185,7 @@ from coffea.nanoevents import NanoAODSchema  # noqa: E402
 from distributed import Client, LocalCluster  # noqa: E402
 
 import cacheaffinity  # noqa: E402
-from benchmarks import _floor, _gctimer, _native  # noqa: E402
+from benchmarks import _floor, _gctimer, _native, _new_process_run  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     branch_bytes,
     dataset_stats,
@@ -211,6 +228,14 @@ COLUMN_CACHED = (*CACHED, NATIVE)
 #: issue 28: cacheaffinity's run 2 at least this many times faster than coffea-native's
 NATIVE_TARGET = 2.0
 COUNTERS = ("hits", "misses", "bytes_written", "storage_bytes", "storage_opens", "peer_hits", "peer_bytes")
+#: where a run's client side lives (``--processes``): this process, or a new one per run
+PROCESSES = ("same", "new")
+#: targets of the new-process runs: (name, limit text, test)
+NEW_PROCESS_TARGETS = {
+    "cacheaffinity new-process run 2 / same-process run 2": ("<= 1.10", lambda v: v <= 1.10),
+    "coffea-native new-process run 2 / cacheaffinity new-process run 2": (">= 3", lambda v: v >= 3),
+    "direct new-process run 2 / cacheaffinity new-process run 2": (">= 4", lambda v: v >= 4),
+}
 #: analysis name -> (processor class, summary function)
 ANALYSES = {
     "realistic": (realistic_analysis.TTbarLikeProcessor, realistic_analysis.summary),
@@ -266,6 +291,9 @@ class Config:
     worker_gc: tuple[str, ...] = ("auto",)
     #: results file name (None: :func:`result_name`'s default)
     name: str | None = None
+    #: where each run's client side lives: ``same`` (one process for every run, as in a
+    #: notebook session) and/or ``new`` (a new Python process per run, the cluster kept)
+    processes: tuple[str, ...] = ("same", "new")
 
     def check(self) -> None:
         bad = [m for m in (*self.modes, *self.membership_modes) if m not in MODES]
@@ -288,6 +316,9 @@ class Config:
 
             if importlib.util.find_spec("numcodecs") is None:
                 raise ValueError("--native-variant blosc-zstd needs numcodecs: pip install numcodecs")
+        bad_proc = [p for p in self.processes if p not in PROCESSES]
+        if bad_proc or not self.processes:
+            raise ValueError(f"processes={self.processes!r}: use same and/or new")
         bad_gc = [g for g in self.worker_gc if g not in ("auto", "freeze", "python")]
         if bad_gc or not self.worker_gc:
             raise ValueError(f"worker_gc={self.worker_gc!r}: use auto, freeze and/or python")
@@ -393,11 +424,7 @@ class Storage:
         return {"synthetic": [server.file_url(Path(f).name) for f in self.files]}
 
     def uproot_options(self) -> dict:
-        if self.origin is None:
-            return {}
-        import uproot
-
-        return {"handler": uproot.XRootDSource}
+        return uproot_options(self.origin is not None)
 
     def origin_bytes(self) -> int | None:
         """Bytes the origin has sent so far (tc class 1:10), None without XRootD."""
@@ -426,6 +453,15 @@ class Storage:
             "origin_rate_limit": self.cfg.rate,
             "qdisc": xrd.loopback_qdisc(),
         }
+
+
+def uproot_options(xrootd: bool) -> dict:
+    """uproot's options for the storage: XRootD's handler for ``root://`` URLs, else none."""
+    if not xrootd:
+        return {}
+    import uproot
+
+    return {"handler": uproot.XRootDSource}
 
 
 # ----------------------------------------------------------------------------- one mode
@@ -473,6 +509,65 @@ def _chunks(files: list[str], chunksize: int) -> list[tuple[str, int, int]]:
     return out
 
 
+def make_executor(mode: str, client):
+    """The mode's coffea executor on ``client`` (what the mode's user script builds)."""
+    if mode == "cacheaffinity":
+        return cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+    return processor.DaskExecutor(
+        client=client, status=False, worker_affinity=mode in ("coffea-affinity+cache", NATIVE),
+    )  # fmt: skip
+
+
+def runner_options(mode: str, cfg: Config) -> dict:
+    """The mode's ``processor.Runner`` keywords besides the executor and metadata cache."""
+    kw: dict[str, Any] = {"schema": NanoAODSchema, "chunksize": cfg.chunksize, "savemetrics": True}
+    if mode in CACHED:
+        kw["cachestrategy"] = cacheaffinity.cachestrategy
+    elif mode == NATIVE:  # one BufferCache per worker process, built on its first chunk
+        kw["cachestrategy"] = functools.partial(_native.buffer_cache, cfg.native_variant)
+    return kw
+
+
+def client_run(mode: str, cfg: Config, executor, fileset: dict, uproot_opts: dict,
+               metadata_cache: dict | None = None) -> dict:  # fmt: skip
+    """The client side of one run (same-process and new-process paths alike): a ``Runner``
+    with ``metadata_cache``, coffea's preprocessing timed on its own, then the run.
+
+    Returns ``wall_s`` (preprocessing + Runner call), ``preprocess_s``, ``storage_bytes``
+    (coffea's ``bytesread``), ``summary`` (the analysis's comparable output) and
+    ``last_run_stats`` (the executor's, None for coffea's ``DaskExecutor``).
+    """
+    proc_cls, summary = ANALYSES[cfg.analysis]
+    runner = processor.Runner(executor=executor, metadata_cache=metadata_cache, **runner_options(mode, cfg))
+    t0 = time.perf_counter()
+    # coffea's preprocessing (each file opened for its entry count), timed on its own: in
+    # one process run 1 pays it and later runs find the counts in the Runner's metadata
+    # cache (as in one notebook session); the run call below then preprocesses from it
+    runner.preprocess(fileset, treename="Events", uproot_options=uproot_opts)
+    preprocess = time.perf_counter() - t0
+    out, metrics = runner(
+        fileset, processor_instance=proc_cls(), treename="Events", uproot_options=uproot_opts,
+    )  # fmt: skip
+    wall = time.perf_counter() - t0
+    stats = getattr(executor, "last_run_stats", None)
+    return {
+        "wall_s": wall,
+        "preprocess_s": preprocess,
+        "storage_bytes": int(metrics.get("bytesread", 0)),
+        "summary": summary(out),
+        "last_run_stats": dict(stats) if stats else None,
+    }
+
+
+def normalized(summary: Any) -> Any:
+    """``summary`` as JSON gives it back (what a new-process run hands its parent)."""
+    return json.loads(json.dumps(summary, sort_keys=True, default=str))
+
+
+def _digest(summary: Any) -> str:
+    return hashlib.sha256(json.dumps(summary, sort_keys=True, default=str).encode()).hexdigest()
+
+
 class ModeCluster:
     """One mode's cluster: W worker processes (= W cache nodes) and its executor.
 
@@ -481,12 +576,17 @@ class ModeCluster:
     next consecutive run and returns its row; on the ``cacheaffinity`` cluster,
     :meth:`floor_in_memory` and :meth:`floor_compute` measure the two floors.
     ``membership``: remove the last worker before run 3, add a new one before run 4.
+    ``process="new"``: every run's client side (Client, executor, Runner, processor) in a
+    new Python process (:mod:`benchmarks._new_process_run`); the cluster and its caches
+    persist, the measurements around the run are this process's, as for ``same``.
     """
 
     def __init__(self, mode: str, cfg: Config, storage: Storage, workdir: Path, *,
-                 membership: bool = False, tag: str = ""):  # fmt: skip
+                 membership: bool = False, tag: str = "", process: str = "same"):  # fmt: skip
         self.mode, self.cfg, self.storage, self.membership = mode, cfg, storage, membership
-        self.cache_root = workdir / f"caches-{mode}{'-membership' if membership else ''}{tag}"
+        self.process = process
+        suffix = ("-membership" if membership else "") + ("-new" if process == "new" else "")
+        self.cache_root = workdir / f"caches-{mode}{suffix}{tag}"
         self.plugin = mode == "cacheaffinity"
         self.cached = mode in CACHED
         self.native = mode == NATIVE
@@ -525,14 +625,11 @@ class ModeCluster:
             self.client.wait_for_workers(cfg.workers)
         self.warm_up()
         self.client.run(_gctimer.install)
+        self.client.run(_new_process_run.file_opens)  # install the counter
         if self.plugin:
             _wait_nodes(self.client, cfg.workers, True)
-            self.executor = cacheaffinity.CacheAffinityExecutor(client=self.client, status=False)
-        else:
-            self.executor = processor.DaskExecutor(
-                client=self.client, status=False,
-                worker_affinity=self.mode in ("coffea-affinity+cache", NATIVE),
-            )  # fmt: skip
+        # new process: each run's child builds its own (this process only measures)
+        self.executor = make_executor(self.mode, self.client) if self.process == "same" else None
         return self
 
     def warm_up(self) -> float:
@@ -628,30 +725,22 @@ class ModeCluster:
         c0 = cacheaffinity.check(client)["counters"] if plugin else {}
         disk0 = self.disk_read_bytes()
         o0 = storage.origin_bytes()
+        opens0 = self.file_opens()
         since = time.time()
-        runner_kw: dict[str, Any] = {"cachestrategy": cacheaffinity.cachestrategy} if cached else {}
-        if self.native:  # one BufferCache per worker process, built on its first chunk
-            runner_kw["cachestrategy"] = functools.partial(_native.buffer_cache, self.cfg.native_variant)
-        runner = self._runner(metadata_cache=self.metadata_cache, **runner_kw)
-        fileset, uproot_options = storage.fileset(mode), storage.uproot_options()
+        fileset, uproot_opts = storage.fileset(mode), storage.uproot_options()
         client.run(_gctimer.read)  # reset
-        t0 = time.perf_counter()
-        # coffea's preprocessing (each file opened for its entry count), timed on its own:
-        # run 1 pays it, later runs find the counts in the Runner's metadata cache (as in
-        # one notebook session); the run call below then preprocesses from that cache
-        runner.preprocess(fileset, treename="Events", uproot_options=uproot_options)
-        preprocess = time.perf_counter() - t0
-        out, metrics = runner(
-            fileset, processor_instance=self.processor(), treename="Events",
-            uproot_options=uproot_options,
-        )  # fmt: skip
-        wall = time.perf_counter() - t0
+        if self.process == "new":
+            res = _new_process_run.spawn(self.child_spec(fileset))
+        else:
+            res = client_run(mode, self.cfg, self.executor, fileset, uproot_opts, self.metadata_cache)
+        wall = res["wall_s"]
         gc_run = _gctimer.summary(client.run(_gctimer.read))
         if self.run_no == 1 and not plugin and self.cfg.worker_gc[0] in ("auto", "freeze"):
             # what the worker plugin does after its first chunk task, for modes without it
             client.run(_gctimer.freeze)
         disk1 = self.disk_read_bytes()
         o1 = storage.origin_bytes()
+        opens1 = self.file_opens()
         after = self.cache_totals()
         cached = cached or self.native
         d = {k: after.get(k, 0) - before.get(k, 0) for k in COUNTERS} if cached else {}
@@ -659,11 +748,12 @@ class ModeCluster:
         row: dict[str, Any] = {
             "mode": mode,
             "run": self.run_no,
+            "process": self.process,
             "nodes": self.n_nodes,
             "event": event,
             "wall_s": wall,
-            "preprocess_s": preprocess,
-            "storage_bytes": int(metrics.get("bytesread", 0)),
+            "preprocess_s": res["preprocess_s"],
+            "storage_bytes": res["storage_bytes"],
             "origin_bytes": None if o0 is None else o1 - o0,
             # columns fetched from another node's cache are stored here too, not decompressed
             "decompressed_bytes": d.get("bytes_written", 0) - d.get("peer_bytes", 0) if cached else None,
@@ -673,6 +763,12 @@ class ModeCluster:
             "peer_hits": d.get("peer_hits") if self.cached else None,  # cacheaffinity's peer fetch
             "cache_rate": (d["hits"] + d.get("peer_hits", 0)) / lookups if cached and lookups else None,
             "files_opened": d.get("storage_opens") if plugin else None,
+            # uproot files the workers opened (coffea's preprocessing and chunk tasks,
+            # cacheaffinity's misses): the same counter for every mode
+            "file_opens": None if opens0 is None or opens1 is None
+            else sum(n - opens0.get(w, 0) for w, n in opens1.items()),
+            # the executor's figures of the run (cacheaffinity), as the run's client got them
+            "last_run_stats": res["last_run_stats"],
             # what the workers read from block storage (not the page cache): cache entries
             # on the node's disk, and local dataset files (storage local)
             "disk_read_bytes": _delta(disk0, disk1),
@@ -682,8 +778,10 @@ class ModeCluster:
             "gc_full_s": gc_run.get("full_s"),
             "gc_full_share": gc_run["full_s"] / wall if gc_run.get("full_s") is not None else None,
             "gc_frozen_objects": gc_run.get("frozen"),
-            "summary": self.summary(out),
+            "summary": res["summary"],
         }
+        if "child" in res:  # the new process: its pid, imports, connection, whole life
+            row["child"] = res["child"]
         if removed_share is not None:
             row["removed_node_share"] = removed_share
         if plugin:
@@ -740,6 +838,27 @@ class ModeCluster:
                 "storage_bytes": int(metrics.get("bytesread", 0)), "summary": self.summary(out),
                 "disk_read_bytes": _delta(disk0, disk1), "gc_full_s": gc_run.get("full_s"),
                 "gc_full_share": gc_run["full_s"] / wall if gc_run.get("full_s") is not None else None}  # fmt: skip
+
+    def child_spec(self, fileset: dict) -> dict:
+        """What a new-process run needs (:func:`benchmarks._new_process_run.main`)."""
+        cfg = self.cfg
+        return {
+            "mode": self.mode,
+            "scheduler": self.cluster.scheduler_address,
+            "config": {"chunksize": cfg.chunksize, "analysis": cfg.analysis,
+                       "native_variant": cfg.native_variant},  # fmt: skip
+            "fileset": fileset,
+            "xrootd": self.storage.origin is not None,
+            # client-side settings a user's script (or its environment) sets
+            "dask_config": {"cacheaffinity.client": dask.config.get("cacheaffinity.client", {})},
+        }
+
+    def file_opens(self) -> dict[str, int] | None:
+        """Per worker, uproot files it opened so far (:func:`benchmarks._new_process_run.file_opens`)."""
+        try:
+            return self.client.run(_new_process_run.file_opens)
+        except Exception:  # noqa: BLE001 - a figure, not worth failing the run
+            return None
 
     def disk_read_bytes(self) -> int | None:
         """Bytes this cluster's worker processes have read from block storage so far
@@ -805,20 +924,44 @@ def _decompressed_volume(files: list[str], analysis: str) -> dict:
 def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: list[str],
                 log) -> dict:  # fmt: skip
     """One repeat: fresh clusters (empty caches) for every mode, R interleaved rounds, the
-    floors on the cacheaffinity cluster.  The mode order rotates with ``rep``."""
+    floors on the cacheaffinity cluster; then (``new`` in ``cfg.processes``) the stable
+    scenario again on fresh clusters with every run's client side in a new process.  The
+    mode order rotates with ``rep``, the order of the two phases alternates."""
     modes = list(cfg.modes)
     if modes:
         k = rep % len(modes)
         modes = modes[k:] + modes[:k]
-    clusters: dict[tuple[str, str], ModeCluster] = {}
     sequences: dict[str, dict[str, list[dict]]] = {"stable": {}, "membership": {}}
     floors: dict[str, Any] = {"coffea-in-memory": [], "processor-only": [], "fill": None, "load": None}
+    new_process: dict[str, list[dict]] = {}
+    phases = list(cfg.processes)[::-1] if rep % 2 else list(cfg.processes)
+    for i, process in enumerate(phases):
+        if i:
+            storage.fresh_xcache()  # each phase's run 1 starts cold for xcache as for the others
+        if process == "same":
+            _repeat_phase(cfg, storage, workdir, rep, files, log, modes, "same", sequences, floors)
+        elif "stable" in cfg.scenarios:
+            _repeat_phase(cfg, storage, workdir, rep, files, log, modes, "new", {"stable": new_process}, None)
+    out: dict[str, Any] = {"sequences": sequences, "floors": floors, "mode_order": modes}
+    if "new" in cfg.processes:
+        out["new_process"] = new_process
+        out["process_order"] = phases
+    return out
+
+
+def _repeat_phase(cfg: Config, storage: Storage, workdir: Path, rep: int, files: list[str], log,
+                  modes: list[str], process: str, sequences: dict, floors: dict | None) -> None:  # fmt: skip
+    """The rounds of one repeat for one ``process`` setting (``same``: stable and
+    membership scenarios and the floors; ``new``: the stable scenario), on clusters of
+    their own; fills ``sequences`` and ``floors``."""
+    clusters: dict[tuple[str, str], ModeCluster] = {}
+    new = process == "new"
     tag = f"-r{rep}"
     try:
         if "stable" in cfg.scenarios:
             for mode in modes:
-                clusters["stable", mode] = ModeCluster(mode, cfg, storage, workdir, tag=tag)
-        if "membership" in cfg.scenarios and rep == 0:
+                clusters["stable", mode] = ModeCluster(mode, cfg, storage, workdir, tag=tag, process=process)
+        if "membership" in cfg.scenarios and rep == 0 and not new:
             for mode in cfg.membership_modes:
                 clusters["membership", mode] = ModeCluster(mode, cfg, storage, workdir, membership=True, tag=tag)
         t0 = time.perf_counter()
@@ -827,10 +970,10 @@ def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: l
         if cfg.freeze_idle:
             for c in clusters.values():
                 c.freeze()
-        log(f"[repeat {rep + 1}] {len(clusters)} clusters started and warmed up in "
-            f"{time.perf_counter() - t0:.1f} s (load {os.getloadavg()[0]:.1f}; warm-up "
-            + ", ".join(f"{m} {c.warm_up_s:.1f} s" for (_, m), c in clusters.items()) + ")")  # fmt: skip
-        floor_cluster = clusters.get(("stable", "cacheaffinity")) if cfg.floors else None
+        log(f"[repeat {rep + 1}{', new process per run' if new else ''}] {len(clusters)} clusters "
+            f"started and warmed up in {time.perf_counter() - t0:.1f} s (load {os.getloadavg()[0]:.1f}; "
+            "warm-up " + ", ".join(f"{m} {c.warm_up_s:.1f} s" for (_, m), c in clusters.items()) + ")")  # fmt: skip
+        floor_cluster = clusters.get(("stable", "cacheaffinity")) if cfg.floors and not new else None
         def measure_floors(run: int, when: str) -> None:
             for name, fn in (("coffea-in-memory", floor_cluster.floor_in_memory),
                              ("processor-only", floor_cluster.floor_compute)):  # fmt: skip
@@ -851,7 +994,7 @@ def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: l
                     row = c.run()
                 row["repeat"] = rep + 1
                 sequences[scenario].setdefault(mode, []).append(row)
-                log(_progress_line(scenario, row))
+                log(_progress_line(scenario + (", new process" if new else ""), row))
             if floor_cluster is None or before:
                 continue
             if run == 1:  # fill the in-memory dicts and load the events: not timed as floors
@@ -869,7 +1012,6 @@ def _one_repeat(cfg: Config, storage: Storage, workdir: Path, rep: int, files: l
     finally:
         for c in clusters.values():
             c.close()
-    return {"sequences": sequences, "floors": floors, "mode_order": modes}
 
 
 def run_benchmark(cfg: Config, log=print) -> dict:
@@ -925,23 +1067,24 @@ def _run_one_setting(cfg: Config, log=print) -> dict:
     finally:
         if cfg.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
-    summaries = []
+    # every result's digest (the summary as JSON gives it back: a new process's came so),
+    # per process setting; one digest overall = identical across modes, runs and processes
+    digests: dict[str, list[str]] = {"same": [], "new": []}
     for rp in repeats:
         _fill_uncached_decompressed(rp["sequences"], volume["uncompressed"])
-        for rows in rp["sequences"].values():
-            for m in rows.values():
-                for r in m:
-                    summaries.append(r.pop("summary"))
-        for name in ("coffea-in-memory", "processor-only"):
-            for r in rp["floors"][name]:
-                summaries.append(r.pop("summary"))
-        if rp["floors"]["fill"]:
-            summaries.append(rp["floors"]["fill"].pop("summary"))
-    identical = all(s == summaries[0] for s in summaries)
-    digest = (
-        hashlib.sha256(json.dumps(summaries[0], sort_keys=True, default=str).encode()).hexdigest()
-        if summaries else None
-    )
+        if "new_process" in rp:
+            _fill_uncached_decompressed({"stable": rp["new_process"]}, volume["uncompressed"])
+        rows = [r for seq in rp["sequences"].values() for m in seq.values() for r in m]
+        rows += [r for name in ("coffea-in-memory", "processor-only") for r in rp["floors"][name]]
+        rows += [rp["floors"]["fill"]] if rp["floors"]["fill"] else []
+        digests["same"] += [_digest(normalized(r.pop("summary"))) for r in rows]
+        for m in (rp.get("new_process") or {}).values():
+            for r in m:
+                r["result_digest"] = _digest(normalized(r.pop("summary")))
+                digests["new"].append(r["result_digest"])
+    every = digests["same"] + digests["new"]
+    identical = len(set(every)) == 1
+    digest = every[0] if every else None
     volume.pop("branch_names")
     doc = {
         "analysis": cfg.analysis,
@@ -949,6 +1092,7 @@ def _run_one_setting(cfg: Config, log=print) -> dict:
         "repeats": repeats,
         "identical_results": identical,
         "result_digest": digest,
+        "processes": list(cfg.processes),
         "dataset": stats,
         "decompressed_per_uncached_run": volume,
         "storage": storage_info,
@@ -956,6 +1100,14 @@ def _run_one_setting(cfg: Config, log=print) -> dict:
         "load_average_before": load_before,
         "load_average_after": list(os.getloadavg()),
     }
+    if "new" in cfg.processes:
+        doc["new_process"] = repeats[0].get("new_process", {})
+        # same-process vs new-process results: each one digest, and the same one
+        doc["identical_results_per_process"] = {p: len(set(v)) == 1 for p, v in digests.items() if v}
+        doc["identical_across_processes"] = (
+            len(set(digests["same"])) == 1 and set(digests["same"]) == set(digests["new"])
+            if digests["same"] and digests["new"] else None
+        )
     doc["headline"] = headline(doc)
     doc["targets"] = evaluate_targets(doc, cfg)
     return doc
@@ -1049,13 +1201,56 @@ def headline(doc: dict) -> dict:
             add("cacheaffinity run 2 / floor (b) coffea-in-memory", r2 / fb_med)
         if fa_med:
             add("cacheaffinity run 2 / floor (a) processor-only", r2 / fa_med)
-    return {
+    out = {
         "repeats": len(doc["repeats"]),
         "modes": {m: {k: spread(v) for k, v in d.items()} for m, d in per_mode.items()},
         "floors": {"coffea-in-memory": spread(floors_b), "processor-only": spread(floors_a)},
         # MB the floor's workers read from block storage (none expected: buffers in memory)
         **({"floor_b_disk_read_MB": spread(floors_b_disk)} if floors_b_disk else {}),
         **({"floor_b_gc_full_share": spread(floors_b_gc)} if floors_b_gc else {}),
+        "ratios": {k: spread(v) for k, v in ratios.items()},
+    }
+    if any(rp.get("new_process") for rp in doc["repeats"]):
+        out["new_process"] = new_process_headline(doc)
+    return out
+
+
+def new_process_headline(doc: dict) -> dict:
+    """The new-process runs' figures, median [min, max] over the repeats: per mode run-1
+    and run-2 wall, coffea's preprocessing, uproot files the workers opened, the whole
+    child process, and (cacheaffinity's executor, where it reports them) ``storage_opens``,
+    ``files_preprocessed``, ``metadata_hits``, ``preprocess_ms``; ratios formed per repeat:
+    every mode's run 2 / cacheaffinity's, every mode's new-process run 2 / its
+    same-process run 2 (the same repeat)."""
+    per_mode: dict[str, dict[str, list]] = {}
+    ratios: dict[str, list] = {}
+    for rp in doc["repeats"]:
+        new = rp.get("new_process") or {}
+        same = rp["sequences"].get("stable", {})
+        for mode, rows in new.items():
+            pm = per_mode.setdefault(mode, {})
+            for i, r in enumerate(rows[:2], start=1):
+                st = r.get("last_run_stats") or {}
+                ms = st.get("preprocess_ms")
+                for k, v in (("wall_s", r["wall_s"]), ("preprocess_s", r.get("preprocess_s")),
+                             ("file_opens", r.get("file_opens")), ("hit_rate", r.get("hit_rate")),
+                             ("process_s", (r.get("child") or {}).get("process_s")),
+                             ("storage_opens", st.get("storage_opens")),
+                             ("files_preprocessed", st.get("files_preprocessed")),
+                             ("metadata_hits", st.get("metadata_hits")),
+                             ("reported_preprocess_s", None if ms is None else ms / 1000)):  # fmt: skip
+                    pm.setdefault(f"run{i}_{k}", []).append(v)
+            if len(rows) >= 2 and len(same.get(mode) or []) >= 2:
+                ratios.setdefault(f"{mode} new-process run 2 / same-process run 2", []).append(
+                    rows[1]["wall_s"] / same[mode][1]["wall_s"])
+        ca = new.get("cacheaffinity")
+        if ca and len(ca) >= 2:
+            for mode, rows in new.items():
+                if mode != "cacheaffinity" and len(rows) >= 2:
+                    ratios.setdefault(f"{mode} new-process run 2 / cacheaffinity new-process run 2",
+                                      []).append(rows[1]["wall_s"] / ca[1]["wall_s"])  # fmt: skip
+    return {
+        "modes": {m: {k: spread(v) for k, v in d.items()} for m, d in per_mode.items()},
         "ratios": {k: spread(v) for k, v in ratios.items()},
     }
 
@@ -1143,6 +1338,7 @@ def evaluate_targets(doc: dict, cfg: Config) -> dict:
                 f"(worker.gc {cfg.worker_gc[0]})", g["median"], "<= 0.05", g["median"] <= 0.05,
                 f"min {g['min']:.3g}, max {g['max']:.3g}, n {g['n']}",
             )  # fmt: skip
+    new_process_targets(doc, target)
     dd = stable.get("dask-default+cache")
     if ca and dd and len(dd) >= 2 and len(ca) >= 2 and dd[1]["hit_rate"] is not None:
         target(
@@ -1167,6 +1363,26 @@ def evaluate_targets(doc: dict, cfg: Config) -> dict:
                 f">= {limit4:.4f}", h4 is not None and h4 >= limit4,
             )  # fmt: skip
     return out
+
+
+def new_process_targets(doc: dict, target) -> None:
+    """The new-process runs' targets (:data:`NEW_PROCESS_TARGETS` and cacheaffinity's run 2
+    opening no file, in every repeat), each ``target(name, value, limit, ok, note)``."""
+    h = (doc.get("headline") or {}).get("new_process")
+    if not h:
+        return
+    opens = (h["modes"].get("cacheaffinity") or {}).get("run2_file_opens") or {}
+    if opens.get("max") is not None:
+        target("cacheaffinity new-process run 2: files opened (preprocessing included)", opens["max"],
+               "== 0", opens["max"] == 0, f"most of any repeat; median {opens['median']:g}, n {opens['n']}")  # fmt: skip
+    for name, (limit, ok) in NEW_PROCESS_TARGETS.items():
+        r = h["ratios"].get(name) or {}
+        if r.get("median") is not None:
+            target(name, r["median"], limit, ok(r["median"]),
+                   f"min {r['min']:.3g}, max {r['max']:.3g}, n {r['n']}")  # fmt: skip
+    if doc.get("identical_across_processes") is not None:
+        v = doc["identical_across_processes"]
+        target("results identical in same-process and new-process runs", float(v), "== 1", v)
 
 
 # ----------------------------------------------------------------------------- output
@@ -1204,6 +1420,32 @@ def headline_rows(doc: dict) -> list[dict]:
     return rows
 
 
+def new_process_rows(doc: dict) -> list[dict]:
+    """The new-process table: per mode, median [min, max] over the repeats."""
+    h = (doc.get("headline") or {}).get("new_process") or {}
+    rows = []
+
+    def fmt(s):
+        if not s or s.get("median") is None:
+            return None
+        if s["n"] > 1 and s["min"] != s["max"]:
+            return f"{s['median']:.3g} [{s['min']:.3g}-{s['max']:.3g}]"
+        return f"{s['median']:.3g}"
+
+    for mode, m in h.get("modes", {}).items():
+        rows.append({
+            "mode": mode,
+            "run 1 [s]": fmt(m.get("run1_wall_s")),
+            "run 2 [s]": fmt(m.get("run2_wall_s")),
+            "run 2 / same-process run 2": fmt(h["ratios"].get(f"{mode} new-process run 2 / same-process run 2")),
+            "run 2 files opened": fmt(m.get("run2_file_opens")),
+            "run 2 preprocessing [s]": fmt(m.get("run2_preprocess_s")),
+            "run 2 storage_opens (executor)": fmt(m.get("run2_storage_opens")),
+            "process [s]": fmt(m.get("run2_process_s")),
+        })  # fmt: skip
+    return rows
+
+
 def worker_gc_rows(doc: dict) -> list[dict]:
     """Side by side per ``worker.gc`` setting (``--worker-gc`` with several): per mode,
     run-2 wall and full collections' share of it (median [min, max] over the repeats)."""
@@ -1233,7 +1475,10 @@ def table_rows(doc: dict) -> list[dict]:
     """One row per repeat, scenario, mode and run, for :func:`benchmarks._common.print_table`."""
     rows = []
     for rp in doc.get("repeats") or [{"sequences": doc["sequences"]}]:
-        for scenario, modes in rp["sequences"].items():
+        seqs = dict(rp["sequences"])
+        if rp.get("new_process"):
+            seqs["stable, new process"] = rp["new_process"]
+        for scenario, modes in seqs.items():
             for mode, runs in modes.items():
                 for r in runs:
                     rows.append(
@@ -1268,6 +1513,8 @@ def plot(doc: dict, title: str = ""):
     panels = [(f"{m}", rows) for m, rows in stable.items()] + [
         (f"{m}\n(node -1 before run 3, +1 before 4)", rows) for m, rows in membership.items()
     ]
+    if not panels:  # --processes new alone
+        panels = [(f"{m}\n(new process per run)", rows) for m, rows in (doc.get("new_process") or {}).items()]
     n = len(panels)
     fig, axes = plt.subplots(2, n, figsize=(3.1 * n, 6), squeeze=False, sharex="col",
                              gridspec_kw={"height_ratios": [2, 1]})  # fmt: skip
@@ -1353,6 +1600,9 @@ def parse_args(argv=None) -> tuple[Config, str]:
     p.add_argument("--name", default=None,
                    help="results file name without .json (default: consecutive_runs, or "
                    "consecutive_runs_<analysis> for another analysis)")
+    p.add_argument("--processes", type=_processes, default=d.processes, metavar="same,new",
+                   help="where each run's client side lives: same (one process for all runs), new "
+                   "(a new Python process per run, the cluster kept), or both (default)")
     p.add_argument("--out", default=str(DEFAULT_OUT))
     a = p.parse_args(argv)
     cfg = Config(
@@ -1365,8 +1615,16 @@ def parse_args(argv=None) -> tuple[Config, str]:
         analysis=a.analysis, repeats=a.repeats, floors=not a.no_floors,
         stripe_entries=a.stripe_entries, freeze_idle=not a.no_freeze_idle,
         native_variant=a.native_variant, worker_gc=tuple(a.worker_gc), name=a.name,
+        processes=a.processes,
     )  # fmt: skip
     return cfg, a.out
+
+
+def _processes(text: str) -> tuple[str, ...]:
+    got = tuple(dict.fromkeys(x.strip() for x in text.split(",") if x.strip()))
+    if not got or any(x not in PROCESSES for x in got):
+        raise argparse.ArgumentTypeError(f"{text!r}: a comma-separated list of same, new")
+    return got
 
 
 def analysis_branches(analysis: str = "realistic", template: str | None = None) -> tuple[str, ...]:
@@ -1436,11 +1694,17 @@ def main(argv=None) -> int:
     for name, r in doc["headline"]["ratios"].items():
         if r["median"] is not None:
             print(f"{name}: {r['median']:.3g} [{r['min']:.3g}-{r['max']:.3g}] (n={r['n']})")
+    if doc["headline"].get("new_process"):
+        print_table(new_process_rows(doc), title="\nnew process per run (the cluster kept): median "
+                    f"[min-max] over {cfg.repeats} repeat(s)")  # fmt: skip
+        for name, r in doc["headline"]["new_process"]["ratios"].items():
+            if r["median"] is not None:
+                print(f"{name}: {r['median']:.3g} [{r['min']:.3g}-{r['max']:.3g}] (n={r['n']})")
     print_targets(doc["targets"])
     if doc.get("worker_gc"):
         print_table(worker_gc_rows(doc), title="\nPython's collector in the workers, side by side "
                     "(run 2; full collections per worker over the run's wall)")  # fmt: skip
-    print(f"\nresults identical across modes and runs: {doc['identical_results']}; "
+    print(f"\nresults identical across modes, runs and processes: {doc['identical_results']}; "
           f"elapsed {doc['elapsed_s']:.0f} s; load {doc['load_average_before']} -> "
           f"{doc['load_average_after']}")  # fmt: skip
     j, png = write_results(doc, cfg, out)

@@ -31,7 +31,7 @@ sys.path.insert(0, str(REPO))
 from benchmarks import consecutive_runs as cr  # noqa: E402
 
 TINY = dict(events=1200, files=1, chunksize=200, branches=("Muon_*", "Jet_*"), progress=False,
-            analysis="light", floors=False)
+            analysis="light", floors=False, processes=("same",))
 
 
 def test_bad_configuration_is_refused(tmp_path):
@@ -45,6 +45,13 @@ def test_bad_configuration_is_refused(tmp_path):
         cr.Config(repeats=0).check()
     with pytest.raises(ValueError, match="--runs 4"):
         cr.Config(runs=3, scenarios=("stable", "membership")).check()
+    with pytest.raises(ValueError, match="processes=\\('nope',\\)"):
+        cr.Config(processes=("nope",)).check()
+    assert cr.Config().processes == ("same", "new")  # the headline measures both
+    assert cr.parse_args(["--processes", "new"])[0].processes == ("new",)
+    assert cr.parse_args(["--processes", "new,same"])[0].processes == ("new", "same")
+    with pytest.raises(SystemExit):
+        cr.parse_args(["--processes", "other"])
     cfg = cr.Config(storage="local")
     cfg.check()
     assert "xcache" not in cfg.modes  # no XCache without XRootD
@@ -121,6 +128,92 @@ def test_local_storage_stable_and_membership(tmp_path):
     assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     rows = cr.table_rows(doc)
     assert len(rows) == 4 + 4 + 4
+
+
+@pytest.mark.timeout(300)
+def test_new_process_runs(tmp_path):
+    """``--processes same,new``: each new-process run's client side in its own Python
+    process (another pid) against a cluster that persists; results equal the same-process
+    runs'; the JSON has the new-process rows, figures, ratios and targets; the README
+    renderer shows both tables."""
+    cfg = cr.Config(
+        workers=2, runs=2, storage="local", data=str(tmp_path / "data"),
+        modes=("coffea-native", "cacheaffinity"), scenarios=("stable",),
+        **{**TINY, "processes": ("same", "new")},
+    )  # fmt: skip
+    lines: list[str] = []
+    doc = cr.run_benchmark(cfg, log=lines.append)
+    assert any(line.startswith("[repeat 1, new process per run] 2 clusters") for line in lines)
+    assert doc["identical_results"] and doc["identical_across_processes"] is True
+    assert doc["identical_results_per_process"] == {"same": True, "new": True}
+    new = doc["new_process"]
+    assert set(new) == {"coffea-native", "cacheaffinity"}
+    pids = set()
+    for mode, rows in new.items():
+        assert [r["run"] for r in rows] == [1, 2] and {r["process"] for r in rows} == {"new"}
+        for r in rows:  # the same results as every same-process run, from another process
+            assert r["result_digest"] == doc["result_digest"]
+            assert r["child"]["pid_differs"] and r["child"]["process_s"] >= r["wall_s"] > 0
+            pids.add(r["child"]["pid"])
+        # the cluster (its workers and their caches) persists across the client processes
+        assert rows[0]["misses"] > 0 and rows[1]["hit_rate"] == 1, (mode, rows[1])
+        assert rows[0]["file_opens"] > 0  # run 1: preprocessing and chunks opened files
+    assert len(pids) == 4 and os.getpid() not in pids  # one new process per run
+    same = doc["sequences"]["stable"]
+    assert {r["process"] for rows in same.values() for r in rows} == {"same"}
+    # coffea opens every file for every chunk, and preprocesses again in a new process
+    nat = new["coffea-native"]
+    assert nat[1]["file_opens"] >= nat[0]["file_opens"] > 0 and nat[1]["last_run_stats"] is None
+    ca = new["cacheaffinity"][1]
+    stats = ca["last_run_stats"]
+    assert stats["storage_opens"] == 0 and stats["misses"] == 0  # the executor's own figures
+    if "files_preprocessed" in stats:  # the executor counts preprocessing's opens: none left
+        assert ca["file_opens"] == 0, ca
+    # the same-process run 2 found coffea's metadata in its Runner's cache: nothing opened
+    assert same["cacheaffinity"][1]["file_opens"] == 0
+    h = doc["headline"]["new_process"]
+    assert h["modes"]["cacheaffinity"]["run2_wall_s"]["n"] == 1
+    assert h["modes"]["coffea-native"]["run2_file_opens"]["median"] > 0
+    for name in ("cacheaffinity new-process run 2 / same-process run 2",
+                 "coffea-native new-process run 2 / same-process run 2",
+                 "coffea-native new-process run 2 / cacheaffinity new-process run 2"):  # fmt: skip
+        assert h["ratios"][name]["n"] == 1, name
+        if name in cr.NEW_PROCESS_TARGETS:
+            assert doc["targets"][name]["pass"] in (True, False), name
+    assert "cacheaffinity new-process run 2 / same-process run 2" in cr.NEW_PROCESS_TARGETS
+    t = doc["targets"]["cacheaffinity new-process run 2: files opened (preprocessing included)"]
+    assert t["limit"] == "== 0" and t["pass"] == (t["value"] == 0)
+    assert doc["targets"]["results identical in same-process and new-process runs"]["pass"] is True
+    rows = cr.table_rows(doc)
+    assert len(rows) == 2 * 2 * 2 and sum(r["scenario"] == "stable, new process" for r in rows) == 4
+    assert [r["mode"] for r in cr.new_process_rows(doc)] == ["coffea-native", "cacheaffinity"]
+    j, _ = cr.write_results(doc, cfg, tmp_path / "out")
+    saved = json.loads(Path(j).read_text())
+    assert saved["config"]["processes"] == ["same", "new"]
+    assert saved["results"]["new_process"]["cacheaffinity"][1]["file_opens"] == ca["file_opens"]
+    from tools.render_readme import render_consecutive_processes, render_consecutive_runs
+
+    text = render_consecutive_runs(str(tmp_path / "out"), "consecutive_runs_light")
+    assert "| mode | run 1 s |" in text and "| mode (new process per run) |" in text
+    assert "- coffea-native new-process run 2 / ours: " in text
+    assert "- cacheaffinity new-process run 2 / same-process run 2: " in text
+    assert "across all modes, runs and processes (same-process and new-process): yes" in text
+    assert "--processes" not in text  # both: the default
+    details = render_consecutive_processes(str(tmp_path / "out"), "consecutive_runs_light")
+    assert "same-process = new-process yes" in details
+
+
+def test_renderer_without_new_process_runs_keeps_the_old_table(tmp_path):
+    """A results file without new-process runs (measured before ``--processes``) renders
+    the same-process table alone, and the details say none were measured."""
+    from tools.render_readme import RESULTS, render_consecutive_processes, render_consecutive_runs
+
+    doc = json.loads((Path(RESULTS) / "consecutive_runs.json").read_text())
+    doc["results"].get("headline", {}).pop("new_process", None)
+    (tmp_path / "consecutive_runs.json").write_text(json.dumps(doc))
+    text = render_consecutive_runs(str(tmp_path))
+    assert "new process" not in text and "| mode |" in text
+    assert "No new-process runs" in render_consecutive_processes(str(tmp_path))
 
 
 @pytest.mark.timeout(300)
