@@ -50,7 +50,9 @@ _KIND = "coffea-metadata"
 
 def _document(item, out) -> dict | None:
     """The file's own metadata in coffea's result ``out`` (None if absent)."""
-    for meta in out or ():
+    if not isinstance(out, (set, frozenset)):  # None: a bad file skipped (skipbadfiles)
+        return None
+    for meta in out:
         if isinstance(meta, adapter.FileMeta) and meta == item and isinstance(meta.metadata, dict):
             md = meta.metadata
             uuid = md.get("uuid")
