@@ -48,7 +48,12 @@ Modelled, not real (documented assumptions):
   reads storage (``peer_timeouts``; the real counter is ``peer_failed``).
 - **caches**: per node, bounded in bytes, FIFO eviction like ``ColumnCache``
   (alternatives for comparison: ``keep`` = admit only while there is room, ``random``
-  eviction). A node's cache survives when the node leaves (node-local disk).
+  eviction, and the admission policies ``rank``, ``rank-theta``, ``rank-fifo``,
+  ``s3fifo``): the classes of :mod:`cacheaffinity.worker.store.admission` themselves,
+  fed with every lookup (when a chunk task ends) and offered every miss. A node's cache
+  survives when the node leaves (node-local disk).
+- **offline optimum** (capacity scenarios, ``<mode>+optimal``): per node, over the
+  lookups it recorded, the better of Belady's MIN and Belady-Size (:func:`optimal_hits`).
 - **stock Dask stealing** (policy ``paper``) is a *model* of
   ``distributed.stealing.WorkStealing.balance`` for tasks without dependencies
   (transfer cost 0): every 100 ms, idle workers (fewer processing tasks than
@@ -71,12 +76,19 @@ between and during runs, as ``dask-jobqueue``'s ``adapt()`` does), ``small_cache
 (cache = half a node's share), ``slow_node`` (one node 3x slower), ``hetero``
 (heterogeneous clusters: VISPA as in the paper, the earlier VISPA model ``vispa_nfs1g``
 whose node speeds differ between run 1 and later runs, 1000 nodes of 4-32 threads with
-per-core speeds 0.5-2x), ``slowdown`` (one node becomes 2x slower before run 3).
+per-core speeds 0.5-2x), ``slowdown`` (one node becomes 2x slower before run 3), and
+working sets larger than the caches (cacheaffinity placement, each cache policy against
+the offline optimum, bytes written per run): ``beyond_capacity`` (a node's share 1.25x,
+2x and 4x its cache, 6 runs), ``workload_change`` (dataset A for 3 runs, B for 3, A
+for 2; share 2x the cache) and ``two_analyses`` (two column sets of the same chunks, 1x
+and 0.6x the bytes, alternating; both together 2x the cache).
 
     python benchmarks/simulate.py [--quick] [--scenario stable adaptive ...] [--name simulate]
 
 Writes ``benchmarks/results/simulate.json`` (config + one section per scenario) and
-``simulate_<scenario>.png``.
+``simulate_<scenario>.png``.  Sections of scenarios not run this time are kept from the
+file (same ``--quick``); ``scenario_stamps`` gives the commit each section was measured on,
+while the file's ``commit`` is the last run's.
 """
 
 from __future__ import annotations
@@ -87,7 +99,6 @@ import heapq
 import os
 import sys
 import time
-from collections import OrderedDict
 
 import numpy as np
 
@@ -98,6 +109,7 @@ from _common import parser, print_table, pyplot, save_png, write_json
 from placement import _hash_all, _mix64  # the hash baselines' helpers (benchmarks/placement.py)
 
 from cacheaffinity.placement import TorusPlacement
+from cacheaffinity.worker.store.admission import make_policy
 from cacheaffinity.scheduler.locator import NodeSpeed, follow_holders
 from cacheaffinity.scheduler.stealing import (
     COLD,
@@ -178,7 +190,26 @@ FULL = {
         # factor 1.48) becomes the slowest node of h1000
         "slowdown": [["vispa", 20_000, "small-0000"], ["vispa", 20_000, "large-0000"],
                      ["h1000", 100_000, "d-0040"]],
+        "beyond_capacity": [["vispa", 20_000]],
+        "workload_change": [["vispa", 20_000]],
+        "two_analyses": [["vispa", 20_000]],
     },
+    # working sets larger than the caches (scenarios beyond_capacity, workload_change,
+    # two_analyses; cacheaffinity placement): the cache policies of
+    # cacheaffinity.worker.store.admission against the offline optimum
+    # beyond_capacity: a node's share of the dataset / its cache
+    "beyond_ratios": [1.25, 2.0, 4.0],
+    "capacity_policies": ["fifo", "keep", "random", "rank", "rank-theta", "rank-fifo", "s3fifo"],
+    # the default chosen from these measurements (docs/design.md, "Beyond capacity")
+    "capacity_default": "rank",
+    "capacity_runs": 6,
+    # workload_change: the dataset of each run (other files: other chunk ids), share / cache
+    "workload_sequence": "AAABBBAA",
+    "workload_ratio": 2.0,
+    # two_analyses: two column sets of the same chunks alternating run by run (bytes
+    # factor of each); the cache holds 1 / analyses_ratio of both analyses' share
+    "analyses": [["X", 1.0], ["Y", 0.6]],
+    "analyses_ratio": 2.0,
     # slowdown: the case's node becomes ``slowdown_factor`` x slower before run ``slowdown_run``
     "slowdown_factor": 2.0,
     "slowdown_run": 3,
@@ -212,6 +243,9 @@ QUICK["scenarios"] = {
     "slow_node": [["vispa", 1500]],
     "hetero": [["vispa", 3000], ["vispa_nfs1g", 3000], ["h1000", 20_000]],
     "slowdown": [["vispa", 3000, "small-0000"], ["vispa", 3000, "large-0000"], ["h1000", 20_000, "d-0040"]],
+    "beyond_capacity": [["vispa", 1500]],
+    "workload_change": [["vispa", 1500]],
+    "two_analyses": [["vispa", 1500]],
 }
 QUICK["runs"] = 5
 
@@ -296,40 +330,129 @@ def make_placement(kind: str, cfg: dict):
 
 # ====================================================================== caches
 class NodeCache:
-    """Byte-bounded chunk cache of one node: ``fifo`` (ColumnCache's policy),
-    ``keep`` (admit only while there is room) or ``random`` eviction."""
+    """Byte-bounded chunk cache of one node: the policy objects of
+    :mod:`cacheaffinity.worker.store.admission` (``fifo``: ColumnCache's policy, ``keep``,
+    ``random``, ``rank``, ``rank-theta``, ``rank-fifo``, ``s3fifo``) decide what is
+    admitted and evicted; unbounded (``capacity`` None): everything is kept.  ``log``
+    (a list, if given) records every lookup ``(key, size)`` in order; ``written`` counts
+    the bytes stored.  ``rng`` is ignored (``random`` draws from its own generator, seeded
+    with ``seed``)."""
 
-    def __init__(self, capacity: float | None, policy: str, rng):
-        self.capacity, self.policy, self.rng = capacity, policy, rng
-        self.items: OrderedDict[int, float] = OrderedDict()
-        self.keys: list[int] = []  # for random eviction
-        self.used = 0.0
+    def __init__(self, capacity: float | None, policy: str, rng=None, seed: int = 0):
+        self.policy, self.seed = policy, seed
+        self.items: dict[str, float] = {}
+        self.written = 0.0
+        self.log: list | None = None
+        self._p = None
+        self.capacity = capacity
 
-    def __contains__(self, c):
-        return c in self.items
+    @property
+    def capacity(self):
+        return self._capacity
 
-    def add(self, c: int, size: float) -> None:
-        if c in self.items:
+    @capacity.setter
+    def capacity(self, value):
+        self._capacity = value
+        self.items.clear()
+        if value is None:
+            self._p = None
+        else:
+            params = {"seed": self.seed} if self.policy == "random" else {}
+            self._p = make_policy(self.policy, value, **params)
+
+    def __contains__(self, key):
+        return key in self.items
+
+    def lookup(self, key: str, size: float) -> bool:
+        """A chunk task looked ``key`` up: whether it is held (the policy records it)."""
+        if self.log is not None:
+            self.log.append((key, size))
+        if self._p is not None:
+            self._p.lookup(key, size)
+        return key in self.items
+
+    def add(self, key: str, size: float) -> None:
+        if key in self.items:
             return
-        cap = self.capacity
-        if cap is not None:
-            if size > cap:
+        if self._p is not None:
+            gone = self._p.offer(key, size)
+            if gone is None:
                 return
-            if self.policy == "keep" and self.used + size > cap:
-                return
-            while self.used + size > cap:
-                if self.policy == "random":
-                    i = int(self.rng.integers(len(self.keys)))
-                    self.keys[i], self.keys[-1] = self.keys[-1], self.keys[i]
-                    old = self.keys.pop()
-                    self.used -= self.items.pop(old)
-                else:
-                    _, s = self.items.popitem(last=False)
-                    self.used -= s
-        self.items[c] = size
-        if self.policy == "random":
-            self.keys.append(c)
-        self.used += size
+            for k in gone:
+                del self.items[k]
+        self.items[key] = size
+        self.written += size
+
+
+# ====================================================================== offline optimum
+def optimal_hits(seq: list[tuple[str, float]], capacity: float, size_aware: bool) -> list[bool]:
+    """Hits of the offline optimum over one node's lookups ``seq`` (``(key, size)`` in order).
+
+    ``size_aware=False``: Belady's MIN, generalised to sizes the usual greedy way: on a miss
+    the entries of farthest next use are evicted until the object fits, and the object is
+    not stored (bypass) if its own next use is farther than that of one of them.
+    ``size_aware=True``: Belady-Size (the offline baseline of Song et al., NSDI 2020): the
+    same with the entries ranked by ``size x distance to next use``.  Neither is exactly
+    optimal for variable sizes (that is NP-hard); both are feasible offline schedules.
+    """
+    n = len(seq)
+    inf = float("inf")
+    nxt = [inf] * n
+    last: dict[str, int] = {}
+    for i in range(n - 1, -1, -1):
+        k = seq[i][0]
+        nxt[i] = last.get(k, inf)
+        last[k] = i
+    hits = [False] * n
+    slot: dict[str, int] = {}
+    # at most capacity / smallest size entries are held at once
+    small = min((sz for _, sz in seq), default=1.0)
+    slots = int(min(n, capacity / small if small > 0 else n)) + 2
+    sizes = np.zeros(slots, dtype=np.float64)
+    nexts = np.full(slots, -inf)  # -inf: free slot (never chosen)
+    free = list(range(len(sizes) - 1, -1, -1))
+    keys_of: list = [None] * len(sizes)
+    used = 0.0
+    for i, (k, sz) in enumerate(seq):
+        j = slot.get(k)
+        if j is not None:
+            hits[i] = True
+            nexts[j] = nxt[i]
+            continue
+        if sz > capacity or nxt[i] == inf:
+            continue
+        mine = sz * (nxt[i] - i) if size_aware else nxt[i]
+        taken = []
+        ok = True
+        while used + sz > capacity:
+            if size_aware:
+                with np.errstate(invalid="ignore"):
+                    score = sizes * (nexts - i)
+                score[nexts == -inf] = -inf
+            else:
+                score = nexts.copy()
+            score[np.isinf(nexts) & (nexts > 0)] = inf
+            for t, _ in taken:
+                score[t] = -inf
+            t = int(np.argmax(score))
+            if not score[t] > mine:
+                ok = False
+                break
+            taken.append((t, sizes[t]))
+            used -= sizes[t]
+        if not ok:
+            used += sum(s for _, s in taken)
+            continue
+        for t, _ in taken:
+            del slot[keys_of[t]]
+            nexts[t] = -inf
+            free.append(t)
+        j = free.pop()
+        slot[k] = j
+        keys_of[j] = k
+        sizes[j], nexts[j] = sz, nxt[i]
+        used += sz
+    return hits
 
 
 # ====================================================================== cluster model
@@ -372,11 +495,11 @@ class Simulation:
         ev_rng = np.random.default_rng(seed + 1000)
         spread = cfg["events_spread"]
         events = cfg["events_per_chunk"] * ev_rng.uniform(1 - spread, 1 + spread, n_chunks)
-        self.bd = events * rates["bytes_per_event"]  # decompressed bytes
-        self.bc = self.bd / rates["compression_ratio"]  # compressed bytes
-        self.t_decomp = self.bd / (rates["decompress_MBps_per_core"] * MB)
+        self.chunk_events = events
+        #: cache keys of the chunks' columns (the chunk ids unless an analysis is set)
+        self.keys = self.chunk_ids
+        self._set_sizes(1.0)
         self.t_compute = events / rates["compute_events_per_s_per_core"]
-        self.t_cache_thread = self.bd / (rates["cache_read_MBps_per_core"] * MB)
         self.storage_bw = cluster["storage_MBps"] * MB
         self.ssd_bw = cluster["ssd_MBps"] * MB
         # per-chunk fixed cost (task dispatch, NanoEvents form, result transfer: seconds on
@@ -417,7 +540,7 @@ class Simulation:
             self.nodes[slow[0]].slow = slow[1]
         #: coffea without a column cache (``direct``): every chunk reads and decompresses
         self.no_cache = cache_capacity == 0
-        self.caches = {n: NodeCache(cache_capacity, cache_policy, self.rng) for n in self.nodes}
+        self.caches = {n: NodeCache(cache_capacity, cache_policy, seed=seed) for n in self.nodes}
         self.placement = make_placement(self.placement_kind, cfg)
         self.located: dict[int, tuple[str, str]] = {}
         #: learned seconds per task of each node (Locator.speed)
@@ -436,6 +559,34 @@ class Simulation:
         #: chunk -> node that processed it last (CacheAffinityPlugin.holder)
         self.holder: dict[int, str] = {}
         self.interval, self.max_moves = sc["interval"], sc["max_moves"]
+
+    # ------------------------------------------------------------ workload
+    def _set_sizes(self, factor: float) -> None:
+        """Bytes and times of each chunk's columns, ``factor`` x the rates' bytes per event."""
+        rates = self.cfg["rates"]
+        self.bd = self.chunk_events * rates["bytes_per_event"] * factor  # decompressed bytes
+        self.bc = self.bd / rates["compression_ratio"]  # compressed bytes
+        self.t_decomp = self.bd / (rates["decompress_MBps_per_core"] * MB)
+        self.t_cache_thread = self.bd / (rates["cache_read_MBps_per_core"] * MB)
+
+    def set_workload(self, dataset: str | None = None, analysis: str | None = None, factor: float = 1.0):
+        """The next runs read ``dataset`` (other chunk ids: other files) with ``analysis``
+        (other columns of the same chunks: other cache keys, ``factor`` x the bytes)."""
+        n = len(self.chunk_ids)
+        prefix = f"{dataset}/" if dataset else ""
+        ids = [f"{prefix}file-{i // 50:05d}/Events/{(i % 50) * 100000}" for i in range(n)]
+        if ids != self.chunk_ids:  # other chunks: nothing is known about them
+            self.chunk_ids = ids
+            self.holder.clear()
+            self.located.clear()
+            self._runner_up_valid = False
+        self.keys = [f"{c}#{analysis}" for c in ids] if analysis else ids
+        self._set_sizes(factor)
+
+    def record(self) -> None:
+        """Record every node's lookups (``NodeCache.log``) from now on, for the optimum."""
+        for cache in self.caches.values():
+            cache.log = []
 
     # ------------------------------------------------------------ helpers
     def live(self):
@@ -499,6 +650,7 @@ class Simulation:
         self.warm_stolen.clear()
         self.peer_served: set[int] = set()
         self.storage_bytes = 0.0
+        written0 = sum(x.written for x in self.caches.values())
         # per-run jitter of decompress and compute times (lognormal): real runs vary
         self.jitter = self.rng.lognormal(0.0, self.cfg["duration_jitter_sigma"], C)
         self.done = 0
@@ -561,6 +713,8 @@ class Simulation:
             # steals of chunks the victim's node held (a hit turned into a transfer)
             "warm_steals": self.warm_steals,
             "storage_GB": self.storage_bytes / 1e9,
+            # bytes stored in the node caches (SSD writes)
+            "written_GB": (sum(x.written for x in self.caches.values()) - written0) / 1e9,
             "nodes": len(self.live()),
             "lost_tasks": self.lost,
         }
@@ -601,11 +755,12 @@ class Simulation:
         f = node.slow * self.jitter[c] * cpu
         self.started_at[c] = t
         h = self.holder.get(c) if self.peers else None
-        if c in self.caches[node.name]:
+        key = self.keys[c]
+        if key in self.caches[node.name]:
             s = max(t, node.ssd_free)
             node.ssd_free = s + self.bd[c] / node.ssd_bw
             end = max(node.ssd_free, t + self.t_cache_thread[c] * cpu) + (self.t_compute[c] + self.t_overhead) * f
-        elif (h is not None and h != node.name and self.nodes[h].alive and c in self.caches[h]
+        elif (h is not None and h != node.name and self.nodes[h].alive and key in self.caches[h]
               and self._may_serve(self.nodes[h])):  # fmt: skip
             # peer fetch: the holder reads it from its SSD, sends the decompressed
             # bytes over the receiver's link, the receiver stores and computes
@@ -672,7 +827,7 @@ class Simulation:
         node.busy -= 1
         self.done += 1
         cache = self.caches[node.name]
-        if c in cache:
+        if cache.lookup(self.keys[c], self.bd[c]):
             self.hits += 1
         else:
             self.misses += 1
@@ -680,7 +835,7 @@ class Simulation:
                 self.peer_hits += 1
             else:
                 self.storage_bytes += self.bc[c] + self.b_open
-            cache.add(c, self.bd[c])
+            cache.add(self.keys[c], self.bd[c])
         self.peer_served.discard(c)
         # mean task duration (Dask's prefix duration estimate) for the stock model
         self.dur_sum += self.t_compute[c]
@@ -907,6 +1062,79 @@ def node_share_bytes(cfg, cluster_name, n_chunks, threads):
     return total * threads / total_threads
 
 
+CAPACITY_SCENARIOS = ("beyond_capacity", "workload_change", "two_analyses")
+
+
+def capacity_plans(name, cfg):
+    """``[(case suffix, plan, share factor, share / cache)]`` of a capacity scenario: ``plan``
+    is ``(dataset, analysis, bytes factor)`` per run; the share factor scales a node's share
+    of one dataset to the working set the cache is sized against."""
+    runs = cfg["capacity_runs"]
+    if name == "beyond_capacity":
+        return [(f"x{r:g}", [(None, None, 1.0)] * runs, 1.0, r) for r in cfg["beyond_ratios"]]
+    if name == "workload_change":
+        seq = cfg["workload_sequence"]
+        return [(seq, [(d, None, 1.0) for d in seq], 1.0, cfg["workload_ratio"])]
+    an = cfg["analyses"]
+    plan = [(None, an[i % len(an)][0], an[i % len(an)][1]) for i in range(runs)]
+    return [("+".join(a for a, _ in an), plan, sum(f for _, f in an), cfg["analyses_ratio"])]
+
+
+def optimal_runs(sims_logs, bounds, runs):
+    """Per-run hit rates of the offline optimum over every node's recorded lookups: per
+    node the better (more hits in all) of Belady's MIN and Belady-Size (:func:`optimal_hits`)."""
+    hits = np.zeros(runs)
+    looked = np.zeros(runs)
+    chosen = {"min": 0, "size": 0}
+    for node, (log, cap) in sims_logs.items():
+        b = bounds[node] + [len(log)]
+        best, which = None, None
+        for variant, aware in (("min", False), ("size", True)):
+            h = optimal_hits(log, cap, aware)
+            if best is None or sum(h) > sum(best):
+                best, which = h, variant
+        chosen[which] += 1
+        for r in range(runs):
+            hits[r] += sum(best[b[r]:b[r + 1]])
+            looked[r] += b[r + 1] - b[r]
+    return [{"run": r + 1, "hit_rate": float(hits[r] / max(1, looked[r]))} for r in range(runs)], chosen
+
+
+def capacity_case(cfg, cluster_name, n_chunks, plan, share_factor, ratio, policies):
+    """One capacity case: each cache policy under ``cacheaffinity`` placement, caches of
+    ``share / ratio`` bytes per node, the runs of ``plan``, and the offline optimum over each
+    policy's own recorded lookups (``<mode>+optimal``)."""
+    cl = CLUSTERS[cluster_name]
+    caps = {}
+    for prefix, count, threads, *_ in cl["groups"]:
+        caps[threads] = share_factor * node_share_bytes(cfg, cluster_name, n_chunks, threads) / ratio
+    res = {}
+    for cpol in policies:
+        sim = Simulation(cfg, cl, n_chunks, "cacheaffinity", cache_policy=cpol, seed=cfg["seed"])
+        for n in sim.nodes.values():
+            sim.caches[n.name].capacity = caps[n.threads]
+        sim.record()
+        bounds = {n: [] for n in sim.caches}
+        t0 = time.perf_counter()
+        runs = []
+        for dataset, analysis, factor in plan:
+            sim.set_workload(dataset, analysis, factor)
+            for n, c in sim.caches.items():
+                bounds[n].append(len(c.log))
+            runs.append(sim.run())
+        mode = f"cacheaffinity ({cpol})"
+        res[mode] = {"runs": runs, "sim_seconds": time.perf_counter() - t0}
+        t0 = time.perf_counter()
+        logs = {n: (c.log, c.capacity) for n, c in sim.caches.items() if c.log}
+        opt, chosen = optimal_runs(logs, {n: bounds[n] for n in logs}, len(plan))
+        res[f"{mode}+optimal"] = {"runs": opt, "nodes_by_variant": chosen,
+                                  "sim_seconds": time.perf_counter() - t0}  # fmt: skip
+    res["_capacity_bytes_per_thread_count"] = caps
+    res["_plan"] = [list(p) for p in plan]
+    res["_share_per_cache"] = ratio
+    return res
+
+
 def scenario(name, cfg, cases):
     out = {}
     for cluster_name, n_chunks, *extra in cases:
@@ -935,7 +1163,8 @@ def scenario(name, cfg, cases):
             for prefix, count, threads, *_ in cl["groups"]:
                 caps[threads] = cfg["small_cache_fraction"] * node_share_bytes(cfg, cluster_name, n_chunks, threads)
             cases_ = [("dask", "fifo"), ("hash%n", "fifo"), ("paper", "fifo"),
-                      ("cacheaffinity", "fifo"), ("cacheaffinity", "keep"), ("cacheaffinity", "random")]  # fmt: skip
+                      ("cacheaffinity", "fifo"), ("cacheaffinity", "keep"), ("cacheaffinity", "random"),
+                      ("cacheaffinity", "rank")]  # fmt: skip
             for pol, cpol in cases_:
                 sim = Simulation(cfg, cl, n_chunks, pol, cache_policy=cpol, seed=cfg["seed"])
                 for n in sim.nodes.values():
@@ -953,6 +1182,13 @@ def scenario(name, cfg, cases):
         elif name == "hetero":
             for pol in cfg["hetero_policies"]:
                 res[pol] = run_policy(cfg, cluster_name, n_chunks, pol)
+        elif name in CAPACITY_SCENARIOS:
+            for suffix, plan, share_factor, ratio in capacity_plans(name, cfg):
+                k = f"{key}/{suffix}"
+                out[k] = capacity_case(cfg, cluster_name, n_chunks, plan, share_factor, ratio,
+                                       cfg["capacity_policies"])  # fmt: skip
+                print_case(name, k, out[k])
+            continue
         elif name == "slowdown":
             cl = CLUSTERS[cluster_name]
             slow_name = extra[0] if extra else f"{cl['groups'][-1][0]}-0000"
@@ -984,6 +1220,12 @@ def print_case(name, key, res):
         row = {"policy": pol}
         for x in r["runs"]:
             row[f"hit {x['run']}"] = f"{x['hit_rate']:.1%}"
+        if "makespan_s" not in r["runs"][0]:  # the offline optimum: hit rates only
+            rows.append(row)
+            continue
+        if "written_GB" in r["runs"][0] and name in CAPACITY_SCENARIOS:
+            for x in r["runs"]:
+                row[f"wr {x['run']} [GB]"] = round(x["written_GB"], 1)
         if any(x.get("peer_hits") for x in r["runs"]):
             for x in r["runs"]:
                 row[f"served {x['run']}"] = f"{x['served_rate']:.1%}"
@@ -1006,8 +1248,14 @@ def plot(name, section, path):
                 continue
             runs = [x["run"] for x in r["runs"]]
             style = "-" if pol.startswith("cacheaffinity") else "--"
-            axes[0][j].plot(runs, [100 * x["hit_rate"] for x in r["runs"]], style, marker="o", label=pol)
-            axes[1][j].plot(runs, [x["makespan_s"] for x in r["runs"]], style, marker="o", label=pol)
+            if pol.endswith("+optimal"):
+                if pol != "cacheaffinity (fifo)+optimal":
+                    continue  # one optimum per case (the policies' differ by little)
+                style = ":"
+            (line,) = axes[0][j].plot(runs, [100 * x["hit_rate"] for x in r["runs"]], style, marker="o", label=pol)
+            if "makespan_s" in r["runs"][0]:
+                axes[1][j].plot(runs, [x["makespan_s"] for x in r["runs"]], style, marker="o", label=pol,
+                                color=line.get_color())  # fmt: skip
         axes[0][j].set_title(f"{name}: {key} (nodes/chunks)")
         axes[0][j].set_ylabel("cache hit rate [%]")
         axes[1][j].set_ylabel("makespan [s] (simulated)")
@@ -1070,17 +1318,91 @@ def main(argv=None):
     for name in names:
         results[name] = scenario(name, cfg, cfg["scenarios"][name])
         plot(name, results[name], os.path.join(args.out, f"{args.name}_{name}.png"))
+    seconds = time.perf_counter() - t0
+    # the sections of other scenarios already in the file (same --quick) are kept, each
+    # with the commit it was measured on (scenario_stamps)
+    path = os.path.join(args.out, f"{args.name}.json")
+    stamps = {n: dict(stamp) for n in names}
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except (OSError, ValueError):
+        saved = None
+    if saved and bool(saved.get("config", {}).get("quick")) == bool(args.quick):
+        for n, section in saved.get("results", {}).items():
+            if n not in results:
+                results[n] = section
+                stamps[n] = saved.get("scenario_stamps", {}).get(
+                    n, {"commit": saved.get("commit"), "dirty": saved.get("dirty")})
     summary = summarise(results, cfg)
-    write_json(os.path.join(args.out, f"{args.name}.json"), config={**cfg, "quick": args.quick,
-               "scenarios_run": names}, results=results, summary=summary,
-               seconds=time.perf_counter() - t0, **stamp)  # fmt: skip
+    write_json(path, config={**cfg, "quick": args.quick, "scenarios_run": names}, results=results,
+               summary=summary, seconds=seconds, scenario_stamps=stamps, **stamp)  # fmt: skip
     for k, v in summary.items():
         print(f"{k}: {v}")
     return 0
 
 
-def summarise(results, cfg=None):
+def capacity_summary(results, cfg) -> dict:
+    """Targets of the capacity scenarios, for the default cache policy (``capacity_default``):
+    steady hit rate (runs 3+ of a repeated scan, mean) at least 0.9 x the optimum's, at every
+    ratio; in the second run on a new dataset, at least 0.9 x the optimum's; bytes written per
+    steady run at most 20% of FIFO's.  Plus every policy's steady ratio to its optimum."""
     s = {}
+    if cfg is None or "capacity_default" not in cfg:
+        return s
+    d = cfg["capacity_default"]
+    mode = f"cacheaffinity ({d})"
+
+    def hits(res, m, runs):
+        return float(np.mean([res[m]["runs"][r]["hit_rate"] for r in runs]))
+
+    def per_policy(res, runs):
+        out = {}
+        for m in res:
+            if m.startswith("_") or m.endswith("+optimal"):
+                continue
+            h, o = hits(res, m, runs), hits(res, f"{m}+optimal", runs)
+            w = float(np.mean([res[m]["runs"][r]["written_GB"] for r in runs]))
+            out[m] = {"hit_rate": round(h, 4), "optimal": round(o, 4), "vs_optimal": round(h / o, 3) if o else None,
+                      "written_GB": round(w, 2)}  # fmt: skip
+        return out
+
+    for key, res in results.get("beyond_capacity", {}).items():
+        steady = list(range(2, len(res[mode]["runs"])))
+        pp = per_policy(res, steady)
+        me, fifo = pp[mode], pp.get("cacheaffinity (fifo)")
+        wr = me["written_GB"] / fifo["written_GB"] if fifo and fifo["written_GB"] else None
+        s[f"beyond capacity ({key}): {d}, steady runs {steady[0] + 1}-{steady[-1] + 1}"] = {
+            "hit_rate": me["hit_rate"], "optimal": me["optimal"], "vs_optimal": me["vs_optimal"],
+            "written_vs_fifo": None if wr is None else round(wr, 4),
+            "ok": bool(me["vs_optimal"] is not None and me["vs_optimal"] >= 0.9 and wr is not None and wr <= 0.2),
+            "policies": pp}  # fmt: skip
+    for key, res in results.get("workload_change", {}).items():
+        plan = [p[0] for p in res["_plan"]]
+        second = [i for i in range(1, len(plan)) if plan[i] == plan[i - 1] and (i < 2 or plan[i - 2] != plan[i])]
+        second = [i for i in second if i > 2]  # after a switch (not the first dataset)
+        pp = {}
+        for m in res:
+            if m.startswith("_") or m.endswith("+optimal"):
+                continue
+            pp[m] = [{"run": i + 1, "dataset": plan[i], "hit_rate": round(res[m]["runs"][i]["hit_rate"], 4),
+                      "optimal": round(res[f"{m}+optimal"]["runs"][i]["hit_rate"], 4)} for i in second]  # fmt: skip
+        ratios = [x["hit_rate"] / x["optimal"] if x["optimal"] else None for x in pp[mode]]
+        s[f"workload change ({key}): {d}, second run on each new dataset"] = {
+            "runs": pp[mode], "vs_optimal": [None if r is None else round(r, 3) for r in ratios],
+            "ok": bool(ratios and all(r is not None and r >= 0.9 for r in ratios)), "policies": pp}  # fmt: skip
+    for key, res in results.get("two_analyses", {}).items():
+        steady = list(range(2, len(res[mode]["runs"])))
+        pp = per_policy(res, steady)
+        me = pp[mode]
+        s[f"two analyses ({key}): {d}, runs {steady[0] + 1}-{steady[-1] + 1}"] = {
+            **{k: me[k] for k in ("hit_rate", "optimal", "vs_optimal")},
+            "ok": bool(me["vs_optimal"] is not None and me["vs_optimal"] >= 0.9), "policies": pp}  # fmt: skip
+    return s
+
+
+def summarise(results, cfg=None):
+    s = capacity_summary(results, cfg)
     for key, res in results.get("hetero", {}).items():
         ca = res["cacheaffinity"]["runs"]
         best = min(res[p]["runs"][1]["makespan_s"] for p in ("paper", "cacheaffinity") if p in res)

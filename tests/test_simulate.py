@@ -1,5 +1,6 @@
-"""The cluster simulator (benchmarks/simulate.py) at tiny sizes, and the pure stealing
-policy functions it shares with the scheduler's LocalityStealing."""
+"""The cluster simulator (benchmarks/simulate.py) at tiny sizes, the pure stealing
+policy functions it shares with the scheduler's LocalityStealing, and the cache policies
+it shares with the store (cacheaffinity.worker.store.admission) against the offline optimum."""
 
 from __future__ import annotations
 
@@ -186,12 +187,64 @@ def test_plan_steals_respects_backlog_budget_and_wanted():
     assert "a" not in idle_since
 
 
-@pytest.mark.parametrize("scenario", ["stable", "small_cache", "hetero", "slowdown"])
+def test_simulator_caches_use_the_real_admission_policies():
+    from cacheaffinity.worker.store import admission
+
+    assert simulate.make_policy is admission.make_policy
+    cache = simulate.NodeCache(100.0, "rank")
+    assert isinstance(cache._p, admission.StableRank)
+    cache.capacity = 50.0  # a new capacity: a new, empty policy
+    assert cache._p.capacity == 50.0 and not cache.items
+
+
+def test_beyond_capacity_the_default_policy_keeps_near_the_optimum_where_fifo_gets_nothing():
+    """VISPA's shape, each node's share of the dataset twice its cache, 5 runs: FIFO gets no
+    hit after run 1; the default policy (``rank``) gets at least 0.9 x the offline optimum
+    over the same lookups in runs 3-5 and writes at most 20% of FIFO's bytes there."""
+    cfg = config(runs=5)
+    default = cfg["capacity_default"]
+    res = simulate.capacity_case(cfg, "vispa", 1500, [(None, None, 1.0)] * 5, 1.0, 2.0, ["fifo", default])
+    mine, fifo = res[f"cacheaffinity ({default})"]["runs"], res["cacheaffinity (fifo)"]["runs"]
+    best = res[f"cacheaffinity ({default})+optimal"]["runs"]
+    assert max(r["hit_rate"] for r in fifo) < 0.01, fifo
+    assert 0.45 < best[2]["hit_rate"] < 0.55, best  # about cache / share
+    for r in (2, 3, 4):
+        assert mine[r]["hit_rate"] >= 0.9 * best[r]["hit_rate"], (mine, best)
+        assert mine[r]["written_GB"] <= 0.2 * fifo[r]["written_GB"], (mine, fifo)
+    assert mine[0]["hit_rate"] == 0 and best[0]["hit_rate"] == 0  # run 1 starts cold
+
+
+def test_the_offline_optimum_on_a_cyclic_scan_keeps_what_fits():
+    seq = [(f"k{i}", 1.0) for i in range(10)] * 3
+    for aware in (False, True):
+        hits = simulate.optimal_hits(seq, 4.0, aware)
+        assert not any(hits[:10]) and sum(hits[10:20]) >= 4 and sum(hits[20:]) >= 4
+    # variable sizes: Belady-Size prefers many small entries to few large ones
+    seq = ([("big", 4.0)] + [(f"s{i}", 1.0) for i in range(4)]) * 3
+    assert sum(simulate.optimal_hits(seq, 4.0, True)) >= sum(simulate.optimal_hits(seq, 4.0, False))
+
+
+def test_rerunning_one_scenario_keeps_the_other_sections(tmp_path, monkeypatch):
+    import json
+
+    monkeypatch.setitem(simulate.QUICK, "scenarios", {"small_cache": [["vispa", 300]], "hetero": [["vispa", 300]]})
+    monkeypatch.setitem(simulate.QUICK, "runs", 2)
+    monkeypatch.setitem(simulate.QUICK, "hetero_policies", ["cacheaffinity"])
+    for name in ("small_cache", "hetero"):
+        assert simulate.main(["--quick", "--scenario", name, "--out", str(tmp_path)]) == 0
+    saved = json.loads((tmp_path / "simulate.json").read_text())
+    assert set(saved["results"]) == {"small_cache", "hetero"}
+    assert set(saved["scenario_stamps"]) == {"small_cache", "hetero"}
+    assert saved["config"]["scenarios_run"] == ["hetero"]
+
+
+@pytest.mark.parametrize("scenario", ["stable", "small_cache", "hetero", "slowdown", "workload_change"])
 def test_benchmark_main_quick_writes_json_and_png(tmp_path, scenario, monkeypatch):
     import json
 
     tiny = {"stable": [["vispa", 300]], "small_cache": [["vispa", 300]],
-            "hetero": [["vispa", 300]], "slowdown": [["vispa", 300, "large-0000"]]}  # fmt: skip
+            "hetero": [["vispa", 300]], "slowdown": [["vispa", 300, "large-0000"]],
+            "workload_change": [["vispa", 300]]}  # fmt: skip
     monkeypatch.setitem(simulate.QUICK, "scenarios", tiny)
     monkeypatch.setitem(simulate.QUICK, "runs", 3)
     assert simulate.main(["--quick", "--scenario", scenario, "--out", str(tmp_path)]) == 0
@@ -204,6 +257,11 @@ def test_benchmark_main_quick_writes_json_and_png(tmp_path, scenario, monkeypatc
         assert any(k.startswith("slowdown (vispa/300/large-0000)") for k in saved["summary"])
     if scenario == "hetero":
         assert set(saved["results"]["hetero"]["vispa/300"]) == set(simulate.FULL["hetero_policies"])
+    if scenario == "workload_change":
+        res = saved["results"]["workload_change"]["vispa/300/AAABBBAA"]
+        assert len(res["cacheaffinity (rank)"]["runs"]) == len(simulate.FULL["workload_sequence"])
+        assert {f"cacheaffinity ({p})+optimal" for p in simulate.FULL["capacity_policies"]} <= set(res)
+        assert any(k.startswith("workload change (vispa/300/AAABBBAA)") for k in saved["summary"])
 
 
 def test_simulator_uses_the_real_locator_functions():

@@ -1,0 +1,142 @@
+"""The node cache's admission and eviction policies (cacheaffinity.worker.store.admission):
+pure, on synthetic lookup sequences (repeated scans of chunk keys)."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from cacheaffinity.worker.store import admission
+from cacheaffinity.worker.store.admission import POLICIES, make_policy
+
+ALL = sorted(POLICIES)
+
+
+def dataset(tag: str, n: int = 600, seed: int = 1) -> list[tuple[str, float]]:
+    """``n`` chunk keys of one dataset, sizes 0.8-1.2 (mean 1)."""
+    rng = random.Random(seed)
+    return [(f"{tag}/file-{i // 50:05d}/Events/{(i % 50) * 100000}", rng.uniform(0.8, 1.2)) for i in range(n)]
+
+
+def scan(keys, seed: int):
+    """One run: the keys in order, a few swapped with a near neighbour (tasks finish out of order)."""
+    out = list(keys)
+    rng = random.Random(seed)
+    for _ in range(len(out) // 20):
+        a = rng.randrange(len(out))
+        b = min(len(out) - 1, a + rng.randrange(20))
+        out[a], out[b] = out[b], out[a]
+    return out
+
+
+def play(policy, runs):
+    """Hit rate per run and bytes stored per run."""
+    rates, written = [], []
+    for run in runs:
+        hits = stored = 0
+        for key, size in run:
+            if policy.lookup(key, size):
+                hits += 1
+            elif policy.offer(key, size) is not None:
+                stored += size
+        rates.append(hits / len(run))
+        written.append(stored)
+    return rates, written
+
+
+def test_a_repeated_scan_larger_than_the_cache_keeps_a_stable_part():
+    keys = dataset("A")
+    total = sum(s for _, s in keys)
+    for ratio in (1.25, 2.0, 4.0):
+        runs = [scan(keys, r) for r in range(6)]
+        rank = make_policy("rank", total / ratio)
+        fifo = make_policy("fifo", total / ratio)
+        hits, written = play(rank, runs)
+        fhits, fwritten = play(fifo, runs)
+        assert max(fhits) < 0.05, (ratio, fhits)  # FIFO evicts what the next run needs first
+        assert all(h >= 0.9 / ratio for h in hits[1:]), (ratio, hits)  # about capacity / working set
+        assert all(w <= 0.2 * fw for w, fw in zip(written[2:], fwritten[2:])), (ratio, written)
+        held = set(k for k, *_ in rank.entries())
+        hits_again, _ = play(rank, [scan(keys, 99)])
+        assert hits_again[0] >= 0.9 / ratio
+        assert len(held & set(k for k, *_ in rank.entries())) >= 0.95 * len(held)  # the same part
+
+
+def test_keep_never_evicts_and_random_evicts_at_random():
+    keys = dataset("A", 200)
+    keep = make_policy("keep", 50.0)
+    hits, _ = play(keep, [keys, keys])
+    assert keep.used <= 50.0 and hits[1] == len(keep) / len(keys)
+    rnd = make_policy("random", 50.0, seed=3)
+    play(rnd, [keys])
+    assert rnd.used <= 50.0 and len(rnd) > 0
+
+
+def test_rank_adapts_when_a_new_dataset_replaces_the_old_one():
+    a, b = dataset("A"), dataset("B", seed=2)
+    cap = sum(s for _, s in a) / 2
+    p = make_policy("rank", cap)
+    hits, _ = play(p, [scan(a, r) for r in range(3)] + [scan(b, r) for r in range(3, 6)])
+    assert hits[3] == 0  # B is new
+    assert hits[4] >= 0.8 * 0.5 and hits[5] >= 0.9 * 0.5, hits  # by its second run
+    assert not any(k.startswith("A/") for k, *_ in p.entries())  # A is gone by B's third run
+    again, _ = play(p, [scan(a, 6), scan(a, 7)])
+    assert again[1] >= 0.8 * 0.5, again  # A again
+
+
+def test_two_analyses_alternating_share_the_cache():
+    x = dataset("X")
+    y = [(k + "#y", 0.6 * s) for k, s in x]
+    cap = (sum(s for _, s in x) + sum(s for _, s in y)) / 2
+    hits, _ = play(make_policy("rank", cap), [scan(x if r % 2 == 0 else y, r) for r in range(6)])
+    fifo, _ = play(make_policy("fifo", cap), [scan(x if r % 2 == 0 else y, r) for r in range(6)])
+    assert max(fifo) == 0
+    assert min(hits[2:]) >= 0.4, hits
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_policy_is_deterministic_and_its_state_round_trips_through_json(name):
+    a, b = dataset("A", 300), dataset("B", 300, seed=2)
+    seq = [scan(a, 0), scan(a, 1), scan(b, 2)]
+    first, second = make_policy(name, 120.0), make_policy(name, 120.0)
+    assert play(first, seq) == play(second, seq)
+    assert first.state() == second.state() and first.entries() == second.entries()
+    # stop half way, persist, restore, go on: the same decisions as without the stop
+    whole = make_policy(name, 120.0)
+    rest = [scan(b, 3), scan(a, 4)]
+    play(whole, seq)
+    saved = json.loads(json.dumps(whole.state())), json.loads(json.dumps(whole.entries()))
+    restored = admission.Policy.from_state(*saved)
+    assert type(restored) is type(whole) and restored.used == pytest.approx(whole.used)
+    assert play(restored, rest) == play(whole, rest)
+    assert restored.entries() == whole.entries()
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_every_policy_stays_within_capacity_and_its_state_is_bounded(name):
+    keys = dataset("A", 3000)
+    p = make_policy(name, 300.0)
+    for run in range(3):
+        for key, size in scan(keys, run):
+            if not p.lookup(key, size):
+                p.offer(key, size)
+            assert p.used <= 300.0 + 1e-9
+    st = p.state()
+    assert len(st.get("sample", ())) <= 1024
+    assert len(st.get("ghost", ())) <= max(16, len(p))
+    assert len(json.dumps(st)) < 100_000
+    assert len(p.entries()) == len(p)
+
+
+def test_rank_is_a_stable_hash_and_unknown_policies_are_refused():
+    assert admission.rank("file-00001/Events/0") == admission.rank("file-00001/Events/0")
+    assert 0 <= admission.rank("x") < 1 and admission.rank("x") != admission.rank("x", seed=1)
+    with pytest.raises(ValueError, match="unknown cache policy"):
+        make_policy("lru", 1.0)
+    p = make_policy("rank", 10.0)
+    assert p.offer("big", 11.0) is None and len(p) == 0  # larger than the cache
+    p.offer("a", 1.0)
+    p.remove("a")
+    assert "a" not in p and p.used == 0
