@@ -124,6 +124,21 @@ class Processes:
         stop(self.procs)
 
 
+def scheduler_address(scheduler_file: Path, log: Path, timeout: float = 60.0) -> str:
+    """The address a ``dask scheduler`` wrote to ``scheduler_file``, once it has (the
+    test fails with the scheduler's ``log`` after ``timeout`` seconds)."""
+    import json
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return json.loads(scheduler_file.read_text())["address"]
+        except (FileNotFoundError, ValueError, KeyError):
+            assert time.monotonic() < deadline, log.read_text() if log.exists() else "no log"
+            time.sleep(0.1)
+
+
 def stop(procs: list[subprocess.Popen]) -> None:
     """Stop ``dask`` processes, newest first: the workers (SIGINT, each given 20 s, then
     SIGKILL) before the scheduler they talk to.  Interrupted together, a worker that

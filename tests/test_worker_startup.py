@@ -4,7 +4,6 @@ space, sharing mode), and a capacity larger than the disk warned about and clamp
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import pytest
 from distributed import Client
 
 import cacheaffinity
-from helpers import Processes
+from helpers import Processes, scheduler_address
 from testbed import skip_or_fail
 
 BIN = Path(sys.executable).parent
@@ -48,14 +47,7 @@ def test_one_startup_line_and_a_capacity_larger_than_the_disk(tmp_path, small_di
             "127.0.0.1:0", "--scheduler-file", str(scheduler_file), "--preload", "cacheaffinity",
             log="scheduler.log", env=env,
         )  # fmt: skip
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                address = json.loads(scheduler_file.read_text())["address"]
-                break
-            except (FileNotFoundError, ValueError, KeyError):
-                assert time.monotonic() < deadline, logs["scheduler"].read_text()
-                time.sleep(0.1)
+        address = scheduler_address(scheduler_file, logs["scheduler"])
         directory = small_disk / "cache"
         procs.start(
             "worker", address, "--name", "w1", "--nthreads", "1", "--no-nanny", "--host",
@@ -105,14 +97,7 @@ def test_a_given_capacity_applies_to_an_existing_directory(tmp_path):
     procs = Processes(tmp_path)
     try:
         scheduler_file = procs.scheduler("scheduler", "--preload", "cacheaffinity")
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                address = json.loads(scheduler_file.read_text())["address"]
-                break
-            except (FileNotFoundError, ValueError, KeyError):
-                assert time.monotonic() < deadline, (tmp_path / "scheduler.log").read_text()
-                time.sleep(0.1)
+        address = scheduler_address(scheduler_file, tmp_path / "scheduler.log")
         with Client(address, timeout=60) as client:
             # --cache-capacity: recorded, the 6 oldest entries evicted at start
             procs.start("worker", address, "--name", "w1", *worker_args, "--cache-capacity", "16 KiB",
