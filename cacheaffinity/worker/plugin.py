@@ -383,6 +383,11 @@ class CacheWorkerPlugin(WorkerPlugin):
         if flush:
             self.flush(60.0)
         self._follow_capacity()
+        if self.cache is not None:
+            try:  # the admission policy's lookups, for the node's other processes
+                self.cache.save_admission(force=flush)
+            except Exception as e:  # a broken index is a cache problem, not ours
+                logger.debug("cacheaffinity: admission state not saved: %r", e)
         out: dict[str, Any] = {
             "capacity": self.capacity,
             "configured_capacity": self.configured_capacity or self.capacity,

@@ -303,7 +303,7 @@ def test_fifo_eviction_oldest_first_and_reads_do_not_refresh(tmp_path):
     def item(i):
         return np.full(BLOCK // 4, i, np.float32)  # exactly one block
 
-    with ColumnCache(tmp_path, capacity=10 * BLOCK) as cache:
+    with ColumnCache(tmp_path, capacity=10 * BLOCK, admission="fifo") as cache:
         for i in range(10):
             cache[f"k{i}"] = item(i)
         assert len(cache) == 10

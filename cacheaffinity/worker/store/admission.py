@@ -3,7 +3,7 @@
 With first-in-first-out eviction, a re-run whose working set is larger than the node's
 cache gets almost no hits, run after run: every run evicts what the next one needs
 first.  The policies here share one interface, which the simulator
-(``benchmarks/simulate.py``, ``NodeCache``) calls today and the store is to call:
+(``benchmarks/simulate.py``, ``NodeCache``) and the store (:mod:`.admitter`) call:
 
 - :class:`Fifo` (``fifo``): admit everything, evict the oldest entry (the store's
   :func:`~cacheaffinity.worker.store.capacity.evict_rows`);
@@ -60,38 +60,12 @@ stale and its last reuse distance, for ``s3fifo`` the queue and the 2-bit freque
 (the rank is recomputed from the key).  In memory, the policy also holds its entries
 (the store's rows) and lazy heaps over them: O(entries).
 
-**How the store will call it** (not wired yet: ``capacity.evict_rows`` still evicts
-by row id).  Per node directory, the JSON of ``state()`` lives in the index (the
-``settings`` table holds integers today: a ``policy`` row of TEXT, or a table of its
-own); per-entry metadata in columns of ``entries`` (``rank``, ``used``: the clock of
-the entry's last lookup, ``stale``: when it turns stale, ``reuse``; ``queue`` and
-``freq`` for S3-FIFO).  The classes here hold their entries in memory (what the
-simulator needs); in the store the rows are the entries, and the victims come from
-SQL in the same order: for :class:`StableRank` the stale rows first (``stale <
-:clock``, or ``stale IS NULL AND used < :clock - :factor * :demand``), stale longest
-first, then ``ORDER BY rank DESC`` (two indexed queries).  A process buffers its
-lookups (key, size, hit; bounded, e.g. 4096, the oldest dropped: the estimates only
-lag).  The insert transaction (``BEGIN IMMEDIATE``, which already serialises the
-writers of all processes of the node) then: reads the state, replays the buffered
-lookups (clock, sample, and ``used``/``stale``/``reuse`` of the rows hit), decides
-admission: not admitted means the chunk's pack is not written at all (no SSD write,
-no row), else deletes the victims' rows, inserts the row, writes back the state and
-commits; the victims' data files are deleted after the commit, as now.  ``admit`` may
-be asked before the pack is built (on the last state read, without the lock) to skip
-building it; the transaction decides.
-
-**Crash safety.**  State and rows change in the same transaction: after a crash
-both are as of the last commit.  What is lost is at most a process's unflushed
-lookup buffer: the clock and the estimates lag, which only delays a stale mark (an
-entry hit but not recorded may go stale early: one miss later).  A state that does
-not parse (or of another policy) is replaced by a fresh one, which keeps the lowest
-ranks it sees and marks nothing stale until it has measured reuse; never a wrong read.
-
-**Two processes per node** share one state by the read-modify-write above inside the
-write lock; a process never keeps a private copy between transactions.  Lookups of
-both processes reach the clock in the order their buffers are flushed, not in the
-order they happened: flushes at least every few seconds keep that disorder small
-against a reuse distance (a run), and the learnt jitter absorbs the rest.
+**In the store** (:mod:`.admitter`, ``cacheaffinity.worker.admission``): ``rank``
+runs through an :class:`~.admitter.Admitter`, which keeps ``state()`` and each entry's
+metadata in the node's index and decides inside the insert transaction; ``fifo`` is
+the store's eviction by row id.  Transactions, crash safety and the node's several
+processes are described there.  The simulator runs these classes unchanged
+(:attr:`StableRank.grace` is 0 there: one lookup stream per node).
 """
 
 from __future__ import annotations
@@ -376,6 +350,10 @@ class StableRank(Policy):
         self._sample: dict[int, list] = {}
         self._sample_heap: list[tuple[float, int]] = []  # (-rank, hash), lazy
         self._sampled = 0
+        #: Bytes of lookups that may not have reached this copy yet (other processes of
+        #: the node save theirs in batches: :mod:`.admitter`); an entry is stale only once
+        #: its staleness exceeds it.  0 in one process (the simulator); not persisted.
+        self.grace = 0.0
 
     def params(self):
         return {"seed": self.seed, "live": self.live, "slack": self.slack, "sample": self.sample_size,
@@ -464,13 +442,13 @@ class StableRank(Policy):
         ent = self._entries
         best = None
         due = self._top(self._due, lambda it: it[1] in ent and ent[it[1]][3] == it[0])
-        if due is not None and due[0] < self.clock:
+        if due is not None and due[0] + self.grace < self.clock:
             best = (self.clock - due[0], due[1])
         if self.demand:
             fresh = self._top(self._fresh, lambda it: it[1] in ent and ent[it[1]][3] is None
                               and ent[it[1]][2] == it[0])  # fmt: skip
             if fresh is not None:
-                over = self.clock - self.live_factor * self.demand - fresh[0]
+                over = self.clock - self.live_factor * self.demand - fresh[0] - self.grace
                 if over > 0 and (best is None or over > best[0]):
                     best = (over, fresh[1])
         return best
@@ -531,6 +509,12 @@ class StableRank(Policy):
         st["sample"] = sorted([h, v[0], v[1]] for h, v in self._sample.items())
         st["sampled"] = self._sampled
         return st
+
+    def meta(self, key: str) -> list | None:
+        """``[last lookup, stale from, last reuse distance]`` of ``key`` (what :meth:`entries`
+        gives after key and size), or None if not held."""
+        e = self._entries.get(key)
+        return None if e is None else list(e[2:])
 
     def entries(self):
         """``[key, size, last lookup, stale from, last reuse distance]`` per entry (the last two

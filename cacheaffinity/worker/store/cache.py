@@ -1,7 +1,9 @@
 """The node's column store: :class:`ColumnCache` (runs in workers and in the CLI).
 
-A bounded, FIFO-evicting store of decompressed column arrays in a directory on
-the node's local disk, shared by all worker processes of the node.  Two ways in:
+A bounded store of decompressed column arrays in a directory on the node's local
+disk, shared by all worker processes of the node; when full, an admission policy
+decides what stays (:mod:`.admitter`: ``rank`` keeps the same part of a working set
+larger than the cache run after run; ``fifo`` evicts the oldest).  Two ways in:
 
 - a ``MutableMapping[str, numpy.ndarray]`` (``cache[key] = array``, ``get``,
   ``get_many``): one *plain entry* per key.  coffea's buffer keys use it
@@ -17,9 +19,10 @@ This module is the facade: it opens the directory (trust, settings, healing),
 answers reads of plain entries and keeps the counters.  The rest has a home of
 its own: :mod:`.layout` (the on-disk format), :mod:`.files` (data files),
 :mod:`.index` (SQLite, settings, healing), :mod:`.capacity` (the capacity in
-force and eviction), :mod:`.writes` (the write path), :mod:`.writer` (writes
-behind), :mod:`.packs` (chunk packs), :mod:`.maintenance` (orphans, verify,
-repair, info), :mod:`.front` (the per-chunk memory front of plain entries).
+force and FIFO eviction), :mod:`.admitter` (the admission policy's state),
+:mod:`.writes` (the write path), :mod:`.writer` (writes behind), :mod:`.packs`
+(chunk packs), :mod:`.maintenance` (orphans, verify, repair, info),
+:mod:`.front` (the per-chunk memory front of plain entries).
 
 Why not :class:`diskcache.Cache`
     diskcache has the right ordering ideas (write the value, commit the index,
@@ -106,6 +109,7 @@ from cacheaffinity._logging import LogOnce
 from cacheaffinity.worker.directory import group_id, trusted_directory
 from cacheaffinity.worker.store import capacity as _capacity
 from cacheaffinity.worker.store import maintenance, writes
+from cacheaffinity.worker.store.admitter import Admitter
 from cacheaffinity.worker.store.errors import (
     Closed,
     Corrupt,
@@ -132,7 +136,7 @@ _COUNTERS = (
     "hits", "misses", "bytes_served", "bytes_written", "writes", "evictions",
     "bytes_evicted", "errors", "corrupt", "skipped", "temporaries_removed",
     "orphans_removed", "index_rebuilt", "dropped", "packs_read", "packs_written", "bytes_read",
-    "bytes_mapped",
+    "bytes_mapped", "not_admitted",
 )  # fmt: skip
 
 #: Every open ColumnCache and MemoryFront, to replace their locks after fork.
@@ -193,6 +197,11 @@ class ColumnCache(MutableMapping):
         process with SIGBUS) or copied into a new buffer.  ``None`` reads
         ``cacheaffinity.worker.read``; ``"auto"``: map in a private cache, copy
         in a shared-group one.
+    admission : {"rank", "fifo"}, optional
+        What a full cache admits and evicts (:mod:`.admitter`): ``"rank"`` keeps the
+        same lowest-ranked part of a working set larger than the cache, run after
+        run; ``"fifo"`` evicts the oldest entry.  ``None`` reads
+        ``cacheaffinity.worker.admission``.
 
     Notes
     -----
@@ -214,6 +223,7 @@ class ColumnCache(MutableMapping):
         write_queue: int | str = 0,
         fit_disk: bool = False,
         read: str | None = None,
+        admission: str | None = None,
     ):
         if set_capacity and not heal:
             raise ValueError(
@@ -248,6 +258,12 @@ class ColumnCache(MutableMapping):
         self.read_mode: str = config.get("worker.read", read)
         if self.read_mode == "auto":
             self.read_mode = "map" if self.shared_gid is None else "copy"
+        #: Admission policy name (``worker.admission``).
+        self.admission_policy: str = config.get("worker.admission", admission)
+        #: Owner of the admission policy's state (None: ``fifo``, eviction by row id).
+        self.admission: Admitter | None = (
+            None if self.admission_policy == "fifo" else Admitter(self.admission_policy, self.capacity)
+        )
         self._uid = os.geteuid()
         self._heals = bool(heal)
         self._stats_lock = threading.Lock()
@@ -355,6 +371,8 @@ class ColumnCache(MutableMapping):
         self._capacity_lock = threading.Lock()
         self.index.reset_after_fork()
         self.writer.reset()
+        if self.admission is not None:
+            self.admission.reset_after_fork()
 
     def _writer_started(self, thread: threading.Thread) -> None:
         self.index.close_writer_connection()
@@ -555,7 +573,7 @@ class ColumnCache(MutableMapping):
             part = keys[i : i + _QUERY_KEYS]
             marks = ",".join("?" * len(part))
             for row in self.index.query(
-                f"SELECT key, file, toc, nbytes, checksum, writer FROM entries WHERE key IN ({marks})",
+                f"SELECT key, file, toc, nbytes, checksum, writer, size FROM entries WHERE key IN ({marks})",
                 tuple(part),
             ):
                 rows[row[0]] = row[1:]
@@ -588,10 +606,11 @@ class ColumnCache(MutableMapping):
             self._read_failed(todo[0], e)
             rows = {}
         for k, row in rows.items():
-            members = self._read(k, row)
+            members = self._read(k, row[:-1])
             value = None if members is None else members.get(PLAIN)
             if value is not None:
                 out[k] = value
+                self.looked_up(k, row[-1])
         served = sum(v.nbytes for v in out.values())
         self._count(hits=len(out), misses=len(keys) - len(out), bytes_served=served)
         return out
@@ -728,6 +747,21 @@ class ColumnCache(MutableMapping):
         """
         return self.writer.flush(timeout)
 
+    def save_admission(self, force: bool = False) -> None:
+        """Save the admission policy's unsaved lookups (:mod:`.admitter`) if due, or
+        with ``force`` if any (workers: with every heartbeat; at close)."""
+        adm = self.admission
+        if adm is None or self._closed or self._disabled:
+            return
+        if force or adm.save_due():
+            adm.save(self.index)
+
+    def looked_up(self, key: str, size: int) -> None:
+        """Record a hit of ``key`` (``size`` bytes, its row's) for the admission policy."""
+        adm = self.admission
+        if adm is not None and adm.looked_up(key, size) and not self._closed and not self._disabled:
+            adm.save(self.index)  # other processes of the node see this process's hits soon
+
     def collect_orphans(self, max_files: int | None = None) -> int:
         """Delete data files that no row references (bounded work: up to
         ``max_files``, default :data:`~.maintenance.ORPHAN_BATCH`, looked at per
@@ -759,6 +793,7 @@ class ColumnCache(MutableMapping):
         """Write what is queued (bounded wait), then close the index (idempotent)."""
         if self._pid == os.getpid():
             self.flush(timeout)
+            self.save_admission(force=True)
         left = self.writer.stop()
         if left:
             logger.warning("cacheaffinity: %d queued values of cache %s not written at close", left, self.directory)

@@ -61,7 +61,7 @@ def get_packs(cache: ColumnCache, grp: str, start: int, stop: int) -> list[Pack]
     ]
     try:
         rows = cache.index.query(
-            "SELECT key, start, stop, file, toc, nbytes, checksum, writer FROM entries "
+            "SELECT key, start, stop, size, file, toc, nbytes, checksum, writer FROM entries "
             "WHERE grp = ? AND start < ? AND stop > ? ORDER BY id DESC",
             (grp, int(stop), int(start)),
         )
@@ -70,9 +70,10 @@ def get_packs(cache: ColumnCache, grp: str, start: int, stop: int) -> list[Pack]
     except (OSError, sqlite3.Error, ValueError) as e:
         cache._read_failed(grp, e)
         return out
-    for key, a, b, *row in rows:
+    for key, a, b, size, *row in rows:
         members = cache._read(key, tuple(row))
         if members is not None:
             out.append(Pack(int(a), int(b), members))
             cache._count(packs_read=1)
+            cache.looked_up(key, size)
     return out

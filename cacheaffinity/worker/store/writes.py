@@ -25,6 +25,7 @@ files, counters, pause) they use; the cache's methods are the API.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sqlite3
@@ -120,6 +121,12 @@ def put(cache: ColumnCache, item: Item) -> None:
         cache._count(skipped=1)
         discard(cache, item.key)
         return
+    adm = cache.admission
+    if adm is not None:  # the miss this value answers is a lookup; not admitted: not written
+        cache.looked_up(item.key, item.size)
+        if not adm.admits(item.key, item.size):
+            cache._count(not_admitted=1)
+            return
     if cache.write_queue > 0:
         dropped = cache.writer.put(item.key, item, item.nbytes)
         if dropped is None:
@@ -208,8 +215,16 @@ def write_batch(cache: ColumnCache, batch: list) -> None:
 
 
 def store_many(cache: ColumnCache, items: list[Item]) -> None:
-    """Write the items' data files, then one index transaction for all of them."""
+    """Write the items' data files, then one index transaction for all of them
+    (the admission policy, if any, decides inside it: :mod:`.admitter`)."""
+    adm = cache.admission
+    if adm is not None:  # decided on this process's view: not written at all
+        kept = [it for it in items if adm.admits(it.key, it.size)]
+        if len(kept) < len(items):
+            cache._count(not_admitted=len(items) - len(kept))
+        items = kept
     written: list[tuple[Item, str, list, int, bytes]] = []
+    refused = 0
     try:
         for item in items:
             name, toc, nbytes, digest = cache.files.write(item.arrays, item.layout)
@@ -219,35 +234,69 @@ def store_many(cache: ColumnCache, items: list[Item]) -> None:
         now = time.time()
         with cache.index.transaction() as con:
             capacity = cache.follow_capacity(con)  # another process may have recorded a new one
-            for item, name, toc, nbytes, digest in written:
-                old = con.execute("SELECT id, file FROM entries WHERE key = ?", (item.key,)).fetchone()
-                if old is not None:
-                    con.execute("DELETE FROM entries WHERE id = ?", (old[0],))
-                    doomed.append(old[1])
-                used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
-                gone, n = evict_rows(con, used + item.size - capacity)
-                doomed.extend(gone)
-                evicted += len(gone)
-                freed += n
-                con.execute(
-                    "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, "
-                    "checksum, stored, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (item.key, item.grp, item.start, item.stop, name,
-                     json.dumps(toc, separators=(",", ":")), nbytes, item.size, digest, now,
-                     cache._uid),
-                )  # fmt: skip
+            with adm.deciding(con, capacity) if adm is not None else contextlib.nullcontext() as decider:
+                for item, name, toc, nbytes, digest in written:
+                    old = con.execute("SELECT id, file FROM entries WHERE key = ?", (item.key,)).fetchone()
+                    if old is not None:
+                        con.execute("DELETE FROM entries WHERE id = ?", (old[0],))
+                        doomed.append(old[1])
+                    if decider is not None:
+                        victims = decider.place(item.key, item.size)
+                        if victims is None:
+                            doomed.append(name)  # not admitted after all: nothing names it
+                            refused += 1
+                            continue
+                        gone, n = delete_keys(con, victims)
+                        doomed.extend(gone)
+                        evicted += len(gone)
+                        freed += n
+                    used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
+                    gone, n = evict_rows(con, used + item.size - capacity)  # FIFO, or a safety net
+                    doomed.extend(gone)
+                    evicted += len(gone)
+                    freed += n
+                    insert_row(con, cache, item, name, toc, nbytes, digest, now)
     except BaseException:
+        if adm is not None:
+            adm.rolled_back()
         cache.files.remove([w[1] for w in written])
         raise
+    if adm is not None:
+        adm.committed()
     cache.files.remove(doomed)  # only after the commit: nobody can find them any more
+    stored = [w for w in written if w[1] not in doomed]
     cache._count(
-        writes=len(written),
-        packs_written=sum(1 for w in written if w[0].grp is not None),
-        bytes_written=sum(w[3] for w in written),
+        writes=len(stored),
+        packs_written=sum(1 for w in stored if w[0].grp is not None),
+        bytes_written=sum(w[3] for w in stored),
         evictions=evicted,
         bytes_evicted=freed,
+        not_admitted=refused,
     )
     collect_orphans_if_due(cache)
+
+
+def delete_keys(con: sqlite3.Connection, keys: list[str]) -> tuple[list[str], int]:
+    """Delete the rows of ``keys`` (inside the caller's transaction): their data
+    files (to delete after the commit) and the bytes freed."""
+    files, freed = [], 0
+    for key in keys:
+        row = con.execute("SELECT file, size FROM entries WHERE key = ?", (key,)).fetchone()
+        if row is not None:
+            con.execute("DELETE FROM entries WHERE key = ?", (key,))
+            files.append(row[0])
+            freed += int(row[1])
+    return files, freed
+
+
+def insert_row(con, cache, item, name, toc, nbytes, digest, now) -> None:
+    """The index row of ``item`` (data file ``name``), inside the caller's transaction."""
+    con.execute(
+        "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, "
+        "checksum, stored, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        (item.key, item.grp, item.start, item.stop, name,
+         json.dumps(toc, separators=(",", ":")), nbytes, item.size, digest, now, cache._uid),
+    )  # fmt: skip
 
 
 def discard(cache: ColumnCache, key: str) -> None:
