@@ -16,7 +16,7 @@ decompressed columns.  The package is laid out by the process each part runs in:
   for coffea's ``Runner``, the hook :func:`cachestrategy` for coffea's own
   executors, and the only code that knows coffea internals.
 - :mod:`cacheaffinity.client` (client): :func:`chunk`, :func:`chunks`,
-  :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`, :func:`run_stats`.
+  :func:`map_chunks` attach chunk identities; :func:`check`, :func:`where`, :func:`run_stats`, :func:`forecast`.
 - :mod:`cacheaffinity.config`: the ``cacheaffinity`` Dask config namespace.
 - :mod:`cacheaffinity.filesystems` (anywhere): :func:`filesystem_of`, whether a
   cache directory is on a file system shared between machines.
@@ -44,6 +44,7 @@ from cacheaffinity.client import (
     check,
     chunk,
     chunks,
+    forecast,
     map_chunks,
     run_stats,
     where,
@@ -82,6 +83,7 @@ __all__ = [
     "chunks",
     "config",
     "dask_setup",
+    "forecast",
     "map_chunks",
     "run_stats",
     "where",

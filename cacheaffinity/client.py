@@ -61,6 +61,9 @@ __all__ = [
     "check_chunk_ids",
     "chunk",
     "chunks",
+    "forecast",
+    "forecast_message",
+    "FORECAST_WARN_BELOW",
     "map_chunks",
     "max_chunk_id_length",
     "run_stats",
@@ -278,6 +281,27 @@ def _scheduler_run_stats(dask_scheduler=None, run=None, last=1) -> list | None:
     return plugin.run_stats(run, last)
 
 
+async def _scheduler_forecast(dask_scheduler=None, run=None, wait=2.0) -> dict | None:
+    import asyncio
+
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None or not hasattr(plugin, "forecast_of"):
+        return None
+    deadline = asyncio.get_running_loop().time() + float(wait)
+    # the run's graph reaches the scheduler on the client's batched stream, this
+    # request on another connection: wait a little for it
+    while run not in plugin.forecast.runs and asyncio.get_running_loop().time() < deadline:
+        await asyncio.sleep(0.02)
+    return {"forecast": plugin.forecast_of(run)}
+
+
+def _scheduler_latest_forecast(dask_scheduler=None) -> dict | None:
+    plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
+    if plugin is None or not hasattr(plugin, "latest_forecast"):
+        return None
+    return plugin.latest_forecast()
+
+
 def _scheduler_where(dask_scheduler=None, chunk_ids=()) -> dict | None:
     plugin = dask_scheduler.plugins.get(PLUGIN_NAME)
     if plugin is None or not hasattr(plugin, "where"):
@@ -348,6 +372,47 @@ def run_stats(client, run: str | None = None, last: int = 1) -> list[dict]:
     return _call(client, _scheduler_run_stats, {"run": run, "last": int(last)})
 
 
+def forecast(client, run: str, wait: float = 2.0) -> dict | None:
+    """The working-set forecast of run ``run`` (:mod:`cacheaffinity.scheduler.forecast`):
+    ``{"hit_rate", "capacity_hit_rate", "need_bytes", "chunks", "new_chunks", "nodes":
+    {node: {...}}}``, or None if the scheduler has no such run (waits at most ``wait``
+    seconds for a run just submitted).  A coroutine to await with an asynchronous client.
+    """
+    return _call(
+        client, _scheduler_forecast, {"run": run, "wait": float(wait)}, then=lambda out: out["forecast"]
+    )
+
+
+#: :func:`forecast_message` warns when a run's ``capacity_hit_rate`` is below this.
+FORECAST_WARN_BELOW = 0.9
+
+
+def forecast_message(forecast: Mapping[str, Any], run: str | None = None) -> str | None:
+    """One warning naming the nodes whose caches are too small for ``forecast``,
+    or None when its ``capacity_hit_rate`` is at least :data:`FORECAST_WARN_BELOW` (or unknown)."""
+    from dask.utils import format_bytes
+
+    rate = forecast.get("capacity_hit_rate")
+    if rate is None or rate >= FORECAST_WARN_BELOW:
+        return None
+    short = []
+    for node, e in sorted(forecast.get("nodes", {}).items()):
+        if e.get("capacity_hit_rate") is not None and e["capacity_hit_rate"] < FORECAST_WARN_BELOW:
+            short.append(
+                f"this run needs ~{format_bytes(e['need_bytes'])} on node {node}, which holds "
+                f"{format_bytes(e['capacity'])}: expect ~{100 * e['capacity_hit_rate']:.0f}% hits"
+                + (" (fifo admission: raise the capacity or use admission rank)" if e["policy"] == "fifo" else "")
+            )
+    return (
+        "cacheaffinity: the node caches are smaller than this run's data"
+        + (f" (run {run})" if run else "")
+        + f": expect ~{100 * rate:.0f}% cache hits once every chunk was read. "
+        + "; ".join(short)
+        + ". Raise cacheaffinity.worker.capacity (--cache-capacity) or add cache nodes "
+        "(docs/design.md, 'Beyond capacity')."
+    )
+
+
 def where(client, chunk_ids: Iterable[str]) -> dict[str, dict]:
     """Where chunk identities map now: ``{chunk: {"node": id, "workers": [...]}}``.
 
@@ -405,9 +470,12 @@ def cache_stats(client) -> dict[str, dict]:
     <counters>}}``: per-process counters (hits, misses, bytes served,
     evictions, storage reads) are summed over a node's workers; directory-wide
     values (bytes, entries, capacity: the one in force, at most what the disk
-    holds) are the node's.  ``uncached`` is None, or why none of the node's
-    workers caches: workers without a usable cache directory or without the
-    worker plugin are their host's node ``host:<ip>``, listed so.  Each
+    holds) are the node's.  ``forecast_need_bytes`` and ``forecast_hit_rate``: what
+    the newest run with a forecast (``forecast_run``) needs on the node and the hit
+    rate its cache allows once every chunk was read (see :func:`forecast`).
+    ``uncached`` is None, or why none of the node's workers caches: workers
+    without a usable cache directory or without the worker plugin are their
+    host's node ``host:<ip>``, listed so.  Each
     worker first stores its queued cache writes (at most 60 s).
     """
     from distributed.comm import get_address_host
@@ -432,6 +500,16 @@ def cache_stats(client) -> dict[str, dict]:
     for name, node in nodes.items():
         rs = reasons[name]
         node["uncached"] = "; ".join(sorted(set(rs))) if all(rs) else None
+    try:
+        latest = client.run_on_scheduler(_scheduler_latest_forecast)
+    except Exception as e:  # the counters stand on their own
+        logger.debug("cacheaffinity: forecast unavailable: %r", e)
+        latest = None
+    for name, f in ((latest or {}).get("nodes") or {}).items():
+        if name in nodes:
+            nodes[name]["forecast_run"] = latest["run"]
+            nodes[name]["forecast_need_bytes"] = f.get("need_bytes")
+            nodes[name]["forecast_hit_rate"] = f.get("capacity_hit_rate")
     return nodes
 
 
@@ -445,6 +523,6 @@ def cache_totals(client) -> dict[str, int]:
     out: dict[str, int] = {}
     for node in cache_stats(client).values():
         for k, v in node.items():
-            if isinstance(v, (int, float)) and k not in DIRECTORY_WIDE:
+            if isinstance(v, (int, float)) and k not in DIRECTORY_WIDE and not k.startswith("forecast_"):
                 out[k] = out.get(k, 0) + v
     return out

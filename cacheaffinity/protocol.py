@@ -63,6 +63,8 @@ RUN_FIGURES = (
     "files_preprocessed",  # preprocessing tasks that reported (one per file)
     "metadata_hits",  # of those, files whose metadata the node cache held (not opened)
     "preprocess_ms",  # milliseconds the preprocessing tasks took, added up
+    "chunk_bytes",  # bytes of the chunks' packs in the node cache (read from it or stored)
+    "chunk_bytes_hit",  # of those, bytes read from the node's own cache
 )
 #: Uncached reason of a worker without the cacheaffinity worker plugin.
 NO_WORKER_PLUGIN = (

@@ -296,7 +296,29 @@ _STATS_COLUMNS = (
     ("files_preprocessed", "preprocessed", _count),
     ("metadata_hits", "metadata hits", _count),
     ("preprocess_ms", "preprocess s", _ms),
+    ("chunk_bytes", "chunk bytes", format_bytes),
 )
+
+
+def _percent(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def _forecast_lines(r: dict) -> list[str]:
+    """The forecast of run ``r``: one line per node ("needs ~X on node N, which holds
+    Y: expect ~Z% hits")."""
+    f = r.get("forecast") or {}
+    out = []
+    for node, e in sorted((f.get("nodes") or {}).items()):
+        if e.get("need_bytes") is None:
+            continue
+        out.append(
+            f"  run {r['run'][:12]} needs ~{format_bytes(e['need_bytes'])} on node {node}, which "
+            f"holds {format_bytes(e['capacity'])} ({e['policy']}): expect ~"
+            f"{_percent(e['capacity_hit_rate'])} hits once every chunk was read"
+            + (f"; {e['new_chunks']} of its {e['chunks']} chunks new" if e.get("new_chunks") else "")
+        )
+    return out
 
 
 @click.command()
@@ -314,8 +336,12 @@ def stats(scheduler: str, last: int, run: str | None, as_json: bool, timeout: st
     (a task run twice counts twice), column-cache hits, peer hits, misses,
     bytes served from caches, bytes read from storage, files opened (by chunk
     and preprocessing tasks), steals, chunks that ran uncached, files
-    preprocessed, of which answered from the node cache, and the
-    preprocessing tasks' seconds.
+    preprocessed, of which answered from the node cache, the
+    preprocessing tasks' seconds, the bytes of the chunks' packs, the forecast
+    hit rate (from the chunk sizes earlier runs reported and the nodes'
+    capacities; chunks not seen before count as misses) and the share of chunk
+    bytes read from the nodes' own caches.  Then, per node, what the run needs
+    there against what the cache holds.
     """  # fmt: skip
     import cacheaffinity
 
@@ -333,8 +359,11 @@ def stats(scheduler: str, last: int, run: str | None, as_json: bool, timeout: st
         row = [r["run"][:32], when(r.get("started")).split(" (")[0]]
         for name, _, show in _STATS_COLUMNS:
             row.append(show(int(r.get(name, 0))))
+        f = r.get("forecast") or {}
+        hit_bytes = r.get("chunk_bytes_hit", 0) / r["chunk_bytes"] if r.get("chunk_bytes") else None
+        row += [_percent(f.get("hit_rate")), _percent(hit_bytes)]
         cells.append(row)
-    titles = ["run", "started"] + [t for _, t, _ in _STATS_COLUMNS]
+    titles = ["run", "started"] + [t for _, t, _ in _STATS_COLUMNS] + ["forecast", "hit bytes"]
     widths = [max(len(t), *(len(c[i]) for c in cells)) for i, t in enumerate(titles)]
 
     def line(values: list[str]) -> str:  # run and start time left-aligned, figures right
@@ -345,3 +374,6 @@ def stats(scheduler: str, last: int, run: str | None, as_json: bool, timeout: st
     click.echo(line(titles))
     for c in cells:
         click.echo(line(c))
+    for r in runs:
+        for text in _forecast_lines(r):
+            click.echo(text)

@@ -162,6 +162,7 @@ class CacheAffinityExecutor(DaskExecutor):
             "run": run,
             "tasks": int(stats.get("tasks", 0)),
             **{name: int(stats.get(name, 0)) for name in RUN_FIGURES},
+            "forecast": stats.get("forecast"),
         }
 
 
@@ -196,10 +197,25 @@ class _ChunkClient:
                     for x in firsts
                 ]
                 with dask.annotate(**({RUN_ANNOTATION: self._run} if self._run else {})):
-                    return ca_client.map_chunks(
+                    futures = ca_client.map_chunks(
                         self._client, func, items, chunk_ids=ids, entries=entries, **kwargs
                     )
+                if self._run and isinstance(firsts[0], adapter.WorkItem):
+                    self._warn_capacity()
+                return futures
         return self._client.map(func, *iterables, **kwargs)
+
+    def _warn_capacity(self) -> None:
+        """Warn (once per run) when the node caches are too small for the run's chunks
+        (:func:`cacheaffinity.client.forecast_message`)."""
+        try:
+            found = ca_client.forecast(self._client, self._run)
+        except Exception as e:  # the analysis runs: a forecast is not worth failing it
+            logger.debug("cacheaffinity: forecast of run %s unavailable: %r", self._run, e)
+            return
+        msg = None if not found else ca_client.forecast_message(found, self._run)
+        if msg:
+            logger.warning(msg)
 
     def _stripe_entries(self, items) -> int | dict[str, int] | None:
         """``client.stripe-entries``, or when it is null ``{filename: S}``

@@ -472,7 +472,32 @@ class TorusView:
             f"{format_bytes(sum(rows['cached_bytes']))} cached. "
             f"Drawn: {len(self.chunks.data['chunk']):,} distinct chunks of the last "
             f"{len(recent):,} placements (at most {maxlen or MAX_CHUNKS:,})."
-        )
+        ) + _forecast_text(info.get("forecast"))
+
+
+def _forecast_text(forecast: dict | None) -> str:
+    """The newest run's working-set forecast: one line per node whose cache is too small
+    ("this run needs ~X on node N, which holds Y: expect ~Z% hits"), or what it needs."""
+    from dask.utils import format_bytes
+
+    if not forecast or forecast.get("capacity_hit_rate") is None:
+        return ""
+    short = []
+    for node, e in sorted((forecast.get("nodes") or {}).items()):
+        rate = e.get("capacity_hit_rate")
+        if rate is not None and rate < 1.0:
+            short.append(
+                f"this run needs ~{format_bytes(e['need_bytes'])} on node {html.escape(node)}, "
+                f"which holds {format_bytes(e['capacity'])} ({html.escape(str(e['policy']))}): "
+                f"expect ~{100 * rate:.0f}% hits"
+            )
+    head = (
+        f"Forecast of run {html.escape(str(forecast.get('run', ''))[:12])}: "
+        f"{format_bytes(forecast.get('need_bytes') or 0)} over {len(forecast.get('nodes') or {})} "
+        f"nodes, expect ~{100 * forecast['capacity_hit_rate']:.0f}% hits once every chunk was read"
+    )
+    body = ("; " + "; ".join(short)) if short else " (every node's cache holds its part)"
+    return f'<div class="cacheaffinity-forecast">{head}{body}.</div>'
 
 
 def _warm_cost_text(stealing: dict | None) -> str:

@@ -31,6 +31,11 @@ name                              type     source
 ``warm_steal_cost``               gauge    scheduler: what a chunk another node held cost
                                            the node when it stole one, in its typical
                                            tasks (learned; nodes that stole one only)
+``forecast_need_bytes``           gauge    scheduler: bytes the newest run with a
+                                           forecast needs on the node
+``forecast_hit_ratio``            gauge    scheduler: the hit rate the node's cache
+                                           allows that run once every chunk was read
+                                           (:mod:`.forecast`)
 ================================  =======  =============================================
 
 Notes
@@ -113,6 +118,13 @@ WARM_COST_GAUGE = (
     "durations (learned; the stealing policy takes such chunks only above this many queued "
     "tasks per thread, scaled by speeds; the prior is stealing.warm-backlog).",
 )
+#: Gauges of the newest run's working-set forecast: (name, forecast key, help).
+FORECAST_GAUGES = (
+    ("forecast_need_bytes", "need_bytes", "Bytes the newest run with a forecast needs on the "
+     "node's cache (its chunks' sizes as earlier runs reported them)."),
+    ("forecast_hit_ratio", "capacity_hit_rate", "Hit rate the node's cache allows the newest "
+     "run with a forecast once every chunk was read (capacity / need with admission rank)."),
+)  # fmt: skip
 #: Counters kept by the scheduler plugin per node: (name, counter, help).
 SCHEDULER_COUNTERS = (
     ("placements", "placements", "Chunk tasks placed on the cache node."),
@@ -153,7 +165,7 @@ class CacheAffinityMetricCollector(PrometheusCollector):
         out: dict[str, Any] = {}
         for name, _, doc in (*WORKER_COUNTERS, *SCHEDULER_COUNTERS):
             out[name] = CounterMetricFamily(self.build_name(name), doc, labels=["node"])
-        for name, _, doc in WORKER_GAUGES:
+        for name, _, doc in (*WORKER_GAUGES, *FORECAST_GAUGES):
             out[name] = GaugeMetricFamily(self.build_name(name), doc, labels=["node"])
         for name, doc in (UNCACHED_GAUGE, WARM_COST_GAUGE):
             out[name] = GaugeMetricFamily(self.build_name(name), doc, labels=["node"])
@@ -198,6 +210,12 @@ class CacheAffinityMetricCollector(PrometheusCollector):
         stealing = snapshot.get("stealing") or {}
         for node, cost in sorted((stealing.get("warm-steal-cost") or {}).items()):
             families[WARM_COST_GAUGE[0]].add_metric([node], cost)
+        forecast = snapshot.get("forecast") or {}
+        for node, entry in sorted((forecast.get("nodes") or {}).items()):
+            for name, key, _ in FORECAST_GAUGES:
+                value = entry.get(key)
+                if isinstance(value, (int, float)):
+                    families[name].add_metric([node], value)
         return list(families.values())
 
 

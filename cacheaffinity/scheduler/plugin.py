@@ -71,6 +71,7 @@ from cacheaffinity.protocol import (
     WORKER_METRIC,
 )
 from cacheaffinity.scheduler import _distributed, queries
+from cacheaffinity.scheduler.forecast import Forecast, size_key
 from cacheaffinity.scheduler.locator import Locator
 from cacheaffinity.scheduler.membership import Membership
 from cacheaffinity.scheduler.metrics import register_collector
@@ -195,6 +196,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.node_counters: defaultdict[str, Counter[str]] = defaultdict(Counter)
         #: Figures of the last runs, reported by their chunk tasks.
         self.runs = RunFigures()
+        #: Chunk sizes and each run's working set per node (:mod:`.forecast`).
+        self.forecast = Forecast()
         #: Nodes seen by :meth:`_note_inherited` (``locator.inherited``: those
         #: whose cache held entries then).
         self._seen_nodes: set[str] = set()
@@ -343,6 +346,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def log_event(self, topic: str, msg: Any) -> None:
         if topic == TASK_REPORT_TOPIC and isinstance(msg, dict):
             self.runs.report(msg)
+            self.forecast.reported(msg.get("key"), msg.get("chunk_bytes"))
         elif topic == NODE_REPORT_TOPIC and isinstance(msg, dict) and msg.get("worker"):
             self._handle_node_report(
                 msg["worker"], msg.get("node"), msg.get("weight"), msg.get("uncached")
@@ -512,6 +516,12 @@ class CacheAffinityPlugin(SchedulerPlugin):
             set_target(ts.key, node)
             ts.worker_restrictions = restrictions[node]
             ts.loose_restrictions = True
+        per_run: defaultdict[str, list] = defaultdict(list)
+        for (ts, chunk), node in zip(todo, nodes):
+            if not chunk.startswith(PREPROCESS_PREFIX):
+                per_run[runs.get(ts.key) or graph_run].append((ts.key, size_key(chunk, entry_of(ts.key)), node))
+        for run, placed in per_run.items():
+            self.forecast.submitted(run, placed)
         if debug:
             for (ts, chunk), node, h in zip(todo, nodes, hashed):
                 reason = "hash" if node == h else "locator"
@@ -546,6 +556,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             if key in locator.chunk_of:
                 locator.forget_task(key)
                 self.runs.forget(key)
+                self.forecast.forget(key)
                 if self.stealing is not None:
                     self.stealing.forget(key)
             return
@@ -610,7 +621,19 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def run_stats(self, run: str | None = None, last: int = 1) -> list[dict]:
         """Figures of run ``run`` (``[]`` if unknown), or of the ``last`` runs
         (newest last); see :class:`~cacheaffinity.scheduler.runs.RunFigures`."""
-        return self.runs.get(run, last)
+        out = self.runs.get(run, last)
+        for rec in out:
+            rec["forecast"] = self.forecast_of(rec["run"])
+        return out
+
+    def forecast_of(self, run: str) -> dict | None:
+        """The working-set forecast of ``run`` (:meth:`.forecast.Forecast.get`) with the
+        nodes' capacities and admission policies as their workers report them now."""
+        return queries.forecast(self, run)
+
+    def latest_forecast(self) -> dict | None:
+        """The forecast of the newest run that has one, with its ``run`` id, or None."""
+        return queries.latest_forecast(self)
 
     def snapshot(self) -> dict:
         """What the dashboard page and the Prometheus collector read

@@ -90,12 +90,13 @@ def info(plugin: CacheAffinityPlugin) -> dict:
     workers = plugin.scheduler.workers if plugin.scheduler else {}
     for node, addrs in plugin.membership.node_workers.items():
         stats: Counter[str] = Counter()
-        directory = None
+        directory = admission = None
         for a in addrs:
             ws = workers.get(a)
             m = (ws.metrics or {}).get(WORKER_METRIC) if ws is not None else None
             if isinstance(m, dict):
                 directory = m.get("directory", directory)
+                admission = m.get("admission", admission)
                 for k, v in (m.get("stats") or {}).items():
                     if not isinstance(v, (int, float)):
                         continue
@@ -110,6 +111,7 @@ def info(plugin: CacheAffinityPlugin) -> dict:
             "uncached": plugin.membership.uncached(node),
             "placing": node in plugin.owners,
             "directory": directory,
+            "admission": admission,
             "stats": dict(stats),
             "counters": dict(plugin.node_counters.get(node, {})),
             "tasks": len(plugin.locator.node_tasks.get(node, ())),
@@ -144,6 +146,35 @@ def info(plugin: CacheAffinityPlugin) -> dict:
     }
 
 
+def forecast(plugin: CacheAffinityPlugin, run: str) -> dict | None:
+    """:meth:`.forecast.Forecast.get` of ``run`` with each node's capacity in force
+    and admission policy from its workers' metrics."""
+    capacity: dict[str, int] = {}
+    policy: dict[str, str] = {}
+    workers = plugin.scheduler.workers if plugin.scheduler else {}
+    for node, addrs in plugin.membership.node_workers.items():
+        for a in addrs:
+            ws = workers.get(a)
+            m = (ws.metrics or {}).get(WORKER_METRIC) if ws is not None else None
+            if not isinstance(m, dict):
+                continue
+            cap = (m.get("stats") or {}).get("capacity")
+            if isinstance(cap, (int, float)):
+                capacity[node] = max(capacity.get(node, 0), int(cap))
+            if isinstance(m.get("admission"), str):
+                policy[node] = m["admission"]
+    return plugin.forecast.get(run, capacity, policy)
+
+
+def latest_forecast(plugin: CacheAffinityPlugin) -> dict | None:
+    """The forecast of the newest run that has one (with its ``run`` id), or None."""
+    for run in reversed(list(plugin.forecast.runs)):
+        out = forecast(plugin, run)
+        if out is not None:
+            return {"run": run, **out}
+    return None
+
+
 def snapshot(plugin: CacheAffinityPlugin) -> dict:
     """What the dashboard page and the Prometheus collector read.
 
@@ -159,4 +190,5 @@ def snapshot(plugin: CacheAffinityPlugin) -> dict:
     out["recent-placements"] = list(plugin.recent_placements)
     out["recent-placements-size"] = plugin.recent_placements.maxlen
     out["layout"] = plugin.placement.layout()
+    out["forecast"] = latest_forecast(plugin)
     return out

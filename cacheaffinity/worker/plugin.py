@@ -424,6 +424,7 @@ class CacheWorkerPlugin(WorkerPlugin):
             "weight": self.weight,
             "directory": self.directory,
             "uncached": self.uncached,
+            "admission": None if self.cache is None else self.cache.admission_policy,
             "stats": self.stats(flush=False),
         }
 
@@ -536,6 +537,19 @@ class _Tallied(MutableMapping):
         """Chunk pack lookups (:mod:`cacheaffinity.coffea.packs`): the task's and the cache's."""
         self._count(hits=hits, misses=misses, bytes_served=nbytes)
         self.cache.count_served(hits=hits, misses=misses, nbytes=nbytes)
+
+    # The bytes of the packs a chunk reads or stores count in its task's ``chunk_bytes``
+    # (the working-set forecast: :mod:`cacheaffinity.scheduler.forecast`).
+    def get_packs(self, grp: str, start: int, stop: int) -> list:
+        packs = self.cache.get_packs(grp, start, stop)
+        n = sum(p.size for p in packs)
+        self._count(chunk_bytes=n, chunk_bytes_hit=n)
+        return packs
+
+    def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> int:
+        size = self.cache.put_pack(grp, start, stop, arrays)
+        self._count(chunk_bytes=size)
+        return size
 
     def __setitem__(self, key, value) -> None:
         self.cache[key] = value

@@ -73,7 +73,8 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections import OrderedDict
+import statistics
+from collections import OrderedDict, deque
 from typing import Any, ClassVar
 
 import xxhash
@@ -94,6 +95,8 @@ __all__ = [
 ]
 
 _TWO64 = float(2**64)
+#: Reuse distances of sampled keys seen before :class:`StableRank` estimates the demand.
+MIN_REUSES = 5
 
 
 def key_hash(key: str, seed: int = 0) -> int:
@@ -311,8 +314,10 @@ class StableRank(Policy):
         ``theta = min(1, slack * capacity / demand)``.
     sample
         Keys in the bottom-k sample of the reuse-distance estimate.
-    alpha
-        Weight of a new reuse distance in the demand estimate (moving average).
+    window
+        The demand estimate is the median of the last ``window`` reuse distances of
+        sampled keys (once :data:`MIN_REUSES` were seen): robust to a few keys whose
+        position in a run changed (a chunk run first in one run and last in the next).
     gate
         Where ``theta`` refuses keys of rank ``theta`` or more: ``"none"`` (never: a key
         is admitted into room, free or stale, or if its rank is below the highest held),
@@ -329,15 +334,17 @@ class StableRank(Policy):
     name = "rank"
 
     def __init__(self, capacity: float, seed: int = 0, live: float = 1.25, slack: float = 1.1,
-                 sample: int = 1024, alpha: float = 0.05, gate: str = "none", min_live: float = 1.05,
+                 sample: int = 1024, window: int = 63, gate: str = "none", min_live: float = 1.05,
                  quantile: float = 0.98, jitter: float = 0.25, learn: float = 0.2):  # fmt: skip
         super().__init__(capacity)
-        self.seed, self.live, self.slack, self.sample_size, self.alpha = seed, live, slack, sample, alpha
+        self.seed, self.live, self.slack, self.sample_size, self.window = seed, live, slack, sample, window
+        #: the last ``window`` reuse distances of sampled keys
+        self._reuses: deque[float] = deque(maxlen=window)
         self.gate, self.min_live, self.quantile, self.learn = gate, min_live, quantile, learn
         #: the ``quantile`` of the relative change of a held entry's reuse distance between
         #: two hits (streaming estimate, starting at the ``jitter`` given)
         self.jitter = jitter
-        #: bytes looked up between two lookups of the same key (moving average over the
+        #: bytes looked up between two lookups of the same key (median of the last
         #: sample); None: no reuse seen yet
         self.demand: float | None = None
         #: key -> [size, rank, clock of the last lookup, stale from (clock), last reuse
@@ -357,7 +364,7 @@ class StableRank(Policy):
 
     def params(self):
         return {"seed": self.seed, "live": self.live, "slack": self.slack, "sample": self.sample_size,
-                "alpha": self.alpha, "gate": self.gate, "min_live": self.min_live,
+                "window": self.window, "gate": self.gate, "min_live": self.min_live,
                 "quantile": self.quantile, "learn": self.learn}  # fmt: skip
 
     def __contains__(self, key):
@@ -384,7 +391,9 @@ class StableRank(Policy):
         if s is not None:
             d = self.clock - s[1]
             s[1] = self.clock
-            self.demand = d if self.demand is None else self.demand + self.alpha * (d - self.demand)
+            self._reuses.append(d)
+            if len(self._reuses) >= MIN_REUSES:
+                self.demand = statistics.median(self._reuses)
             return
         heap = self._sample_heap
         while heap and heap[0][1] not in self._sample:
@@ -421,7 +430,9 @@ class StableRank(Policy):
             # where a fraction ``quantile`` of the changes is below it)
             step = self.quantile if dev > self.jitter else self.quantile - 1.0
             self.jitter = min(1.0, max(0.01, self.jitter * math.exp(self.learn * step)))
-        e[2], e[3], e[4] = self.clock, self.clock + self.live_factor * d, d
+        # stale after ``live_factor`` reuse distances: its own last one, at least the
+        # demand (a key run early this time is not due early next time)
+        e[2], e[3], e[4] = self.clock, self.clock + self.live_factor * max(d, self.demand or 0.0), d
         heapq.heappush(self._due, (e[3], key))
         if len(self._due) > 4 * len(self._entries) + 64:
             self._due = [(v[3], k) for k, v in self._entries.items() if v[3] is not None]
@@ -505,6 +516,7 @@ class StableRank(Policy):
     def state(self):
         st = super().state()
         st["demand"] = self.demand
+        st["reuses"] = list(self._reuses)
         st["jitter"] = self.jitter
         st["sample"] = sorted([h, v[0], v[1]] for h, v in self._sample.items())
         st["sampled"] = self._sampled
@@ -523,6 +535,7 @@ class StableRank(Policy):
 
     def _restore(self, state, entries):
         self.demand = state.get("demand")
+        self._reuses.extend(state.get("reuses", []))
         self.jitter = state.get("jitter", 0.0)
         self._sampled = state.get("sampled", 0)
         for h, r, t in state.get("sample", []):

@@ -33,11 +33,13 @@ __all__ = ["Pack", "get_packs", "pack_item"]
 
 
 class Pack(NamedTuple):
-    """A chunk pack read back: entry range and ``{member: array}`` (views of one buffer)."""
+    """A chunk pack read back: entry range, ``{member: array}`` (views of one buffer)
+    and the bytes it takes in the cache (whole blocks; 0 when not known)."""
 
     start: int
     stop: int
     members: dict
+    size: int = 0
 
 
 def pack_item(grp: str, start: int, stop: int, arrays: dict[str, np.ndarray]) -> Item:
@@ -55,7 +57,7 @@ def get_packs(cache: ColumnCache, grp: str, start: int, stop: int) -> list[Pack]
     if cache._closed or cache._disabled:
         return []
     out = [
-        Pack(it.start, it.stop, it.arrays)
+        Pack(it.start, it.stop, it.arrays, it.size)
         for it in cache.writer.pending_items()
         if it.grp == grp and it.start < stop and it.stop > start
     ]
@@ -73,7 +75,7 @@ def get_packs(cache: ColumnCache, grp: str, start: int, stop: int) -> list[Pack]
     for key, a, b, size, *row in rows:
         members = cache._read(key, tuple(row))
         if members is not None:
-            out.append(Pack(int(a), int(b), members))
+            out.append(Pack(int(a), int(b), members, int(size)))
             cache._count(packs_read=1)
             cache.looked_up(key, size)
     return out

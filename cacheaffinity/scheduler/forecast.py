@@ -1,0 +1,160 @@
+"""The working-set forecast of a run (runs in the scheduler).
+
+The scheduler knows a run's whole chunk list when it is submitted, and where each
+chunk goes.  Every chunk task reports the bytes its columns take in the node cache
+(``chunk_bytes``: what it read from the cache, or stored there).  From these,
+:class:`Forecast` estimates, per cache node and run:
+
+- ``need_bytes``: the bytes of the run's chunks placed on the node (a chunk whose size
+  no task reported yet counts with the mean of the known ones);
+- ``capacity``: what the node's cache may hold (its workers' metrics);
+- ``hit_rate``: the share of the node's chunk bytes to expect from its own cache:
+  chunks never reported before are misses (a first run); of the others,
+  ``min(1, capacity / need_bytes)`` with the ``rank`` admission policy (it keeps that
+  part of a working set larger than the cache, run after run), and 0 with ``fifo``
+  when the working set exceeds the cache (each run evicts what the next needs first).
+
+The run's ``hit_rate`` is the nodes' average weighted by ``need_bytes``;
+``capacity_hit_rate`` is the same without the first-run misses (what the caches'
+size allows once every chunk was seen): the coffea executor warns once per run when
+it is below 90% (:func:`cacheaffinity.client.forecast_message`).  The forecast ignores what steals move and what other
+users' data take in the caches.
+
+Memory (event loop only): the last :data:`SIZES_KEPT` chunk sizes (64-bit hashes of
+the chunk ids and ranges, oldest dropped first), one entry per chunk task the
+scheduler still has, and the per-node counts of the last :data:`RUNS_KEPT` runs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Iterable, Mapping
+from typing import Any
+
+import xxhash
+
+__all__ = ["RUNS_KEPT", "SIZES_KEPT", "Forecast", "size_key"]
+
+#: Chunk sizes kept at most (about 100 bytes each).
+SIZES_KEPT = 500_000
+#: Runs whose forecast is kept at most.
+RUNS_KEPT = 20
+
+
+def size_key(chunk: str, entries: Any = None) -> int:
+    """The key of a chunk's size: its id and, when given, its entry range."""
+    text = chunk if entries is None else f"{chunk}|{entries[0]}-{entries[1]}"
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+
+
+class Forecast:
+    """Chunk sizes and per-run, per-node working sets (see the module docstring)."""
+
+    def __init__(self, sizes_kept: int = SIZES_KEPT, runs_kept: int = RUNS_KEPT):
+        self.sizes_kept = int(sizes_kept)
+        self.runs_kept = int(runs_kept)
+        #: size key -> bytes last reported (oldest first)
+        self.sizes: OrderedDict[int, int] = OrderedDict()
+        self._total = 0
+        #: task key -> size key, for the chunk tasks the scheduler still has
+        self.task: dict[Hashable, int] = {}
+        #: run -> node -> [chunks, bytes of known chunks, chunks of unknown size]
+        self.runs: OrderedDict[str, dict[str, list[int]]] = OrderedDict()
+
+    # ------------------------------------------------------------------ input
+    def submitted(self, run: str, placed: Iterable[tuple[Hashable, int, str]]) -> None:
+        """Chunk tasks ``(task key, size key, node)`` of ``run`` were placed."""
+        rec = self.runs.get(run)
+        if rec is None:
+            rec = self.runs[run] = {}
+            while len(self.runs) > self.runs_kept:
+                self.runs.popitem(last=False)
+        sizes = self.sizes
+        for key, sk, node in placed:
+            self.task[key] = sk
+            n = rec.get(node)
+            if n is None:
+                n = rec[node] = [0, 0, 0]
+            n[0] += 1
+            b = sizes.get(sk)
+            if b is None:
+                n[2] += 1
+            else:
+                n[1] += b
+
+    def reported(self, key: Hashable, nbytes: Any) -> None:
+        """Chunk task ``key`` reported the bytes of its columns."""
+        sk = self.task.get(key)
+        if sk is None or not isinstance(nbytes, int) or nbytes <= 0:
+            return
+        old = self.sizes.pop(sk, None)
+        if old is not None:
+            self._total -= old
+        self.sizes[sk] = nbytes
+        self._total += nbytes
+        while len(self.sizes) > self.sizes_kept:
+            self._total -= self.sizes.popitem(last=False)[1]
+
+    def forget(self, key: Hashable) -> None:
+        """The scheduler forgot task ``key``."""
+        self.task.pop(key, None)
+
+    # ----------------------------------------------------------------- output
+    @property
+    def mean_size(self) -> float | None:
+        """Mean bytes of the chunks whose size is known (None: none is)."""
+        return self._total / len(self.sizes) if self.sizes else None
+
+    def get(
+        self, run: str, capacity: Mapping[str, Any], policy: Mapping[str, Any] | None = None
+    ) -> dict | None:
+        """The forecast of ``run`` (None if unknown), with each node's ``capacity``
+        (bytes) and admission ``policy`` (``"rank"`` if not given)::
+
+            {"hit_rate", "capacity_hit_rate", "need_bytes", "chunks", "new_chunks",
+             "nodes": {node: {"chunks", "new_chunks", "need_bytes", "capacity",
+                              "policy", "hit_rate", "capacity_hit_rate"}}}
+
+        Rates are None while no chunk size is known (``need_bytes`` too).
+        """
+        rec = self.runs.get(run)
+        if rec is None:
+            return None
+        mean = self.mean_size
+        nodes: dict[str, dict] = {}
+        for node, (chunks, known, unknown) in sorted(rec.items()):
+            cap = capacity.get(node)
+            pol = (policy or {}).get(node) or "rank"
+            entry: dict[str, Any] = {
+                "chunks": chunks, "new_chunks": unknown, "capacity": cap, "policy": pol,
+                "need_bytes": None, "hit_rate": None, "capacity_hit_rate": None,
+            }  # fmt: skip
+            nodes[node] = entry
+            if mean is None or not isinstance(cap, (int, float)):
+                continue
+            need = known + unknown * mean
+            entry["need_bytes"] = int(need)
+            if need <= 0:
+                continue
+            if need <= cap:
+                fits = 1.0
+            else:
+                fits = cap / need if pol != "fifo" else 0.0
+            entry["capacity_hit_rate"] = fits
+            entry["hit_rate"] = fits * known / need
+        weighed = [e for e in nodes.values() if e["need_bytes"]]
+        total = sum(e["need_bytes"] for e in weighed)
+
+        def avg(name):
+            if not weighed or not total:
+                return None
+            return sum(e[name] * e["need_bytes"] for e in weighed) / total
+
+        return {
+            "hit_rate": avg("hit_rate"),
+            "capacity_hit_rate": avg("capacity_hit_rate"),
+            "need_bytes": int(total) if weighed else None,
+            "chunks": sum(e["chunks"] for e in nodes.values()),
+            "new_chunks": sum(e["new_chunks"] for e in nodes.values()),
+            "nodes": nodes,
+        }
