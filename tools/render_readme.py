@@ -27,6 +27,9 @@ Tables (``RENDERERS``):
 ``cluster_box``
     the simulator against a multi-host run in a cluster box (``cluster_box.json``): measured
     and simulated run-2 hit rate, run 1 / run 2 and run times side by side.
+``simulate_capacity``
+    working sets larger than the caches (``simulate_capacity.json``): per cache policy the
+    hit rate against the offline optimum and the bytes written, per scenario and per run.
 ``measured``
     one row per other benchmark (executor runs, cache read, warm-run profile, placement,
     stealing, scheduler CPU, scale, simulation) with its figures, command and commit.
@@ -852,6 +855,97 @@ def render_worker_gc(results: str, name: str = "consecutive_runs_worker_gc") -> 
     return "\n".join(rows) + "\n"
 
 
+#: Cache policies of the capacity scenarios, in the tables' order, and their labels.
+_CAPACITY_POLICIES = ("fifo", "keep", "random", "rank", "rank-theta", "rank-fifo", "s3fifo")
+
+
+def _capacity_label(policy: str, doc: dict) -> str:
+    default = doc.get("config", {}).get("capacity_default")
+    return f"`{policy}` (default)" if policy == default else f"`{policy}`"
+
+
+def render_simulate_capacity(results: str, name: str = "simulate_capacity") -> str:
+    """Working sets larger than the caches (``simulate_capacity.json``): per policy the mean
+    hit rate of runs 3-6 against the optimum and GB written per run at each ratio, the
+    second runs of the workload change and the two alternating analyses; then per run at 2x
+    and for the workload change."""
+    doc = _load(results, name)
+    if doc is None:
+        return f"_`benchmarks/results/{name}.json` not measured yet._\n"
+    res = doc["results"]
+
+    def case(scenario: str, suffix: str | None = None) -> dict:
+        cases = res.get(scenario) or {}
+        for k, v in cases.items():
+            if suffix is None or k.endswith(suffix):
+                return v
+        return {}
+
+    def runs(c: dict, policy: str, opt: bool = False) -> list[dict]:
+        return (c.get(f"cacheaffinity ({policy})" + ("+optimal" if opt else "")) or {}).get("runs") or []
+
+    def mean(rs: list[dict], key: str, lo: int = 3, hi: int = 6) -> float | None:
+        vals = [r[key] for r in rs if lo <= r["run"] <= hi and r.get(key) is not None]
+        return sum(vals) / len(vals) if vals else None
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f}"
+
+    def gb(v: float | None) -> str:
+        return "-" if v is None else f"{v:.0f}"
+
+    ratios = doc.get("config", {}).get("beyond_ratios", [1.25, 2.0, 4.0])
+    wc, two = case("workload_change"), case("two_analyses")
+    head = ["policy"]
+    for q in ratios:
+        head += [f"{q:g}x: hit % (optimum)", "GB written"]
+    head += ["A,A,A,B,B,B,A,A: run 5 / run 8 hit % (optimum)", "two analyses: hit % (optimum)"]
+    lines = [
+        f"Measured on {commit_label(doc)} ({_date(doc)}). Runs 3-6 (mean), hit rate % with the "
+        "optimum over the same lookups in brackets, GB written per run:",
+        "",
+        "| " + " | ".join(head) + " |",
+        "| " + " | ".join("---" for _ in head) + " |",
+    ]
+    for policy in _CAPACITY_POLICIES:
+        if not runs(case("beyond_capacity"), policy):
+            continue
+        row = [_capacity_label(policy, doc)]
+        for q in ratios:
+            c = case("beyond_capacity", f"/x{q:g}")
+            row.append(f"{pct(mean(runs(c, policy), 'hit_rate'))} ({pct(mean(runs(c, policy, True), 'hit_rate'))})")
+            row.append(gb(mean(runs(c, policy), "written_GB")))
+        by = {r["run"]: r for r in runs(wc, policy)}
+        opt = {r["run"]: r for r in runs(wc, policy, True)}
+        row.append(" / ".join(
+            f"{pct(by.get(n, {}).get('hit_rate'))} ({pct(opt.get(n, {}).get('hit_rate'))})" for n in (5, 8)
+        ))  # fmt: skip
+        row.append(f"{pct(mean(runs(two, policy), 'hit_rate'))} ({pct(mean(runs(two, policy, True), 'hit_rate'))})")
+        lines.append("| " + " | ".join(row) + " |")
+    for title, c in (
+        ("Per run, each node's cache half its share (`beyond_capacity`, 2x):", case("beyond_capacity", "/x2")),
+        ("Dataset A in runs 1-3, B in runs 4-6, A in runs 7-8 (`workload_change`, 2x):", wc),
+        ("Two column sets of the same chunks, 1x and 0.6x the bytes, alternating (`two_analyses`, "
+         "both together 2x the caches):", two),
+    ):
+        n = max((len(runs(c, p)) for p in _CAPACITY_POLICIES), default=0)
+        lines += [
+            "", title, "",
+            f"| policy | hit rate % runs 1-{n} | optimum % | GB written per run |",
+            "| --- | --- | --- | --- |",
+        ]  # fmt: skip
+        for policy in _CAPACITY_POLICIES:
+            rs = runs(c, policy)
+            if not rs:
+                continue
+            lines.append(
+                f"| `{policy}` | {' / '.join(pct(r['hit_rate']) for r in rs)} | "
+                f"{' / '.join(pct(r['hit_rate']) for r in runs(c, policy, True))} | "
+                f"{' / '.join(gb(r.get('written_GB')) for r in rs)} |"
+            )
+    return "\n".join(lines) + "\n"
+
+
 def _spread_of(values: list) -> dict:
     vals = sorted(float(v) for v in values if v is not None)
     if not vals:
@@ -863,6 +957,7 @@ def _spread_of(values: list) -> dict:
 
 RENDERERS: dict[str, Callable[[str], str]] = {
     "worker_gc": render_worker_gc,
+    "simulate_capacity": render_simulate_capacity,
     "cluster_box": render_cluster_box,
     "simulate_hetero": render_simulate_hetero,
     "chunksize_change": render_chunksize_change,
