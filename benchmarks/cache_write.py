@@ -1,4 +1,4 @@
-"""Cost of cache writes inside a task: inline vs. behind the task (issue 16).
+"""Cost of cache writes inside a task: inline vs. behind the task.
 
 Runs in one process on a real cache directory: stores the arrays of one chunk
 (``--arrays`` float32 arrays of ``--entries`` entries, about what the

@@ -1,4 +1,4 @@
-"""Cache hits when the chunksize changes between runs (issue 13).
+"""Cache hits when the chunksize changes between runs.
 
 Five consecutive runs of one analysis (:class:`examples.analysis.DimuonJetProcessor`)
 with :class:`cacheaffinity.CacheAffinityExecutor` on generated NanoAOD-like LZMA-9 data

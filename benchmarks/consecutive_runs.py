@@ -76,7 +76,7 @@ for every mode (the membership scenario in the first only); the mode order rotat
 repeat to the next.  The headline (``headline`` in the JSON) is the median [min, max] over the
 repeats of run-1 and run-2 wall, the floors, and the ratios (each ratio formed within a
 repeat): run 1 / run 2, every mode's run 2 / cacheaffinity's (target > 1; for
-``coffea-native``, issue 28: >= 2), coffea-native's run 3 / cacheaffinity's, run 2 / floor
+``coffea-native``: >= 2), coffea-native's run 3 / cacheaffinity's, run 2 / floor
 (b), run 2 / floor (a), cacheaffinity's run 1 / direct's run 1 (what the cache writes cost
 the first run); ``headline.new_process``: the new-process runs' figures and ratios (every
 mode's run 2 / cacheaffinity's, new-process run 2 / same-process run 2).
@@ -225,7 +225,7 @@ CACHED = ("dask-default+cache", "coffea-affinity+cache", "cacheaffinity")
 NATIVE = "coffea-native"
 #: modes with a column cache of any kind (their run 2 should decompress less than run 1)
 COLUMN_CACHED = (*CACHED, NATIVE)
-#: issue 28: cacheaffinity's run 2 at least this many times faster than coffea-native's
+#: Target: cacheaffinity's run 2 at least this many times faster than coffea-native's
 NATIVE_TARGET = 2.0
 COUNTERS = ("hits", "misses", "bytes_written", "storage_bytes", "storage_opens", "peer_hits", "peer_bytes")
 #: where a run's client side lives (``--processes``): this process, or a new one per run
@@ -1305,7 +1305,7 @@ def evaluate_targets(doc: dict, cfg: Config) -> dict:
         target(name, v, ">= 5", v is not None and v >= 5, rng(name))
         for mode in stable:
             name = f"{mode} run 2 / cacheaffinity run 2"
-            if name in ratios and mode == NATIVE:  # issue 28: at least 2x faster than it
+            if name in ratios and mode == NATIVE:  # target: at least 2x faster than it
                 v = med(name)
                 target(name, v, f">= {NATIVE_TARGET:g}", v is not None and v >= NATIVE_TARGET,
                        rng(name))  # fmt: skip

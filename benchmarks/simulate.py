@@ -17,7 +17,7 @@ simulated, with the project's *real* decision code in the loop:
   :func:`~cacheaffinity.scheduler.stealing.warm_threshold` (warm steals scaled by the
   learned speeds) with :class:`~cacheaffinity.scheduler.stealing.WarmStealCost` (what a
   stolen warm chunk took its thief, learned per thief node); the bookkeeping of ``Locator.finished`` is mirrored in ``_finish``.
-  ``cacheaffinity-hashlocator`` is the locator before issue 15 (only chunks stolen last
+  ``cacheaffinity-hashlocator`` is the earlier locator (only chunks stolen last
   run, while their hash placement is unchanged; no speeds).
 
 Modelled, not real (documented assumptions):
@@ -66,7 +66,7 @@ Modelled, not real (documented assumptions):
 - **hash % n** (coffea's ``worker_affinity``): ``xxh3(chunk) % n`` over the sorted
   nodes, *strict* restrictions, so never stolen; tasks of a node that leaves during a
   run are assumed to go to a random live node (real Dask leaves them in
-  ``no-worker``, dask issue 7346: this is the generous assumption).
+  ``no-worker``, dask/distributed issue 7346: this is the generous assumption).
 - **ring** (consistent hashing, ``round(32 * weight)`` virtual nodes) and
   **rendezvous** (weighted highest random weight, ``-w / ln(u)``) are loose
   restrictions without stealing, like ``cacheaffinity-nosteal`` with the torus.
@@ -145,7 +145,7 @@ POLICIES = {
     "paper": ("torus", "stock", False),
     "cacheaffinity-nosteal": ("torus", "none", False),
     "cacheaffinity": ("torus", "locality", True),
-    # before issue 15: the locator only for chunks stolen last run whose hash
+    # the earlier locator: only for chunks stolen last run whose hash
     # placement is unchanged, no damping
     "cacheaffinity-hashlocator": ("torus", "locality", "hash"),
     # cacheaffinity with worker.peer-fetch: false (misses read from storage only)

@@ -17,7 +17,7 @@ so drifts in the load of the (shared, 2-core) machine hit both modes alike.
 the median and the spread (min-max) over the repeats.
 
     python benchmarks/stealing_slow_node.py [--workers 4] [--runs 3] [--slowdown 3]
-    # issue 15: 4 workers of 1-3 threads, the last 3x slower, 5 runs, 3 repeats
+    # 4 workers of 1-3 threads, the last 3x slower, 5 runs, 3 repeats
     python benchmarks/stealing_slow_node.py --threads 1 2 3 2 --runs 5 --repeats 3
 
 Writes benchmarks/results/stealing_slow_node.json and .png.

@@ -332,7 +332,7 @@ def plot(doc: dict, path: str) -> None:
     if all(s is not None for s in shares):
         ax.bar([i + 0.2 for i in x], [1 + s for s in shares], width=0.4,
                label="1 + read path share of task samples")  # fmt: skip
-    ax.axhline(1.15, color="k", lw=0.8, ls="--", label="issue 16 target 1.15")
+    ax.axhline(1.15, color="k", lw=0.8, ls="--", label="target 1.15")
     ax.set_xlabel("round")
     ax.set_ylim(0.9, None)
     ax.set_xticks(x)

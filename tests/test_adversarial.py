@@ -1,4 +1,4 @@
-"""Hardening, tried for real as an adversarial user and as an operator would (issue 14).
+"""Hardening, tried for real as an adversarial user and as an operator would.
 
 Every scenario uses the real thing: a second Unix user (created with ``useradd`` when the
 tests run as root, as they do here and in CI), real symbolic links and planted files, an
@@ -226,7 +226,7 @@ def test_directory_squatted_by_another_user_runs_uncached_and_identical(
     assert tree(squatted) == before  # nothing read into the analysis, nothing written
     mentions = [w for w in warnings_of(caplog) if str(squatted) in w]
     # the worker refuses the directory once; the executor's run warnings name the
-    # uncached node with that reason (issue 25: degradation is visible)
+    # uncached node with that reason (degradation is visible)
     refusals = [w for w in mentions if "This worker caches nothing" in w]
     assert len(refusals) == 1, mentions
     assert f"owned by {adversary.pw_name} (uid {adversary.pw_uid})" in refusals[0]

@@ -20,7 +20,7 @@ def test_demo_runs_and_second_run_comes_from_the_caches(tmp_path):
         cwd=REPO, capture_output=True, text=True, timeout=380,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # the data's known coffea schema warnings are silenced (issue 18): the table is
+    # the data's known coffea schema warnings are silenced: the table is
     # the first thing one reads
     assert "Missing cross-reference" not in proc.stderr, proc.stderr[-3000:]
     assert "Warning" not in proc.stderr, proc.stderr[-3000:]
@@ -28,7 +28,7 @@ def test_demo_runs_and_second_run_comes_from_the_caches(tmp_path):
     assert "results identical to coffea's DaskExecutor: yes" in out
     run1 = next(line for line in out.splitlines() if line.startswith("cacheaffinity run 1"))
     # cold caches: run 1 misses (its hits are clusters that two chunks of one
-    # stripe share: read by the first chunk, found by the second; issue 13)
+    # stripe share: read by the first chunk, found by the second)
     assert float(run1.split()[5].rstrip("%")) < 100.0
 
 

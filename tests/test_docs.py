@@ -13,7 +13,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 README = REPO / "README.md"
-#: The front page's length budget (issue 26).
+#: The front page's length budget.
 README_MAX_LINES = 200
 # [text](target) and ![alt](target); the target up to the first space or ")"
 LINK = re.compile(r"!?\[[^\]]*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")

@@ -1,4 +1,4 @@
-"""cacheaffinity on a real dask-gateway (issue 18): click-free preload, cache keyed by host.
+"""cacheaffinity on a real dask-gateway: click-free preload, cache keyed by host.
 
 Starts ``dask-gateway-server`` (local backend: schedulers and workers are
 subprocesses of the gateway, TLS between them, the gateway's own proxy) on

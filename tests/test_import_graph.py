@@ -231,7 +231,7 @@ def test_package_never_imports(package, forbidden):
 
 
 #: coffea's buffer-key grammar and its cache hook: what only cacheaffinity/coffea/
-#: may define (issue 26: "coffea knowledge outside coffea/").
+#: may define (no coffea knowledge outside coffea/).
 COFFEA_NAMES = {"IdentifiedKeys", "IdentityKeyedCache", "cachestrategy"}
 
 

@@ -214,7 +214,7 @@ def test_sdist_tests_collect(tmp_path):
 
 # ----------------------------------------------------------------------------- the wheel
 
-#: Marks the README block the wheel test runs (issue 26: "works as written").
+#: Marks the README block the wheel test runs (it works as written).
 EXAMPLE_MARK = "<!-- example:coffea"
 #: The scheduler address the README's example is written for; the test's scheduler listens
 #: on another free port of 127.0.0.1, and only this string is replaced.
@@ -309,7 +309,7 @@ print("RESULT", json.dumps({
 
 
 def test_wheel_in_a_fresh_venv_runs_the_readme_example(tmp_path, nanoaod_dir):
-    """issue 26: ``pip install dist/*.whl`` into a fresh venv, ``dask scheduler --preload
+    """``pip install dist/*.whl`` into a fresh venv, ``dask scheduler --preload
     cacheaffinity`` and ``dask worker --preload cacheaffinity --cache-directory ...`` on
     127.0.0.1 from that venv, and the README's coffea example as written; a second run of it
     is served by the node's cache."""

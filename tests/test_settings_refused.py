@@ -1,5 +1,5 @@
-"""One rule for bad settings, and every documented spelling of the worker options
-(issue 25), with real ``dask scheduler``/``dask worker`` processes on 127.0.0.1.
+"""One rule for bad settings, and every documented spelling of the worker options,
+with real ``dask scheduler``/``dask worker`` processes on 127.0.0.1.
 
 A process given an invalid ``cacheaffinity`` setting (environment, yaml or
 command line) exits non-zero before doing any work, with one line naming the

@@ -12,9 +12,9 @@ per stripe (1: one holder entry per chunk, the most memory)::
     python tools/locator_memory.py --chunks 1000000 --stolen-every 10 --chunks-per-stripe 2
 
 Measured here (2026-11-23, shared 2-core machine), holders per entry range
-(issue 15 on issue 13's stripes), 10^6 chunks, 10% stolen: see the README
+(the locator on stripes), 10^6 chunks, 10% stolen: see the README
 ("Heterogeneous clusters") for the figures of the committed code.  Before:
-issue 15 with holders per chunk id: 74.1 MiB (78 B per chunk); OrderedDicts
+with holders per chunk id: 74.1 MiB (78 B per chunk); OrderedDicts
 ``holder`` + ``located``: 136 MiB.
 """
 

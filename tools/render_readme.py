@@ -672,7 +672,7 @@ def render_measured(results: str) -> str:
 
 
 def render_chunksize_change(results: str, name: str = "chunksize_change") -> str:
-    """Per-run table of ``benchmarks/chunksize_change.py`` (issue 13)."""
+    """Per-run table of ``benchmarks/chunksize_change.py``."""
     doc = _load(results, name)
     if doc is None:
         return f"(no benchmarks/results/{name}.json yet)\n"
@@ -734,7 +734,7 @@ HETERO_ROWS = (
 
 
 def render_simulate_hetero(results: str, name: str = "simulate") -> str:
-    """Heterogeneous clusters (issue 15) from ``simulate.json``: per scenario and policy the
+    """Heterogeneous clusters from ``simulate.json``: per scenario and policy the
     hit rate and makespan of runs 1-5 (``cacheaffinity``; ``paper`` = torus + a model of Dask's
     stock stealing; ``before`` = the previous locator, ``cacheaffinity-hashlocator``)."""
     doc = _load(results, name)
@@ -768,7 +768,7 @@ def render_simulate_hetero(results: str, name: str = "simulate") -> str:
 
 
 def render_cluster_box(results: str, name: str = "cluster_box") -> str:
-    """The simulator against a real multi-host run of the same shape (issue 27), from
+    """The simulator against a real multi-host run of the same shape, from
     ``cluster_box.json``: per metric the measured median [min, max] over the repeats and the
     three model variants (median over seeds) with their relative differences."""
     doc = _load(results, name)
@@ -822,7 +822,7 @@ def render_cluster_box(results: str, name: str = "cluster_box") -> str:
 
 
 def render_worker_gc(results: str, name: str = "consecutive_runs_worker_gc") -> str:
-    """Python's collector in the workers, side by side (issue 28), from
+    """Python's collector in the workers, side by side, from
     ``consecutive_runs.py --worker-gc auto python --name consecutive_runs_worker_gc``: per
     setting and mode, run 2's wall and its full collections' share (seconds per worker
     over the run's wall), median [min, max] over the repeats."""

@@ -435,7 +435,7 @@ class TorusView:
         if rows != self.stats.data:
             self.stats.data = rows
             # BokehJS 3.9 redraws a DataTable only when its CDSView changes, which a
-            # new .data of the same length does not do (bokeh issue 13859): touch it.
+            # new .data of the same length does not do (bokeh/bokeh issue 13859): touch it.
             self._table_version += 1
             self.table.view.tags = [self._table_version]
         self.bars["cached_bytes"].x_range.end = max([1.0, *rows["cached_bytes"]]) * 1.1
