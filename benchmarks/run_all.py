@@ -84,6 +84,8 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
      [f"{B}/chunksize_change.py", "--events", "80000", "--files", "4", "--chunksize", "2500",
       "--stripe-entries", "10000", "--basket-events", "500", "--no-stealing", "--out", "{out}"],
      [f"{B}/chunksize_change.py", "--quick", "--no-stealing", "--out", "{out}"]),
+    ("beyond_capacity", [f"{B}/beyond_capacity.py", "--out", "{out}"],
+     [f"{B}/beyond_capacity.py", "--quick", "--data", "{data}", "--out", "{out}"]),
     ("render_readme", ["tools/render_readme.py"], []),
 ]  # fmt: skip
 

@@ -65,6 +65,7 @@ RUN_FIGURES = (
     "preprocess_ms",  # milliseconds the preprocessing tasks took, added up
     "chunk_bytes",  # bytes of the chunks' packs in the node cache (read from it or stored)
     "chunk_bytes_hit",  # of those, bytes read from the node's own cache
+    "chunks_not_kept",  # chunk tasks whose node's cache did not admit their pack
 )
 #: Uncached reason of a worker without the cacheaffinity worker plugin.
 NO_WORKER_PLUGIN = (

@@ -946,6 +946,16 @@ def render_simulate_capacity(results: str, name: str = "simulate_capacity") -> s
     return "\n".join(lines) + "\n"
 
 
+def render_beyond_capacity(results: str, name: str = "beyond_capacity") -> str:
+    """FIFO vs rank admission with node caches at half the working set, from
+    ``beyond_capacity.json``: rendered by benchmarks/beyond_capacity.py."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from benchmarks.beyond_capacity import render
+
+    return render(results, name)
+
+
 def _spread_of(values: list) -> dict:
     vals = sorted(float(v) for v in values if v is not None)
     if not vals:
@@ -958,6 +968,7 @@ def _spread_of(values: list) -> dict:
 RENDERERS: dict[str, Callable[[str], str]] = {
     "worker_gc": render_worker_gc,
     "simulate_capacity": render_simulate_capacity,
+    "beyond_capacity": render_beyond_capacity,
     "cluster_box": render_cluster_box,
     "simulate_hetero": render_simulate_hetero,
     "chunksize_change": render_chunksize_change,

@@ -198,6 +198,9 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.runs = RunFigures()
         #: Chunk sizes and each run's working set per node (:mod:`.forecast`).
         self.forecast = Forecast()
+        #: chunk tasks whose node's cache did not keep their chunk (reported before they
+        #: finish; not made its holder): at most the chunk tasks the scheduler has
+        self.not_kept: set = set()
         #: Nodes seen by :meth:`_note_inherited` (``locator.inherited``: those
         #: whose cache held entries then).
         self._seen_nodes: set[str] = set()
@@ -347,6 +350,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if topic == TASK_REPORT_TOPIC and isinstance(msg, dict):
             self.runs.report(msg)
             self.forecast.reported(msg.get("key"), msg.get("chunk_bytes"))
+            if msg.get("chunks_not_kept") and msg.get("key") in self.locator.chunk_of:
+                self.not_kept.add(msg["key"])
         elif topic == NODE_REPORT_TOPIC and isinstance(msg, dict) and msg.get("worker"):
             self._handle_node_report(
                 msg["worker"], msg.get("node"), msg.get("weight"), msg.get("uncached")
@@ -557,6 +562,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 locator.forget_task(key)
                 self.runs.forget(key)
                 self.forecast.forget(key)
+                self.not_kept.discard(key)
                 if self.stealing is not None:
                     self.stealing.forget(key)
             return
@@ -581,7 +587,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
                     and stealing.finished(key, worker, seconds, locator.speed.smoothed.get(node))
                 ):  # fmt: skip
                     seconds = None  # the thief's links' time, not the node's speed
-                on_target = locator.finished(key, node, seconds)
+                kept = not (self.not_kept and key in self.not_kept)
+                if not kept:
+                    self.not_kept.discard(key)
+                on_target = locator.finished(key, node, seconds, kept)
             if on_target is not None:
                 which = "on-target" if on_target else "off-target"
                 self.counters[which] += 1

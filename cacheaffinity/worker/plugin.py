@@ -546,10 +546,10 @@ class _Tallied(MutableMapping):
         self._count(chunk_bytes=n, chunk_bytes_hit=n)
         return packs
 
-    def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> int:
-        size = self.cache.put_pack(grp, start, stop, arrays)
-        self._count(chunk_bytes=size)
-        return size
+    def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> tuple[int, bool]:
+        size, kept = self.cache.put_pack(grp, start, stop, arrays)
+        self._count(chunk_bytes=size, chunks_not_kept=0 if kept or not size else 1)
+        return size, kept
 
     def __setitem__(self, key, value) -> None:
         self.cache[key] = value

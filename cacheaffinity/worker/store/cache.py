@@ -685,19 +685,19 @@ class ColumnCache(MutableMapping):
             raise TypeError(f"ColumnCache keys are str, got {type(key).__name__}: {key!r}")
         writes.put(self, Item(key, None, None, None, {PLAIN: plain_array(key, value)}))
 
-    def put_pack(self, grp: str, start: int, stop: int, arrays: dict[str, np.ndarray]) -> int:
+    def put_pack(self, grp: str, start: int, stop: int, arrays: dict[str, np.ndarray]) -> tuple[int, bool]:
         """Store the columns a chunk read for ``[start, stop)`` of ``grp`` as one pack.
 
         ``arrays`` maps member names (:func:`~.layout.member`) to arrays; they
         must not be modified afterwards (they are written behind).  Failures are
         as for ``__setitem__`` (:mod:`.writes`).  Returns the bytes the pack takes
-        in the cache (whole blocks), stored or not (0 for no arrays).
+        in the cache (whole blocks; 0 for no arrays) and whether it was taken (not:
+        not admitted, too large, writes paused, cache closed).
         """
         if not arrays:
-            return 0
+            return 0, False
         item = pack_item(grp, start, stop, arrays)
-        writes.put(self, item)
-        return item.size
+        return item.size, writes.put(self, item)
 
     def __delitem__(self, key: str) -> None:
         self._check_usable()

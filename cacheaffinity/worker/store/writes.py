@@ -101,11 +101,12 @@ def plain_array(key: str, value: object) -> np.ndarray:
     return arr
 
 
-def put(cache: ColumnCache, item: Item) -> None:
-    """Queue ``item`` for the writer thread, or store it now (``write_queue=0``)."""
+def put(cache: ColumnCache, item: Item) -> bool:
+    """Queue ``item`` for the writer thread, or store it now (``write_queue=0``).
+    Returns whether it was taken (False: refused, not admitted, or dropped)."""
     if cache._closed or cache._disabled:
         cache._count(skipped=1)
-        return
+        return False
     if item.size > cache.capacity:
         cache._warn_once(
             "oversize",
@@ -116,22 +117,23 @@ def put(cache: ColumnCache, item: Item) -> None:
         )  # fmt: skip
         cache._count(skipped=1)
         discard(cache, item.key)
-        return
+        return False
     if time.monotonic() < cache._pause_until:
         cache._count(skipped=1)
         discard(cache, item.key)
-        return
+        return False
     adm = cache.admission
     if adm is not None:  # the miss this value answers is a lookup; not admitted: not written
         cache.looked_up(item.key, item.size)
         if not adm.admits(item.key, item.size):
             cache._count(not_admitted=1)
-            return
+            return False
     if cache.write_queue > 0:
         dropped = cache.writer.put(item.key, item, item.nbytes)
         if dropped is None:
             cache._count(skipped=1)
-        elif dropped:
+            return False
+        if dropped:
             cache._count(skipped=1, dropped=1)
             cache._warn_once(
                 "queue",
@@ -140,8 +142,10 @@ def put(cache: ColumnCache, item: Item) -> None:
                 "cacheaffinity.worker.write-queue if this happens often.",
                 cache.directory, format_bytes(cache.writer.queued_bytes), item.key,
             )  # fmt: skip
-        return
+            return False
+        return True
     set_now(cache, item)
+    return True
 
 
 def set_now(cache: ColumnCache, item: Item) -> None:
