@@ -621,10 +621,12 @@ class Locator:
         self.holder.pop(chunk_digest(chunk), None)
 
     def finished(
-        self, key: Hashable, node: str | None, seconds: float | None = None
+        self, key: Hashable, node: str | None, seconds: float | None = None, kept: bool = True
     ) -> bool | None:
         """Task ``key`` finished on ``node`` (taking ``seconds`` if known):
-        remember where its chunk is and learn the node's speed.
+        remember where its chunk is and learn the node's speed.  ``kept=False``:
+        the node's cache did not keep the chunk (its admission policy refused it),
+        so the node is not its holder (a node that held it before stays so).
 
         Returns whether it ran on its target node (None: not a tracked chunk
         task or unknown node).
@@ -638,6 +640,9 @@ class Locator:
             return None
         if seconds is not None:
             self.speed.observe(node, seconds)
+        if not kept:
+            self._parts.pop(key, None) if self._parts else None
+            return node == self.target.get(key)
         # the digests computed when the task was placed or considered for a
         # steal, if it was; each record becomes the newest entry, changed or
         # not (as _remember does), so the map drops the chunks processed
