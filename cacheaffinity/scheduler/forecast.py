@@ -9,10 +9,11 @@ chunk goes.  Every chunk task reports the bytes its columns take in the node cac
   no task reported yet counts with the mean of the known ones);
 - ``capacity``: what the node's cache may hold (its workers' metrics);
 - ``hit_rate``: the share of the node's chunk bytes to expect from its own cache:
-  chunks never reported before are misses (a first run); of the others,
-  ``min(1, capacity / need_bytes)`` with the ``rank`` admission policy (it keeps that
-  part of a working set larger than the cache, run after run), and 0 with ``fifo``
-  when the working set exceeds the cache (each run evicts what the next needs first).
+  chunks never reported before are misses (a first run); of the others, with the
+  ``rank`` admission policy (it keeps that part of a working set larger than the cache,
+  run after run) the whole chunks of the node's mean size that fit, ``floor(capacity /
+  mean) x mean / need_bytes`` (at most 1), and 0 with ``fifo`` when the working set
+  exceeds the cache (each run evicts what the next needs first).
 
 The run's ``hit_rate`` is the nodes' average weighted by ``need_bytes``;
 ``capacity_hit_rate`` is the same without the first-run misses (what the caches'
@@ -138,8 +139,11 @@ class Forecast:
                 continue
             if need <= cap:
                 fits = 1.0
-            else:
-                fits = cap / need if pol != "fifo" else 0.0
+            elif pol == "fifo":
+                fits = 0.0
+            else:  # whole chunk packs: as many of the node's mean chunk as fit
+                per_chunk = need / chunks
+                fits = min(1.0, (cap // per_chunk) * per_chunk / need)
             entry["capacity_hit_rate"] = fits
             entry["hit_rate"] = fits * known / need
         weighed = [e for e in nodes.values() if e["need_bytes"]]

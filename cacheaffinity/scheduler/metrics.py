@@ -123,7 +123,7 @@ FORECAST_GAUGES = (
     ("forecast_need_bytes", "need_bytes", "Bytes the newest run with a forecast needs on the "
      "node's cache (its chunks' sizes as earlier runs reported them)."),
     ("forecast_hit_ratio", "capacity_hit_rate", "Hit rate the node's cache allows the newest "
-     "run with a forecast once every chunk was read (capacity / need with admission rank)."),
+     "run with a forecast once every chunk was read (the whole chunks that fit, with admission rank)."),
 )  # fmt: skip
 #: Counters kept by the scheduler plugin per node: (name, counter, help).
 SCHEDULER_COUNTERS = (
