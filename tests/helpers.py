@@ -79,13 +79,14 @@ def counted(client, fn: Callable[[], Any], counters=COUNTERS) -> tuple[Any, dict
     return out, {k: after.get(k, 0) - before.get(k, 0) for k in counters}
 
 
-def fill(directory, n: int = 3, capacity: str = "1 MiB") -> dict[str, np.ndarray]:
+def fill(directory, n: int = 3, capacity: str = "1 MiB", admission: str = "fifo") -> dict[str, np.ndarray]:
     """Store ``n`` plain entries (one 4 KiB block each) in a cache in ``directory``;
-    returns them."""
+    returns them.  ``admission="fifo"`` (the default here) leaves the index as the
+    entries alone make it (no admission state: tests that damage its pages)."""
     from cacheaffinity.worker.store import ColumnCache
 
     values = {f"uuid/Events/0-10/data/col{i}": np.arange(i, i + 300, dtype=np.int64) for i in range(n)}
-    with ColumnCache(directory, capacity=capacity) as cache:
+    with ColumnCache(directory, capacity=capacity, admission=admission) as cache:
         for k, v in values.items():
             cache[k] = v
         assert len(cache) == n

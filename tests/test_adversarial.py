@@ -742,7 +742,7 @@ def test_bad_worker_config_stops_a_real_worker(scheduler, tmp_path, env, nanny, 
     assert "cacheaffinity: worker not started: invalid cacheaffinity setting" in text
     assert words in text
     # ... and what to write instead: an example, or the keys that exist
-    assert "e.g." in text or "the keys of cacheaffinity.worker are capacity" in text
+    assert "e.g." in text or "the keys of cacheaffinity.worker are admission, capacity" in text
     assert time.monotonic() - start < 120
     assert not (tmp_path / "cache").exists()  # it did not start uncached either
 
