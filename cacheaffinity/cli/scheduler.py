@@ -305,12 +305,12 @@ def _percent(v: float | None) -> str:
 
 
 def _forecast_lines(r: dict) -> list[str]:
-    """The forecast of run ``r``: one line per node ("needs ~X on node N, which holds
-    Y: expect ~Z% hits")."""
+    """The forecast of run ``r``: one line per node whose cache is smaller than the
+    run's share of it ("needs ~X on node N, which holds Y: expect ~Z% hits")."""
     f = r.get("forecast") or {}
     out = []
     for node, e in sorted((f.get("nodes") or {}).items()):
-        if e.get("need_bytes") is None:
+        if e.get("need_bytes") is None or e.get("capacity_hit_rate") is None or e["capacity_hit_rate"] >= 1:
             continue
         out.append(
             f"  run {r['run'][:12]} needs ~{format_bytes(e['need_bytes'])} on node {node}, which "
@@ -340,8 +340,8 @@ def stats(scheduler: str, last: int, run: str | None, as_json: bool, timeout: st
     preprocessing tasks' seconds, the bytes of the chunks' packs, the forecast
     hit rate (from the chunk sizes earlier runs reported and the nodes'
     capacities; chunks not seen before count as misses) and the share of chunk
-    bytes read from the nodes' own caches.  Then, per node, what the run needs
-    there against what the cache holds.
+    bytes read from the nodes' own caches.  Then, per node whose cache is too small
+    for its share of a run, what the run needs there against what the cache holds.
     """  # fmt: skip
     import cacheaffinity
 
