@@ -21,7 +21,9 @@ Defines :class:`Locator`, the memory of the scheduler side:
   ranges processed off its node (measured by ``tools/locator_memory.py``, see
   there), so ``locator-size`` bounds the memory;
 * per cache node, its learned speed (:class:`NodeSpeed`: seconds per chunk
-  task, smoothed, with hysteresis);
+  task, smoothed, with hysteresis), for the live nodes and the last
+  :data:`~cacheaffinity.scheduler.membership.MAX_DEPARTED` that left
+  (:meth:`Locator.prune_nodes`);
 
 the *locator* built on them (:func:`follow_holders`: a chunk goes to the live
 node that holds it, whatever the hash says, unless that node's expected
@@ -332,7 +334,9 @@ class NodeSpeed:
             raise ValueError(f"NodeSpeed hysteresis={hysteresis!r} must be >= 0, e.g. 0.25")
         self.alpha, self.hysteresis, self.min_samples = alpha, hysteresis, min_samples
         self.min_seconds = min_seconds
-        #: node -> tasks observed
+        #: node -> tasks observed.  This and the two below hold the nodes observed;
+        #: the locator keeps them to the live nodes and the last ones that left
+        #: (:meth:`retain`, :meth:`Locator.prune_nodes`).
         self.count: dict[str, int] = {}
         #: node -> smoothed seconds per task
         self.smoothed: dict[str, float] = {}
@@ -364,6 +368,18 @@ class NodeSpeed:
 
     def to_dict(self) -> dict[str, float]:
         return dict(self.published)
+
+    def retain(self, nodes) -> int:
+        """Forget what was learned of every node not in ``nodes`` (a container of
+        node ids); returns how many nodes were forgotten."""
+        gone = {n for d in (self.count, self.smoothed, self.published) for n in d if n not in nodes}
+        for n in gone:
+            self.count.pop(n, None)
+            self.smoothed.pop(n, None)
+            self.published.pop(n, None)
+        if gone:
+            self._median = None
+        return len(gone)
 
 
 class Locator:
@@ -432,7 +448,8 @@ class Locator:
         self.hashed: dict[Hashable, str] = {}
         #: nodes whose cache held entries when this scheduler first saw them: they
         #: hold chunks of no record here (a scheduler restart; see
-        #: ``CacheAffinityPlugin._note_inherited``)
+        #: ``CacheAffinityPlugin._note_inherited``).  Kept to the live nodes and the
+        #: last ones that left, as the node speeds (:meth:`prune_nodes`).
         self.inherited: set[str] = set()
         #: keys of chunk tasks the stealing policy moved (until they finish)
         self.stolen: set = set()
@@ -539,8 +556,10 @@ class Locator:
         processed most of its entries, :func:`holder_for`) when that is a
         live node, within the bound of
         :func:`follow_holders` (``slack`` x the holder's fair share by threads
-        x learned speed).  Returns how many moved.
+        x learned speed).  Returns how many moved.  Also forgets what was learned
+        of nodes long gone (:meth:`prune_nodes`: once per submitted graph).
         """
+        self.prune_nodes()
         if not self.use_locator or not self.holder:
             return 0
         of_task = self.holder_of_task
@@ -562,6 +581,22 @@ class Locator:
                 if h != n:
                     self.hashed[ts.key] = h
         return moved
+
+    def prune_nodes(self) -> int:
+        """Forget the learned speed (and inherited mark) of nodes that are neither live
+        nor among the last :data:`~cacheaffinity.scheduler.membership.MAX_DEPARTED`
+        that left (:meth:`~cacheaffinity.scheduler.membership.Membership.known_nodes`),
+        once there are more than that many: per-node memory is bounded by the live
+        nodes + ``MAX_DEPARTED`` (+ the nodes observed since the last call, which
+        :meth:`relocate` makes once per submitted graph), however many nodes came and
+        went.  Returns how many nodes were forgotten."""
+        limit = self.membership.known_limit()
+        if len(self.speed.count) <= limit and len(self.speed.smoothed) <= limit and len(self.inherited) <= limit:
+            return 0
+        keep = self.membership.known_nodes()
+        gone = self.speed.retain(keep)
+        self.inherited &= keep
+        return gone
 
     def where_located(self, chunk: str) -> tuple[str, str] | None:
         """``(holder node, placement's node)`` of a chunk whose holder is not its

@@ -18,12 +18,17 @@ placement while a cached node exists (:meth:`Membership.placement_weights`).
 
 Notes
 -----
-Event-loop only (no locking).  Memory is per worker and per node, not per
-chunk.
+Event-loop only (no locking).  Memory is per live worker and per live node, not
+per chunk, plus the last :data:`MAX_DEPARTED` nodes that left
+(:attr:`Membership.departed`): what others learned per node (the locator's
+node speeds, the stealing policy's warm-steal costs) is kept for those and
+dropped for older ones, so that a scheduler serving ever new nodes (batch jobs
+on new hosts, cache directories of new names) does not grow without bound.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +37,12 @@ from cacheaffinity.protocol import HOST_NODE_PREFIX, NO_WORKER_PLUGIN, WORKER_ME
 if TYPE_CHECKING:
     from distributed.scheduler import WorkerState
 
-__all__ = ["Membership"]
+__all__ = ["MAX_DEPARTED", "Membership"]
+
+#: Nodes that left remembered at most (:attr:`Membership.departed`): per-node state
+#: learned elsewhere (node speeds, warm-steal costs) is kept for live nodes and these,
+#: so a node that comes back soon (a restart, a scale-down and up) keeps it.
+MAX_DEPARTED = 256
 
 
 class Membership:
@@ -62,6 +72,11 @@ class Membership:
         self.changed: set[str] = set()
         #: worker address -> why it caches nothing (workers with a cache are absent)
         self.worker_uncached: dict[str, str] = {}
+        #: Nodes whose last worker left, most recent last: at most
+        #: :data:`MAX_DEPARTED` (the oldest dropped first); a node that gets a
+        #: worker again leaves it.  Per-node state of nodes neither live nor here
+        #: may be dropped (:meth:`known_nodes`).
+        self.departed: OrderedDict[str, None] = OrderedDict()
 
     def bind(self, workers: Mapping[str, WorkerState]) -> None:
         """Read worker states from ``workers`` (the scheduler's ``workers``)."""
@@ -140,6 +155,7 @@ class Membership:
             self.forget(addr)
         self.worker_node[addr] = node
         self.node_workers.setdefault(node, set()).add(addr)
+        self.departed.pop(node, None)
         self.changed.add(node)
         return True
 
@@ -156,7 +172,25 @@ class Membership:
                 if not members:
                     del self.node_workers[node]
                     self.node_reported_weight.pop(node, None)
+                    self._departed(node)
         return node
+
+    def _departed(self, node: str) -> None:
+        """``node``'s last worker left: the newest of :attr:`departed`."""
+        departed = self.departed
+        departed.pop(node, None)
+        departed[node] = None
+        while len(departed) > MAX_DEPARTED:
+            departed.popitem(last=False)
+
+    def known_limit(self) -> int:
+        """How many nodes :meth:`known_nodes` can name at most now."""
+        return len(self.node_workers) + MAX_DEPARTED
+
+    def known_nodes(self) -> set[str]:
+        """The live nodes and the last :data:`MAX_DEPARTED` that left: the nodes whose
+        learned per-node state is kept (others' is dropped, see :attr:`departed`)."""
+        return set(self.node_workers) | set(self.departed)
 
     def gone(self) -> list[str]:
         """Workers with a node that the scheduler no longer has."""

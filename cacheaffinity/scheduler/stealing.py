@@ -168,7 +168,9 @@ class WarmStealCost:
         if not half_life > 0:
             raise ValueError(f"WarmStealCost half_life={half_life!r} must be > 0 s, e.g. 600")
         self.prior, self.alpha, self.half_life = float(prior), alpha, half_life
-        #: node -> (learned cost in its tasks, time it was learned)
+        #: node -> (learned cost in its tasks, time it was learned).  Bounded: the
+        #: policy keeps it to the live nodes and the last ones that left
+        #: (:meth:`retain`, :meth:`LocalityStealing.finished`).
         self.learned: dict[str, tuple[float, float]] = {}
         #: Observations made (stolen warm chunks finished on their thief).
         self.observed: int = 0
@@ -208,6 +210,14 @@ class WarmStealCost:
     def to_dict(self, now: float) -> dict[str, float]:
         """node -> its current learned cost (faded), for the dashboard and logs."""
         return {n: round(max(self.prior, self._faded(n, now) or 0.0), 2) for n in self.learned}
+
+    def retain(self, nodes) -> int:
+        """Forget the costs learned of nodes not in ``nodes`` (a container of node
+        ids); returns how many were forgotten."""
+        gone = [n for n in self.learned if n not in nodes]
+        for n in gone:
+            del self.learned[n]
+        return len(gone)
 
 
 def plan_steals(
@@ -646,6 +656,10 @@ class LocalityStealing:
             return False  # not a warm steal, or the victim kept it (it had started)
         node = rec[1]
         ratio = self.warm_cost.observe(node, seconds, typical, monotonic())
+        membership = self.locator.membership
+        if len(self.warm_cost.learned) > membership.known_limit():
+            # nodes come and go: keep the live ones and the last that left
+            self.warm_cost.retain(membership.known_nodes())
         if ratio is not None and ratio > 2 * max(self.warm_backlog, 1.0):
             logger.info(
                 "stealing: a warm chunk stolen by node %s took %.1f s, %.0fx its typical "

@@ -30,6 +30,14 @@ Failures are misses
     hundreds of kB) and few (one per file), so they are not counted against
     the column capacity; ``clear()`` of the column cache does not remove them,
     :meth:`FormStore.clear` does.
+
+Bounded
+    One document per (file, tree, reading options) ever processed would grow
+    with every new input file for the life of the cache directory, outside the
+    column capacity.  A store keeps at most :data:`MAX_DOCUMENTS`: writing one
+    beyond removes the oldest documents (by modification time, i.e. first
+    written) down to 7/8 of it.  A removed document costs the next chunk of its
+    file one file open, which writes it again.
 """
 
 from __future__ import annotations
@@ -52,6 +60,9 @@ __all__ = ["FormStore"]
 
 #: Layout version of a stored document; other versions are misses.
 LAYOUT = 2
+#: Documents a store keeps at most (see "Bounded" above): at tens to hundreds of kB
+#: each, up to about 0.1-1 GB next to the column capacity.
+MAX_DOCUMENTS = 4096
 
 
 def _checksum(body: str) -> str:
@@ -65,6 +76,9 @@ class FormStore:
     ----------
     directory
         The node's cache directory; documents live in ``directory/forms``.
+    max_documents
+        Documents kept at most (default :data:`MAX_DOCUMENTS`; 0: no bound): a
+        :meth:`put` beyond removes the oldest down to 7/8 of it.
 
     Attributes
     ----------
@@ -72,8 +86,10 @@ class FormStore:
         Lookups of this store object that returned a document / none.
     """
 
-    def __init__(self, directory: str):
+    def __init__(self, directory: str, max_documents: int | None = None):
         self.directory = os.path.join(directory, "forms")
+        #: Documents kept at most (0: no bound).
+        self.max_documents = MAX_DOCUMENTS if max_documents is None else int(max_documents)
         #: Each condition logged once per store (then at debug level).
         self._log_once = LogOnce(logger)
         self._lock = threading.Lock()
@@ -170,6 +186,7 @@ class FormStore:
             os.makedirs(self.directory, exist_ok=True)
             # mode 0o666 less the umask: what open(path, "w") gives
             atomic_write(path, data, mode=0o666)
+            self._bound()
             return True
         except (OSError, TypeError, ValueError) as e:
             code = getattr(e, "errno", None)
@@ -181,6 +198,28 @@ class FormStore:
                 self.directory, e, condition,
             )  # fmt: skip
             return False
+
+    def _bound(self) -> int:
+        """Beyond :attr:`max_documents` documents, remove the oldest (first written)
+        down to 7/8 of it; returns how many were removed."""
+        limit = self.max_documents
+        if limit <= 0:
+            return 0
+        try:
+            names = [n for n in os.listdir(self.directory) if n.endswith(".json")]
+        except OSError:
+            return 0
+        if len(names) <= limit:
+            return 0
+        aged = []
+        for name in names:
+            path = os.path.join(self.directory, name)
+            try:
+                aged.append((os.stat(path).st_mtime_ns, path))
+            except OSError:  # removed meanwhile (another process of the node)
+                continue
+        aged.sort()
+        return sum(self._remove(path) for _, path in aged[: len(aged) - (limit - limit // 8)])
 
     def clear(self) -> int:
         """Remove every document; returns how many."""

@@ -111,12 +111,27 @@ async def serve_packs(plugin, group: str, start: int, stop: int) -> list:
 
 
 #: Scheduler addresses that answered the holders request with an error (no
-#: cacheaffinity scheduler plugin): not asked again by this process.
+#: cacheaffinity scheduler plugin): not asked again by this process.  Bounded by the
+#: schedulers this worker process ever talked to (one, but for a scheduler restarted
+#: at a new address).
 _NO_HOLDERS: set[str] = set()
 #: Peers that did not answer: address -> time.monotonic() until which they are skipped.
+#: Bounded: :func:`_mark_down` drops the expired entries whenever it adds one, so it
+#: holds only the peers that failed in the last :data:`DOWN_SECONDS` (at most the
+#: cluster's other workers, dead ones of that minute included), not every address a
+#: killed or restarted worker ever had (each new worker process has a new address).
 _DOWN: dict[str, float] = {}
 #: Seconds a peer that did not answer is skipped by this process's tasks.
 DOWN_SECONDS = 60.0
+
+
+def _mark_down(addr: str, now: float | None = None) -> None:
+    """Skip peer ``addr`` for :data:`DOWN_SECONDS`; forget the peers whose time is up."""
+    now = time.monotonic() if now is None else now
+    for a, until in list(_DOWN.items()):  # tasks of several threads: pop, never del
+        if until <= now:
+            _DOWN.pop(a, None)
+    _DOWN[addr] = now + DOWN_SECONDS
 
 
 async def serve_form(plugin, name: str, identity: str) -> str | None:
@@ -268,7 +283,7 @@ class PeerStore(MutableMapping):
             "cacheaffinity: peer %s did not answer (%r); its columns are read from "
             "storage, and it is not asked for %.0f s", addr, e, DOWN_SECONDS,
         )  # fmt: skip
-        _DOWN[addr] = time.monotonic() + DOWN_SECONDS
+        _mark_down(addr)
         self._peers = [a for a in self._peers or () if a != addr]
         self._plugin.count_peer(failed=1)
 

@@ -1,0 +1,144 @@
+"""The soak of benchmarks/soak.py at CI size (issue 36): ~30 runs on one long-lived cluster,
+and nothing grows.
+
+``test_soak_nothing_grows`` (marker ``soak``, excluded from the default tier: ``pytest -m
+soak``, a few minutes) runs the soak's own code (:func:`benchmarks.soak.run_soak`) with
+every ingredient of the full one, at a small size: three analyses over two generated
+datasets, two users with their own clients (now and then at once), a chunksize change, a
+worker killed in the middle of a run (twice), the cluster scaled down and up, new-process
+clients, node caches small enough to evict.  It asserts the bounds of
+:func:`benchmarks.soak.check_bounds`: no wrong, hung or failed run, no descriptor or
+thread gained by a worker process after its warm-up (nor by the scheduler), no cache over
+its capacity, no scheduler plugin structure still growing at the end.  Timings are not
+asserted (the machine may be loaded).
+
+The other tests (default tier, seconds) check the soak's schedule and arithmetic on
+made-up samples: that a growing series is found and a restart is not read as growth.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks import soak  # noqa: E402
+
+#: The CI size: ~30 runs, every event at least once (two kills), eviction.
+CI = dict(
+    runs=30, workers=4, seed=36,
+    datasets={"dy": [2000, 2, 101], "tt": [1200, 1, 202]}, basket_events=250,
+    chunksize=250, chunksize_after=150, chunksize_change_at=15, capacity="3 MiB",
+    kill_every=12, scale_every=17, scaled_down_runs=3, new_process_every=7,
+    concurrent_share=0.2, timeout=240.0, warmup=10, restart_warmup=6, progress=False,
+)  # fmt: skip
+
+
+def test_schedule_is_deterministic_and_has_every_ingredient():
+    cfg = soak.Config(**CI)
+    steps = soak.make_schedule(cfg)
+    assert steps == soak.make_schedule(soak.Config(**CI))  # seeded
+    assert steps != soak.make_schedule(soak.Config(**{**CI, "seed": 37}))
+    runs = [r for s in steps for r in s.runs]
+    assert [r.run for r in runs] == list(range(1, cfg.runs + 1))
+    # the tour: every (analysis, dataset) pair in the first runs, every dataset after the change
+    assert {(r.analysis, r.dataset) for r in runs[:6]} == {(a, d) for a in soak.ANALYSES for d in cfg.datasets}
+    assert {r.dataset for r in runs[14:16]} == set(cfg.datasets)
+    assert {r.chunksize for r in runs[:14]} == {250} and {r.chunksize for r in runs[14:]} == {150}
+    assert {r.user for r in runs} == set(soak.USERS)
+    assert any(len(s.runs) == 2 for s in steps)  # both users at once
+    assert [r.run for r in runs if r.process == "new"] == [7, 14, 21, 28]
+    assert [s.runs[0].run for s in steps if s.kill] == [12, 24]
+    events = [(s.runs[0].run, e) for s in steps for e in s.events]
+    assert events == [(15, "chunksize"), (17, "scale-down"), (20, "scale-up")]
+
+
+def test_restarts_are_not_growth_and_growth_is_found():
+    # slot 0 leaks 2 MB and 1 fd per run; slot 1 is flat but restarts at run 10 (its new
+    # process starts low and climbs for a few runs: its warm-up)
+    samples = []
+    for run in range(0, 31):
+        w1 = {"pid": 1 if run < 10 else 2, "rss_mb": 300.0 if run < 10 else 200.0 + min(run - 10, 4) * 25,
+              "fds": 30 if run < 10 else 20 + min(run - 10, 4) * 2.5, "threads": 10}  # fmt: skip
+        samples.append({"run": run, "step": run, "workers": {
+            "0": {"pid": 9, "rss_mb": 300.0 + 2 * run, "fds": 30 + run, "threads": 10}, "1": w1}})  # fmt: skip
+    rss = soak.worker_segments(samples, lambda w: w["rss_mb"], warmup=5, restart_warmup=4)
+    assert [len(s) for s in rss["1"]] == [4, 17]  # runs 6-9, then 14-30 (the new process after its warm-up)
+    assert soak.pooled_slope(rss["0"]) == pytest.approx(2.0)
+    assert soak.pooled_slope(rss["1"]) == pytest.approx(0.0)
+    fds = soak.worker_segments(samples, lambda w: w["fds"], warmup=5, restart_warmup=4)
+    assert soak._growth_of_segments(fds["0"]) == 30 - 6
+    assert soak._growth_of_segments(fds["1"]) == 0
+    # a scaled-down slot comes back as a new process: a new segment
+    gone = [{"run": r, "step": r, "workers": {} if 12 <= r < 15 else {"0": {"pid": 5, "rss_mb": 1.0}}}
+            for r in range(20)]  # fmt: skip
+    segs = soak.worker_segments(gone, lambda w: w["rss_mb"], warmup=0, restart_warmup=0)
+    assert [len(s) for s in segs["0"]] == [11, 5]
+
+
+def test_check_bounds_finds_what_grows():
+    cfg = soak.Config(**CI)
+    samples = [{"run": r, "step": r, "plugin": {
+        "plugin.runs.runs": min(r, 20), "plugin.leaky": 3 * r, "plugin.stealing.idle_since": 4,
+        "plugin.locator.holder": 40 + r, "plugin.recent_placements": 10 * r, "plugin.recent_placements.maxlen": 250,
+        "plugin.counters": 3 + r // 10, "plugin.per_node": 2 if r < 28 else 3,
+        # runs kept at most 20, a record per node each (fewer nodes in some runs)
+        "plugin.per_run": min(r, 20), "plugin.per_run[*]": 3 * min(r, 20) + (r >= 28),
+        # ten entries whose lists grow every run
+        "plugin.bag": 10, "plugin.bag[*]": 10 * r}} for r in range(0, 31)]  # fmt: skip
+    got = soak.structure_growth(samples, "plugin", warmup=10)
+    assert got["plugin.leaky"]["growth"] == 3 * (30 - 11) and got["plugin.leaky"]["per_100_runs"] == pytest.approx(300)
+    assert got["plugin.runs.runs"]["late_growth"] == 0 and got["plugin.recent_placements"]["cap"] == 250
+    figures = {"plugin_state_growth_by_structure": got, "wrong_results": 0, "hung_runs": 0, "failed_runs": 0,
+               "cache_over_capacity": 2, "fd_net_late_growth": 0, "thread_net_late_growth": 1, "scheduler_fd_net_late_growth": -3}  # fmt: skip
+    bad = soak.check_bounds(figures, cfg, chunk_ids=60, types={"plugin.counters": "Counter"})
+    assert sorted(b.split(":")[0].split(" =")[0] for b in bad) == [
+        "cache_over_capacity", "plugin.bag[*]", "plugin.leaky", "plugin.locator.holder", "plugin.recent_placements",
+        "thread_net_late_growth"]
+    assert not soak.check_bounds({"plugin_state_growth_by_structure": {}}, cfg)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1500)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # the schema warnings of the references
+def test_soak_nothing_grows(tmp_path):
+    cfg = soak.Config(**CI, data=str(tmp_path / "data"))
+    lines: list[str] = []
+    doc = soak.run_soak(cfg, log=lines.append)
+    fig = soak.analyse(doc, cfg)
+    bad = soak.check_bounds(fig, cfg, doc["chunk_ids"], doc["plugin_types"])
+    runs = doc["runs"]
+    detail = "\n".join(lines + [f"{r['run']} {r['analysis']}/{r['dataset']}: {r['error']}" for r in runs if r["error"]])
+    # the soak did what it says
+    assert len(runs) == cfg.runs, detail
+    kills = [e for e in doc["events"] if e["event"] == "kill"]
+    assert len(kills) == 2 and any(k["during_run"] for k in kills), kills
+    assert {e["event"] for e in doc["events"]} == {"kill", "chunksize", "scale-down", "scale-up"}
+    assert sum(r["process"] == "new" for r in runs) == 4 and sum(r["concurrent"] for r in runs) >= 2
+    # the caches evicted (smaller than the data) and still served most of the later runs
+    assert max(c["data_bytes"] for s in doc["samples"] for c in s["caches"].values()) > 0.6 * doc["capacity_bytes"]
+    assert fig["hit_rate"] is not None and fig["hit_rate"] > 0.3, fig["phases"]
+    # and nothing grew
+    assert fig["wrong_results"] == 0 and fig["hung_runs"] == 0 and fig["failed_runs"] == 0, detail
+    assert not bad, "\n".join(bad)
+
+
+def test_the_json_keeps_the_samples_as_columns():
+    samples = [
+        {"run": 0, "step": 0, "scheduler_rss_mb": 1.0, "plugin": {"plugin.a": 1}, "scheduler_threads_by_name": {"x": 1},
+         "workers": {"0": {"pid": 5, "rss_mb": 2.0, "plugin": {"w.b": 3}, "threads_by_name": {"y": 2}},
+                     "1": {"pid": 6, "rss_mb": 3.0, "plugin": {}}}, "caches": {"0": {"index_bytes": 7}}},
+        {"run": 1, "step": 1, "scheduler_rss_mb": 1.5, "plugin": {"plugin.a": 2}, "scheduler_threads_by_name": {"x": 2},
+         "workers": {"0": {"pid": 5, "rss_mb": 2.5, "plugin": {"w.b": 4}, "threads_by_name": {"y": 3}}},
+         "caches": {"0": {"index_bytes": 8}}},
+    ]  # fmt: skip
+    c = soak.columnar(samples)
+    assert c["run"] == [0, 1] and c["scheduler_rss_mb"] == [1.0, 1.5] and c["plugin"] == {"plugin.a": [1, 2]}
+    assert c["workers"]["0"]["rss_mb"] == [2.0, 2.5] and c["workers"]["0"]["plugin"] == {"w.b": [3, 4]}
+    assert c["workers"]["1"]["rss_mb"] == [3.0, None]  # scaled away in the second sample
+    assert c["caches"]["0"]["index_bytes"] == [7, 8]
+    assert c["last"]["scheduler_threads_by_name"] == {"x": 2} and c["last"]["threads_by_name"]["0"] == {"y": 3}
