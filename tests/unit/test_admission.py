@@ -140,3 +140,14 @@ def test_rank_is_a_stable_hash_and_unknown_policies_are_refused():
     p.offer("a", 1.0)
     p.remove("a")
     assert "a" not in p and p.used == 0
+
+
+def test_rank_sample_heap_stays_bounded_when_sampled_keys_are_forgotten():
+    from cacheaffinity.worker.store.admission import StableRank
+
+    p = StableRank(capacity=100, sample=16)
+    for i in range(20000):  # ever new keys, and the sample forgets the stale ones
+        p.lookup(f"k{i}", 1)
+        p.lookup(f"k{i // 2}", 1)
+    assert len(p._sample) <= 16
+    assert len(p._sample_heap) <= 2 * len(p._sample) + 64

@@ -405,6 +405,10 @@ class StableRank(Policy):
         self._sample[h] = [r, self.clock]
         heapq.heappush(heap, (-r, h))
         self._sampled += 1
+        if len(heap) > 2 * len(self._sample) + 64:
+            # keys forgotten from the sample stay in the lazy heap below its top: rebuild
+            self._sample_heap = [(-v[0], k) for k, v in self._sample.items()]
+            heapq.heapify(self._sample_heap)
         if self._sampled >= self.sample_size and self.demand:
             # forget sampled keys not looked up for 4 reuse distances: the sample follows
             # a new workload
