@@ -268,7 +268,8 @@ def store_many(cache: ColumnCache, items: list[Item]) -> None:
     if adm is not None:
         adm.committed()
     cache.files.remove(doomed)  # only after the commit: nobody can find them any more
-    stored = [w for w in written if w[1] not in doomed]
+    gone = set(doomed)
+    stored = [w for w in written if w[1] not in gone]
     cache._count(
         writes=len(stored),
         packs_written=sum(1 for w in stored if w[0].grp is not None),
