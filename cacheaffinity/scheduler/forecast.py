@@ -22,14 +22,13 @@ it is below 90% (:func:`cacheaffinity.client.forecast_message`).  The forecast i
 users' data take in the caches.
 
 Memory (event loop only): the last :data:`SIZES_KEPT` chunk sizes (64-bit hashes of
-the chunk ids and ranges, oldest dropped first), one entry per chunk task the
-scheduler still has, and the per-node counts of the last :data:`RUNS_KEPT` runs.
+the chunk ids and ranges, oldest dropped first) and the per-node counts of the last :data:`RUNS_KEPT` runs.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import xxhash
@@ -57,22 +56,19 @@ class Forecast:
         #: size key -> bytes last reported (oldest first)
         self.sizes: OrderedDict[int, int] = OrderedDict()
         self._total = 0
-        #: task key -> size key, for the chunk tasks the scheduler still has
-        self.task: dict[Hashable, int] = {}
         #: run -> node -> [chunks, bytes of known chunks, chunks of unknown size]
         self.runs: OrderedDict[str, dict[str, list[int]]] = OrderedDict()
 
     # ------------------------------------------------------------------ input
-    def submitted(self, run: str, placed: Iterable[tuple[Hashable, int, str]]) -> None:
-        """Chunk tasks ``(task key, size key, node)`` of ``run`` were placed."""
+    def submitted(self, run: str, placed: Iterable[tuple[int, str]]) -> None:
+        """Chunk tasks ``(size key, node)`` of ``run`` were placed."""
         rec = self.runs.get(run)
         if rec is None:
             rec = self.runs[run] = {}
             while len(self.runs) > self.runs_kept:
                 self.runs.popitem(last=False)
         sizes = self.sizes
-        for key, sk, node in placed:
-            self.task[key] = sk
+        for sk, node in placed:
             n = rec.get(node)
             if n is None:
                 n = rec[node] = [0, 0, 0]
@@ -83,10 +79,9 @@ class Forecast:
             else:
                 n[1] += b
 
-    def reported(self, key: Hashable, nbytes: Any) -> None:
-        """Chunk task ``key`` reported the bytes of its columns."""
-        sk = self.task.get(key)
-        if sk is None or not isinstance(nbytes, int) or nbytes <= 0:
+    def reported(self, sk: int, nbytes: Any) -> None:
+        """A chunk task of size key ``sk`` (:func:`size_key`) reported the bytes of its columns."""
+        if not isinstance(nbytes, int) or nbytes <= 0:
             return
         old = self.sizes.pop(sk, None)
         if old is not None:
@@ -95,10 +90,6 @@ class Forecast:
         self._total += nbytes
         while len(self.sizes) > self.sizes_kept:
             self._total -= self.sizes.popitem(last=False)[1]
-
-    def forget(self, key: Hashable) -> None:
-        """The scheduler forgot task ``key``."""
-        self.task.pop(key, None)
 
     # ----------------------------------------------------------------- output
     @property

@@ -349,9 +349,12 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def log_event(self, topic: str, msg: Any) -> None:
         if topic == TASK_REPORT_TOPIC and isinstance(msg, dict):
             self.runs.report(msg)
-            self.forecast.reported(msg.get("key"), msg.get("chunk_bytes"))
-            if msg.get("chunks_not_kept") and msg.get("key") in self.locator.chunk_of:
-                self.not_kept.add(msg["key"])
+            key = msg.get("key")
+            chunk = self.locator.chunk_of.get(key)
+            if chunk is not None:  # the report arrives before the task finishes
+                self.forecast.reported(size_key(chunk, self.locator.entries.get(key)), msg.get("chunk_bytes"))
+                if msg.get("chunks_not_kept"):
+                    self.not_kept.add(key)
         elif topic == NODE_REPORT_TOPIC and isinstance(msg, dict) and msg.get("worker"):
             self._handle_node_report(
                 msg["worker"], msg.get("node"), msg.get("weight"), msg.get("uncached")
@@ -524,7 +527,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         per_run: defaultdict[str, list] = defaultdict(list)
         for (ts, chunk), node in zip(todo, nodes):
             if not chunk.startswith(PREPROCESS_PREFIX):
-                per_run[runs.get(ts.key) or graph_run].append((ts.key, size_key(chunk, entry_of(ts.key)), node))
+                per_run[runs.get(ts.key) or graph_run].append((size_key(chunk, entry_of(ts.key)), node))
         for run, placed in per_run.items():
             self.forecast.submitted(run, placed)
         if debug:
@@ -561,7 +564,6 @@ class CacheAffinityPlugin(SchedulerPlugin):
             if key in locator.chunk_of:
                 locator.forget_task(key)
                 self.runs.forget(key)
-                self.forecast.forget(key)
                 self.not_kept.discard(key)
                 if self.stealing is not None:
                     self.stealing.forget(key)

@@ -164,10 +164,6 @@ class Admitter:
             self._dirty.difference_update(victims)
         return victims
 
-    def forget(self, key: str) -> None:
-        """``key``'s row went inside :meth:`deciding` (not by the policy's choice)."""
-        self._policy.remove(key)
-
     def committed(self) -> None:
         """The transaction of the last :meth:`deciding` committed."""
         with self._lock:
