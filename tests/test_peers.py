@@ -136,10 +136,12 @@ def test_a_holder_busy_serving_answers_nothing_and_the_asker_reads_storage(files
             plugin.serving = n
             return plugin.peer["peer_busy"]
 
-        assert set(client.run(set_serving, 1).values()) == {0}
+        # the first run may itself have declined a request (a chunk stolen while its
+        # stripe's holder served another): count from here
+        before = sum(client.run(set_serving, 1).values())
         got, d = counted(client, lambda: run(ours, files, 3 * C // 2))
         assert canonical(got) == canonical(run(processor.IterativeExecutor(), files, 3 * C // 2))
-        busy = sum(client.run(set_serving, 0).values())
+        busy = sum(client.run(set_serving, 0).values()) - before
         assert d["misses"] > 0 and d["peer_hits"] == 0 and d["storage_opens"] > 0, d
         assert busy > 0 and d["peer_failed"] == 0, (busy, d)
 
