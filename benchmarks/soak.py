@@ -316,9 +316,13 @@ class Config:
     #: runs a new worker process (killed and restarted, scaled up) lives before it counts
     restart_warmup: int = 10
     #: Dask's statistical profiler in the workers (``distributed.worker.profile.enabled``,
-    #: on by default: it keeps a profile per second for an hour, tens of MB per worker
-    #: here, growing for the first hour of a worker's life)
+    #: on by default: a profile per second, ``profile_history`` of them, tens of MB per
+    #: worker here)
     profiler: bool = True
+    #: profiles (1 s cycles) a worker keeps, ``distributed.admin.low-level-log-length``
+    #: (Dask's default 1000: ~17 min, longer than a worker lives in the soak, so its RSS
+    #: would grow all its life; None: Dask's default)
+    profile_history: int | None = 60
     data: str = str(DEFAULT_DATA)
     workdir: str | None = None
     progress: bool = True
@@ -699,7 +703,7 @@ def _worker_probe(dask_worker=None) -> dict:
             _containers(obj, prefix, state, set(), roots=())
     state["dask.data"] = len(getattr(dask_worker, "data", ()))
     state["dask.state.tasks"] = len(dask_worker.state.tasks)
-    # Dask's statistical profiler: a profile per 1 s cycle, for an hour (3600 cycles)
+    # Dask's statistical profiler: a profile per 1 s cycle, distributed.admin.low-level-log-length of them
     for name in ("profile_history", "profile_keys_history", "profile_keys"):
         v = getattr(dask_worker, name, None)
         if v is not None:
@@ -979,6 +983,7 @@ class Soak:
             "cacheaffinity.worker.directory": str(self.cache_root / "node-{name}"),
             "cacheaffinity.worker.capacity": cfg.capacity,
             "distributed.worker.profile.enabled": bool(cfg.profiler),
+            **({"distributed.admin.low-level-log-length": cfg.profile_history} if cfg.profile_history else {}),
             # the scheduler process logs as `dask scheduler` does, cacheaffinity at INFO too
             "distributed.logging": {**dask.config.get("distributed.logging", {}), "cacheaffinity": "info"},
         }
@@ -1879,7 +1884,10 @@ def parse_args(argv=None) -> tuple[Config, str, str]:
                    help="runs a new worker process lives before its samples count")  # fmt: skip
     p.add_argument("--no-profiler", action="store_true",
                    help="switch off Dask's statistical profiler in the workers (its history grows "
-                   "for a worker's first hour)")  # fmt: skip
+                   "until --profile-history profiles)")  # fmt: skip
+    p.add_argument("--profile-history", type=int, default=d.profile_history,
+                   help="profiles a worker keeps (distributed.admin.low-level-log-length; 0: Dask's "
+                   "default, 1000)")  # fmt: skip
     p.add_argument("--events", type=int, nargs=2, metavar=("DY", "TT"), default=None,
                    help="events of the two datasets (default 6000 4000)")  # fmt: skip
     p.add_argument("--data", default=str(DEFAULT_DATA), help="where the generated datasets are kept")
@@ -1895,6 +1903,7 @@ def parse_args(argv=None) -> tuple[Config, str, str]:
         scale_every=a.scale_every, scaled_down_runs=a.scaled_down_runs, new_process_every=a.new_process_every,
         concurrent_share=a.concurrent_share, timeout=a.timeout, warmup=a.warmup, restart_warmup=a.restart_warmup,
         data=a.data, workdir=a.workdir, profiler=not a.no_profiler,
+        profile_history=a.profile_history or None,
     )  # fmt: skip
     if a.events:
         cfg.datasets = {"dy": [a.events[0], 3, 101], "tt": [a.events[1], 2, 202]}

@@ -181,3 +181,31 @@ def test_form_documents_are_bounded_oldest_first(tmp_path):
     for i in range(40):
         unbounded.put(FormStore.key(f"f{i}", "Events"), doc)
     assert len(unbounded) == 40
+
+
+def test_the_plugins_per_node_counters_are_bounded_too(monkeypatch):
+    """``plugin.node_counters`` and the nodes ``_note_inherited`` saw keep the live
+    nodes and the last ``MAX_DEPARTED`` that left, as the locator does."""
+    from cacheaffinity.scheduler.plugin import CacheAffinityPlugin
+
+    monkeypatch.setattr(membership_mod, "MAX_DEPARTED", 8)
+    plugin = CacheAffinityPlugin()
+    workers: dict[str, WorkerState] = {}
+    plugin.membership.bind(workers)
+    live: list[WorkerState] = []
+    for i in range(200):
+        ws = worker(i)
+        workers[ws.address] = ws
+        plugin.membership.learn(ws.address, f"node-{i}", 1.0, reported=True)
+        plugin.node_counters[f"node-{i}"]["placements"] += 1
+        plugin._seen_nodes.add(f"node-{i}")
+        live.append(ws)
+        if len(live) > LIVE:
+            gone = live.pop(0)
+            del workers[gone.address]
+            plugin.membership.forget(gone.address)
+        plugin._prune_nodes()
+        assert len(plugin.node_counters) <= LIVE + 8 and len(plugin._seen_nodes) <= LIVE + 8
+    kept = set(plugin.node_counters)
+    assert {f"node-{i}" for i in range(192, 200)} <= kept  # the live and the recent leavers
+    assert "node-0" not in kept and "node-0" not in plugin._seen_nodes

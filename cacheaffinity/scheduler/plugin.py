@@ -282,6 +282,22 @@ class CacheAffinityPlugin(SchedulerPlugin):
             for addr, node in list(self.membership.worker_node.items()):
                 if node not in self._seen_nodes:
                     self._note_inherited(addr)
+        self._prune_nodes()
+
+    def _prune_nodes(self) -> int:
+        """Forget the counters and the seen mark of nodes neither live nor among the
+        last ``MAX_DEPARTED`` that left (``Membership.known_nodes``), once there are
+        more than that many: per-node state stays bounded however many nodes come
+        and go.  Returns how many nodes were forgotten."""
+        limit = self.membership.known_limit()
+        if len(self.node_counters) <= limit and len(self._seen_nodes) <= limit:
+            return 0
+        keep = self.membership.known_nodes()
+        gone = [n for n in self.node_counters if n not in keep]
+        for n in gone:
+            del self.node_counters[n]
+        self._seen_nodes &= keep
+        return len(gone)
 
     def describe(self) -> str:
         p = self.placement
