@@ -7,8 +7,9 @@ Values are read when an object is constructed, never at import time, so
 
 Values are validated where they are read, against ``cacheaffinity-schema.yaml``
 (:func:`validate` for a whole section, :func:`get` and :func:`check` for one
-key): an invalid value raises ``ValueError`` naming the key, the value, what is
-allowed and an example to copy, before any work starts.  The validator covers
+key): an invalid value raises :class:`~cacheaffinity.exceptions.InvalidSetting`
+(a ``ValueError``) naming the key, the value, what is allowed and an example to
+copy, before any work starts.  The validator covers
 the part of JSON Schema the schema file uses (``type``, ``minimum``,
 ``exclusiveMinimum``, ``maximum``, ``enum``, ``properties``,
 ``additionalProperties``) plus two formats of its own: ``bytes`` (a size, parsed
@@ -27,6 +28,8 @@ from typing import Any
 import dask.config
 import yaml
 from dask.utils import parse_bytes, parse_timedelta
+
+from cacheaffinity.exceptions import InvalidSetting, SettingProblem
 
 __all__ = [
     "DEFAULTS_PATH",
@@ -90,7 +93,7 @@ def get(key: str, value: Any = None) -> Any:
 
     Raises
     ------
-    ValueError
+    InvalidSetting
         If the value does not match the key's schema; the message names the
         key, the value, what is allowed and an example.
     """
@@ -108,12 +111,11 @@ def get_bytes(key: str, value: Any = None) -> int:
     try:
         out = parse_bytes(raw) if isinstance(raw, str) else int(raw)
     except (TypeError, ValueError, OverflowError) as e:
-        raise ValueError(
-            f"cacheaffinity.{key}={raw!r} is not a size; use a number of bytes or a "
-            f'string such as "200 GiB"'
+        raise InvalidSetting(
+            SettingProblem(key, raw, 'is not a size; use a number of bytes or a string such as "200 GiB"', "200 GiB")
         ) from e
     if out < 0:
-        raise ValueError(f"cacheaffinity.{key}={raw!r} must not be negative")
+        raise InvalidSetting(SettingProblem(key, raw, "must not be negative", "200 GiB"))
     return out
 
 
@@ -123,12 +125,11 @@ def get_seconds(key: str, value: Any = None) -> float:
     try:
         out = float(parse_timedelta(raw, default="s"))
     except (TypeError, ValueError, KeyError, AttributeError) as e:
-        raise ValueError(
-            f"cacheaffinity.{key}={raw!r} is not a duration; use seconds or a string "
-            f'such as "500ms"'
+        raise InvalidSetting(
+            SettingProblem(key, raw, 'is not a duration; use seconds or a string such as "500ms"', "500ms")
         ) from e
     if not math.isfinite(out) or out < 0:
-        raise ValueError(f"cacheaffinity.{key}={raw!r} must be a finite duration >= 0")
+        raise InvalidSetting(SettingProblem(key, raw, "must be a finite duration >= 0", "500ms"))
     return out
 
 
@@ -259,26 +260,17 @@ def _problems(key: str, value: Any, schema: dict) -> list[tuple[str, Any, str, d
     return []
 
 
-def _line(key: str, value: Any, what: str, schema: dict, argument: str | None = None) -> str:
-    if argument is None:
-        line = f"cacheaffinity.{key}={value!r} {what}"
-    else:
-        line = f"{argument}={value!r} (cacheaffinity.{key}) {what}"
-    if schema:
-        env = "DASK_CACHEAFFINITY__" + key.upper().replace(".", "__").replace("-", "_")
-        shown = _example(key, schema)
-        line += f'; e.g. "cacheaffinity.{key}: {shown}" in a Dask config file, or {env}="{shown}"'
-
-    return line
-
-
-def _message(problems: list, argument: str | None = None) -> str:
-    lines = [_line(*p, argument=argument) for p in problems]
-    return "invalid cacheaffinity setting: " + "; ".join(lines)
+def _error(problems: list, argument: str | None = None) -> InvalidSetting:
+    return InvalidSetting(
+        [
+            SettingProblem(key, value, what, _example(key, schema) if schema else None, argument)
+            for key, value, what, schema in problems
+        ]
+    )
 
 
 def check(key: str, value: Any, *, source: str = "config") -> None:
-    """Raise ``ValueError`` unless ``value`` is valid for ``cacheaffinity.<key>``.
+    """Raise :class:`~cacheaffinity.exceptions.InvalidSetting` unless ``value`` is valid for ``cacheaffinity.<key>``.
 
     Keys the schema does not describe are not checked.  ``source="argument"``
     names the keyword argument (``capacity=...``) in the message too.
@@ -289,7 +281,7 @@ def check(key: str, value: Any, *, source: str = "config") -> None:
     problems = _problems(key, value, schema)
     if problems:
         argument = key.rsplit(".", 1)[-1].replace("-", "_") if source == "argument" else None
-        raise ValueError(_message(problems, argument))
+        raise _error(problems, argument)
 
 
 def validate(section: str | None = None) -> dict:
@@ -308,7 +300,7 @@ def validate(section: str | None = None) -> dict:
 
     Raises
     ------
-    ValueError
+    InvalidSetting
         Naming every invalid key with its value, what is allowed and an example
         to copy (a key of the Dask config file and its environment variable).
     """
@@ -333,7 +325,7 @@ def validate(section: str | None = None) -> dict:
                 else:
                     problems += _problems(str(sub), subvalue, schema)
     if problems:
-        raise ValueError(_message(problems))
+        raise _error(problems)
     return dict(values) if isinstance(values, Mapping) else values
 
 
@@ -359,24 +351,24 @@ def settings(section: str, **options: Any) -> dict:
 
     Raises
     ------
-    ValueError
+    InvalidSetting
         Naming every invalid key (config problems first, then arguments) with
         its value, what is allowed and an example to copy.
     """
     # environment variables give snake_case keys (DASK_..._SHARED_GROUP -> shared_group)
     values = {**default(section), **{str(k).replace("_", "-"): v for k, v in validate(section).items()}}
-    problems: list[str] = []
+    problems: list[SettingProblem] = []
     for name, value in options.items():
         if value is None:
             continue
         key = f"{section}.{name.replace('_', '-')}"
         try:
             check(key, value, source="argument")
-        except ValueError as e:
-            problems.append(str(e).replace("invalid cacheaffinity setting: ", "", 1))
+        except InvalidSetting as e:
+            problems += e.problems
         values[name.replace("_", "-")] = value
     if problems:
-        raise ValueError("invalid cacheaffinity setting: " + "; ".join(problems))
+        raise InvalidSetting(problems)
     return values
 
 

@@ -36,6 +36,7 @@ from typing import Any
 import click
 
 from cacheaffinity import config
+from cacheaffinity.exceptions import InvalidSetting
 
 __all__ = ["command_line_setup", "dask_setup", "setup"]
 
@@ -207,8 +208,8 @@ class _Setting(click.ParamType):
             out = value  # let the schema say what is allowed
         try:
             config.check(self.key, out)
-        except ValueError as e:
-            self.fail(str(e).replace("invalid cacheaffinity setting: ", ""), param, ctx)
+        except InvalidSetting as e:
+            self.fail(e.detail, param, ctx)
         return out
 
 

@@ -50,6 +50,7 @@ from urllib.parse import urlparse
 import xxhash
 
 from cacheaffinity._logging import LogOnce
+from cacheaffinity.exceptions import IdentityUnavailable
 from cacheaffinity.protocol import PREPROCESS_PREFIX
 
 logger = logging.getLogger("cacheaffinity.coffea")
@@ -69,10 +70,6 @@ CHECKSUM_FIELDS = ("checksum", "ETag", "etag", "md5", "md5Hash", "crc32c", "sha2
 #: fsspec ``info`` fields that carry a modification time.
 MTIME_FIELDS = ("mtime", "LastModified", "last_modified", "modified", "updated", "mtime_ns")
 
-
-class IdentityUnavailable(OSError):
-    """Storage cannot prove a file's bytes unchanged (no size, or neither a
-    modification time nor a checksum); the file is then read uncached."""
 
 
 @dataclass(frozen=True)

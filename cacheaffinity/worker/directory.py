@@ -47,6 +47,8 @@ import tempfile
 
 import dask.config
 
+from cacheaffinity.exceptions import ReadOnlyDirectory, UntrustedDirectory
+
 __all__ = [
     "ReadOnlyDirectory",
     "UntrustedDirectory",
@@ -68,12 +70,6 @@ ENTRIES = (
     "forms",
 )
 
-
-class UntrustedDirectory(PermissionError):
-    """A cache directory that others could have written: not used.
-
-    The message names the path, its owner and mode, and what to do.
-    """
 
 
 def user_name(uid: int) -> str:
@@ -123,21 +119,6 @@ def _is_member(uid: int, gid: int) -> bool:
         return False
 
 
-class ReadOnlyDirectory(OSError):
-    """A cache directory on a read-only file system (``errno`` ``EROFS``): a worker
-    cannot cache in it, whatever its mode says (a read-only tmpfs shows mode 1777)."""
-
-    def __init__(self, path: str):
-        super().__init__(
-            errno.EROFS,
-            f"cache directory {path} is on a read-only file system; give a writable "
-            "node-local directory with --cache-directory (or set "
-            "cacheaffinity.worker.directory)",
-        )
-        self.filename = path
-
-    def __str__(self) -> str:
-        return self.strerror
 
     def __reduce__(self):
         return (type(self), (self.filename,))

@@ -169,3 +169,26 @@ def test_validator_agrees_with_jsonschema_on_types_and_bounds():
                 except ValueError:
                     got = False
                 assert got == expected, (section, key, value)
+
+
+def test_invalid_settings_are_structured_errors():
+    """One exception type, carrying each problem's key, value and example (no parsing of
+    its text), and still a ``ValueError`` for callers that know nothing of it."""
+    from cacheaffinity.exceptions import CacheAffinityError, InvalidSetting
+
+    with pytest.raises(InvalidSetting) as info:
+        config.settings("worker", capacity="lots", weight=-1)
+    e = info.value
+    assert isinstance(e, ValueError) and isinstance(e, CacheAffinityError)
+    assert [(p.key, p.value, p.argument) for p in e.problems] == [
+        ("worker.capacity", "lots", "capacity"),
+        ("worker.weight", -1, "weight"),
+    ]
+    assert (e.key, e.value) == ("worker.capacity", "lots") and e.example
+    assert str(e) == InvalidSetting.PREFIX + e.detail and not e.detail.startswith(InvalidSetting.PREFIX)
+    assert e.problems[0].environment_variable == "DASK_CACHEAFFINITY__WORKER__CAPACITY"
+    with pytest.raises(InvalidSetting) as info:
+        config.get_seconds("scheduler.stealing.idle-time", "soon")
+    assert "is not a duration" in info.value.detail
+    assert config.get_seconds("scheduler.stealing.idle-time", info.value.example) >= 0  # a valid one
+    assert config.get_bytes("worker.capacity", e.example) > 0

@@ -4,7 +4,6 @@ Split by concern (distributed's ``shuffle/`` and diskcache's ``Disk``/``Cache``
 are the models):
 
 - :mod:`.layout`: the on-disk format (versions, file names, key grammar);
-- :mod:`.errors`: the package's exceptions;
 - :mod:`.files`: data files (write, publish, read and verify, orphans);
 - :mod:`.index`: the SQLite index (schema, transactions, settings, healing);
 - :mod:`.capacity`: the capacity every process agrees on, the capacity in force

@@ -110,7 +110,7 @@ from cacheaffinity.worker.directory import group_id, trusted_directory
 from cacheaffinity.worker.store import capacity as _capacity
 from cacheaffinity.worker.store import maintenance, writes
 from cacheaffinity.worker.store.admitter import Admitter
-from cacheaffinity.worker.store.errors import (
+from cacheaffinity.exceptions import (
     Closed,
     Corrupt,
     NewerLayout,

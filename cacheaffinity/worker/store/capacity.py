@@ -28,7 +28,7 @@ import sqlite3
 
 from dask.utils import format_bytes
 
-from cacheaffinity.worker.store.errors import Closed
+from cacheaffinity.exceptions import Closed
 from cacheaffinity.worker.store.files import DataFiles
 from cacheaffinity.worker.store.index import Index
 

@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from cacheaffinity.worker.store.errors import Corrupt, Lost, UntrustedDirectory
+from cacheaffinity.exceptions import Corrupt, Lost, UntrustedDirectory
 from cacheaffinity.worker.store.layout import (
     ALIGN,
     DATA_DIR,

@@ -49,7 +49,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from cacheaffinity.worker.store.errors import Closed, NewerLayout, OlderLayout, UntrustedDirectory
+from cacheaffinity.exceptions import Closed, NewerLayout, OlderLayout, UntrustedDirectory
 from cacheaffinity.worker.store.files import NEW_FILE, DataFiles, unlink
 from cacheaffinity.worker.store.layout import (
     CORRUPT_SUFFIX,

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from cacheaffinity.worker.store.errors import Closed
+from cacheaffinity.exceptions import Closed
 from cacheaffinity.worker.store.index import corruption
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 
-from cacheaffinity.worker.store.errors import Closed
+from cacheaffinity.exceptions import Closed
 from cacheaffinity.worker.store.layout import pack_key
 from cacheaffinity.worker.store.writes import Item, plain_array
 

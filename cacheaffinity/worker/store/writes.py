@@ -36,7 +36,7 @@ import numpy as np
 from dask.utils import format_bytes, parse_bytes
 
 from cacheaffinity.worker.store.capacity import evict_rows, make_room
-from cacheaffinity.worker.store.errors import Closed, Lost
+from cacheaffinity.exceptions import Closed, Lost
 from cacheaffinity.worker.store.files import toc_of
 from cacheaffinity.worker.store.index import problem
 from cacheaffinity.worker.store.layout import blocks
