@@ -31,6 +31,7 @@ docs: $(STAMP)
 #   venv, system-deps   the pinned venv and the Debian packages the tests need
 #   pytest              the default suite (excludes -m slow and -m upstream)
 #   coffea-upstream     coffea's own executor tests with CacheAffinityExecutor vs DaskExecutor
+#   soak                a CI-sized soak (~30 runs on one cluster with churn; nothing may grow)
 #   matrix-oldest       core tests at the oldest supported releases (tools/matrix.py oldest;
 #                       the newest end is what the two steps before ran)
 test:
@@ -39,6 +40,7 @@ test:
 	tools/timed .test-times system-deps $(MAKE) --no-print-directory system-deps; \
 	tools/timed .test-times pytest $(PY) -m pytest -q --durations=30 || rc=$$?; \
 	tools/timed .test-times coffea-upstream $(PY) -m pytest -q -m upstream || rc=$$?; \
+	tools/timed .test-times soak $(PY) -m pytest -q -m soak || rc=$$?; \
 	tools/timed .test-times matrix-oldest $(PYTHON) tools/matrix.py oldest || rc=$$?; \
 	tools/timed .test-times --report; exit $$rc
 

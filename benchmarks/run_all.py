@@ -86,6 +86,10 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
      [f"{B}/chunksize_change.py", "--quick", "--no-stealing", "--out", "{out}"]),
     ("beyond_capacity", [f"{B}/beyond_capacity.py", "--out", "{out}"],
      [f"{B}/beyond_capacity.py", "--quick", "--data", "{data}", "--out", "{out}"]),
+    ("soak", [f"{B}/soak.py", "--runs", "300", "--out", "{out}"],
+     [f"{B}/soak.py", "--quick", "--data", "{data}/soak", "--out", "{out}", "--name", "soak_quick"]),
+    ("soak_noprofiler", [f"{B}/soak.py", "--runs", "300", "--no-profiler", "--name", "soak_noprofiler",
+                         "--out", "{out}"], []),
     ("render_readme", ["tools/render_readme.py"], []),
 ]  # fmt: skip
 

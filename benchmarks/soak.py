@@ -1918,6 +1918,108 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+#: The issue's bounds, as (figure, its bound, how it is read): rendered beside the figures.
+TARGETS = (
+    ("scheduler_rss_mb_per_100_runs", 5.0, "under"),
+    ("worker_rss_mb_per_100_runs", 5.0, "under"),
+    ("fd_growth", 0, "at most"),
+    ("thread_growth", 0, "at most"),
+)
+
+
+def _max_rss_by_half(doc: dict) -> tuple[float | None, float | None]:
+    """The largest worker RSS (MB) in the first and in the second half of the runs after
+    the warm-up: a worker that grows without bound has a larger one in the second half."""
+    s, warmup = doc["series"], doc["config"]["warmup"]
+    runs = s["run"]
+    half = warmup + (max(runs) - warmup) // 2
+    first, second = [], []
+    for w in s["workers"].values():
+        for run, rss in zip(runs, w["rss_mb"]):
+            if rss is not None and run > warmup:
+                (first if run <= half else second).append(rss)
+    return (max(first) if first else None, max(second) if second else None)
+
+
+def render(results: str, name: str = "soak", other: str = "soak_noprofiler") -> str:
+    """Markdown for docs/benchmarks.md from ``<results>/<name>.json`` (Dask's profiler on)
+    and ``<other>.json`` (off) side by side: every figure of the issue with its bound, the
+    hit rate per kind of phase, the command and commit.  Hook: ``"soak": render`` in
+    tools/render_readme.py."""
+    docs = {}
+    for label, n in (("profiler on", name), ("profiler off", other)):
+        path = os.path.join(results, f"{n}.json")
+        if os.path.exists(path):
+            with open(path) as f:
+                docs[label] = json.load(f)
+    if not docs:
+        return f"Not measured yet (`python benchmarks/soak.py` writes `benchmarks/results/{name}.json`).\n"
+    labels = list(docs)
+    rows = ["| figure | bound | " + " | ".join(labels) + " |", "|" + " --- |" * (2 + len(labels))]
+
+    def row(what: str, bound: str, cells: list) -> None:
+        rows.append(f"| {what} | {bound} | " + " | ".join(str(c) for c in cells) + " |")
+
+    def fig(key: str) -> list:
+        return [d.get(key) for d in docs.values()]
+
+    def verdict(key: str, limit: float, how: str) -> list:
+        out = []
+        for v in fig(key):
+            ok = v is not None and (v < limit if how == "under" else v <= limit)
+            out.append(f"{v} ({'met' if ok else '**missed**'})")
+        return out
+
+    row("runs", "≥ 300", fig("runs"))
+    row("wrong / hung / failed runs", "0 / 0 / 0",
+        [f"{d['wrong_results']} / {d['hung_runs']} / {d['failed_runs']}" for d in docs.values()])
+    names = {"scheduler_rss_mb_per_100_runs": "scheduler RSS slope [MB / 100 runs]",
+             "worker_rss_mb_per_100_runs": "worker RSS slope [MB / 100 runs], max over workers",
+             "fd_growth": "worker fd growth (last - first), max", "thread_growth": "worker thread growth, max"}
+    for key, limit, how in TARGETS:
+        row(names[key], f"{how} {limit:g}", verdict(key, limit, how))
+    row("worker fd / thread growth net of pools (connections, pool threads)", "-",
+        [f"{d['fd_net_growth']} / {d['thread_net_growth']}" for d in docs.values()])
+    row("still growing at the end (fd / thread, net of pools)", "≤ 0",
+        [f"{d['fd_net_late_growth']} / {d['thread_net_late_growth']}" for d in docs.values()])
+    row("largest worker RSS [MB], 1st / 2nd half of the runs", "2nd ≈ 1st",
+        [" / ".join("-" if v is None else f"{v:.0f}" for v in _max_rss_by_half(d)) for d in docs.values()])
+    row("scheduler fd / thread growth", "-",
+        [f"{d['scheduler_fd_growth']} / {d['scheduler_thread_growth']}" for d in docs.values()])
+    row("plugin structures beyond their bound", "0", [len(d["bounds"]) for d in docs.values()])
+    row("cache over capacity (samples)", "0", fig("cache_over_capacity"))
+    row("cache evictions", "> 0", fig("evictions"))
+    row("log lines per step (scheduler / workers)", "-",
+        [f"{d['log_per_step']['scheduler_log_lines']} / {d['log_per_step']['worker_log_records']}"
+         for d in docs.values()])  # fmt: skip
+    row("hit rate (mean of runs) / median wall [s]", "-",
+        [f"{d['hit_rate']} / {d['wall_s_median']}" for d in docs.values()])
+    rows.append("")
+    # hit rate per kind of phase (the event that began it), of the first soak
+    d = docs[labels[0]]
+    kinds: dict[str, list] = {}
+    for ph in d["phases"]:
+        kind = ph["after"].split(",")[0].strip()
+        kind = "kill a worker" if kind.startswith("kill") else kind
+        kinds.setdefault(kind, []).append(ph)
+    rows += [f"Hit rate per phase ({labels[0]}; the runs after each kind of event):", "",
+             "| after | phases | runs | hit rate | its first run's hit rate | peer hits per run |",
+             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
+    for kind, phs in kinds.items():
+        n = sum(p["runs"] for p in phs)
+        hit = sum(p["hit_rate"] * p["runs"] for p in phs) / n
+        first = [p["first_run_hit_rate"] for p in phs if p["first_run_hit_rate"] is not None]
+        peer = sum(p["peer_hits"] for p in phs) / n
+        rows.append(f"| {kind} | {len(phs)} | {n} | {hit:.2f} | "
+                    f"{(sum(first) / len(first)) if first else float('nan'):.2f} | {peer:.0f} |")  # fmt: skip
+    rows.append("")
+    for label, d in docs.items():
+        rows.append(f"{label}: `{d['config']['command']}`, commit `{str(d.get('commit'))[:7]}`, "
+                    f"{d['machine']['cpu_count']} cores, {d['results']['soak_s'] / 60:.0f} min.")  # fmt: skip
+        rows.append("")
+    return "\n".join(rows)
+
+
 def main(argv=None) -> int:
     cfg, out, name = parse_args(argv)
     if cfg is None:

@@ -965,7 +965,18 @@ def _spread_of(values: list) -> dict:
     return {"median": med, "min": vals[0], "max": vals[-1], "n": n}
 
 
+def render_soak(results: str, name: str = "soak") -> str:
+    """The soak's figures (``soak.json``, ``soak_noprofiler.json``): rendered by
+    benchmarks/soak.py."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from benchmarks.soak import render
+
+    return render(results, name)
+
+
 RENDERERS: dict[str, Callable[[str], str]] = {
+    "soak": render_soak,
     "worker_gc": render_worker_gc,
     "simulate_capacity": render_simulate_capacity,
     "beyond_capacity": render_beyond_capacity,
