@@ -15,20 +15,14 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from testbed.warmup import events_of as _events
+from testbed.warmup import warm_up
+
+__all__ = ["clear", "io_read_bytes", "load", "process", "warm_up"]
+
 _EVENTS: dict[str, Any] = {}
 
 
-def _events(f, filename: str, treename: str, start: int, stop: int, dataset: str, buffers: dict):
-    """NanoAOD events of entries ``start``-``stop`` of the open file ``f`` (virtual mode,
-    buffers in ``buffers``), with the metadata coffea's executors give a processor."""
-    from coffea.nanoevents import NanoAODSchema, NanoEventsFactory
-
-    return NanoEventsFactory.from_root(
-        file=f, treepath=treename, schemaclass=NanoAODSchema, mode="virtual",
-        metadata={"dataset": dataset, "filename": filename, "treename": treename,
-                  "entrystart": start, "entrystop": stop},
-        entry_start=start, entry_stop=stop, buffer_cache=buffers,
-    ).events()  # fmt: skip
 
 
 def load(key: str, filename: str, treename: str, start: int, stop: int, dataset: str,
@@ -82,20 +76,3 @@ def clear() -> int:
     return n
 
 
-def warm_up(filename: str, processor_instance, events: int = 200) -> dict:
-    """Warm a fresh worker process before run 1: import coffea, awkward and uproot and run
-    the processor once on the first ``events`` events of ``filename`` (a file that is not
-    part of the benchmark's dataset, e.g. the generator's template), with buffers in a
-    throw-away dict: no column cache is touched, nothing of the dataset is read.
-
-    A physicist's cluster has run Python before the analysis; without this, run 1 of every
-    mode also pays the process's first imports and first-call costs (the warm-up itself
-    took 2-6 s per cluster of 4 workers here), which would inflate run 1 and every run-1 ratio.
-    """
-    import uproot
-
-    t0 = time.perf_counter()
-    with uproot.open(filename) as f:
-        n = min(events, f["Events"].num_entries)
-        processor_instance.process(_events(f, filename, "Events", 0, n, "warm-up", {}))
-    return {"seconds": time.perf_counter() - t0, "events": n}

@@ -1,4 +1,4 @@
-"""A soak: hundreds of runs on one long-lived cluster, and nothing grows (issue 36).
+"""A soak: hundreds of runs on one long-lived cluster, and nothing grows.
 
 One cluster lives for the whole soak: a scheduler with the cacheaffinity plugin in a
 process of its own (so that its RSS is the scheduler's alone, not this client's), and W

@@ -5,7 +5,7 @@ box's portal, like :mod:`testbed.portal`).
 (``$CABOX_SCHEDULER``), does one thing and prints one line ``RESULT <json>``:
 
 - ``warm``: every worker runs the realistic analysis once on 200 events of the generator's
-  template (:func:`benchmarks._floor.warm_up`: no dataset file, no column cache), so that
+  template (:func:`testbed.warmup.warm_up`: no dataset file, no column cache), so that
   run 1 measures the analysis and not each fresh worker process's first imports;
 - ``run FILE ... --chunksize C --mode M``: one run of the realistic analysis
   (``examples/realistic.py``), ``M`` = ``cacheaffinity``
@@ -34,11 +34,11 @@ from testbed.portal import COUNTERS, _client, _per_node, _worker_counters, watch
 
 
 def warm(client) -> dict:
-    from benchmarks._common import template_path
-    from benchmarks._floor import warm_up
     from examples.realistic import TTbarLikeProcessor
+    from testbed.synthetic import default_template_path
+    from testbed.warmup import warm_up
 
-    out = client.run(warm_up, str(template_path()), TTbarLikeProcessor())
+    out = client.run(warm_up, str(default_template_path()), TTbarLikeProcessor())
     return {"seconds": {a: r["seconds"] for a, r in out.items()}}
 
 

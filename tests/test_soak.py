@@ -1,4 +1,4 @@
-"""The soak of benchmarks/soak.py at CI size (issue 36): ~30 runs on one long-lived cluster,
+"""The soak of benchmarks/soak.py at CI size: ~30 runs on one long-lived cluster,
 and nothing grows.
 
 ``test_soak_nothing_grows`` (marker ``soak``, excluded from the default tier: ``pytest -m
