@@ -27,18 +27,26 @@ demo: $(STAMP)
 docs: $(STAMP)
 	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
 
-# What CI runs (.ci/run). Steps, each timed (tools/timed), the times printed at the end:
-#   venv, system-deps   the pinned venv and the Debian packages the tests need
-#   pytest              the default suite (excludes -m slow and -m upstream)
+# What CI runs (.ci/run), as root. Steps, each timed (tools/timed), the times printed at the end:
+#   venv, system-deps   the pinned venv and the Debian packages the service tiers need
+#   default             python -m pytest: no root, no services (what a contributor runs)
+#   slow                long runs, no services (pytest -m slow)
+#   xrootd, slurm, browser, root
+#                       tests that start a Debian service or need root (pytest -m <tier>);
+#                       tests/conftest.py lists which test is in which tier
 #   coffea-upstream     coffea's own executor tests with CacheAffinityExecutor vs DaskExecutor
 #   soak                a CI-sized soak (~30 runs on one cluster with churn; nothing may grow)
 #   matrix-oldest       core tests at the oldest supported releases (tools/matrix.py oldest;
-#                       the newest end is what the two steps before ran)
+#                       the newest end is what the steps before ran)
+TIERS := slow xrootd slurm browser root
 test:
 	@rm -f .test-times; rc=0; \
 	tools/timed .test-times venv $(MAKE) --no-print-directory venv || exit $$?; \
 	tools/timed .test-times system-deps $(MAKE) --no-print-directory system-deps; \
-	tools/timed .test-times pytest $(PY) -m pytest -q --durations=30 || rc=$$?; \
+	tools/timed .test-times default $(PY) -m pytest -q --durations=15 || rc=$$?; \
+	for tier in $(TIERS); do \
+	  tools/timed .test-times $$tier $(PY) -m pytest -q -m $$tier --durations=5 || rc=$$?; \
+	done; \
 	tools/timed .test-times coffea-upstream $(PY) -m pytest -q -m upstream || rc=$$?; \
 	tools/timed .test-times soak $(PY) -m pytest -q -m soak || rc=$$?; \
 	tools/timed .test-times matrix-oldest $(PYTHON) tools/matrix.py oldest || rc=$$?; \

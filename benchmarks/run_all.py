@@ -89,7 +89,9 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
     ("soak", [f"{B}/soak.py", "--runs", "300", "--out", "{out}"],
      [f"{B}/soak.py", "--quick", "--data", "{data}/soak", "--out", "{out}", "--name", "soak_quick"]),
     ("soak_noprofiler", [f"{B}/soak.py", "--runs", "300", "--no-profiler", "--name", "soak_noprofiler",
-                         "--out", "{out}"], []),
+                         "--out", "{out}"],
+     [f"{B}/soak.py", "--quick", "--no-profiler", "--data", "{data}/soak", "--out", "{out}",
+      "--name", "soak_noprofiler_quick"]),
     ("render_readme", ["tools/render_readme.py"], []),
 ]  # fmt: skip
 
