@@ -57,12 +57,8 @@ from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.preload import command_line_setup as dask_setup
 from cacheaffinity.protocol import ANNOTATION, PLUGIN_NAME
 from cacheaffinity.scheduler import CacheAffinityPlugin, LocalityStealing
-from cacheaffinity.worker import (
-    CacheWorkerPlugin,
-    ColumnCache,
-    MemoryFront,
-    worker_cache,
-)
+from cacheaffinity.worker.plugin import CacheWorkerPlugin, worker_cache
+from cacheaffinity.worker.store import ColumnCache, MemoryFront
 
 __all__ = [
     "ANNOTATION",

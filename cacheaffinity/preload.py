@@ -19,7 +19,7 @@ Both share :func:`setup`, so they do the same thing:
 
 * on a scheduler, add :class:`~cacheaffinity.scheduler.CacheAffinityPlugin`
   (and with it the dashboard page);
-* on a worker, add :class:`~cacheaffinity.worker.CacheWorkerPlugin` before the
+* on a worker, add :class:`~cacheaffinity.worker.plugin.CacheWorkerPlugin` before the
   worker registers;
 * invalid settings never leave a server running without its plugin (Dask only
   logs a failing preload): :func:`refuse` ends a ``dask`` process with one
@@ -75,7 +75,7 @@ async def setup(
     from distributed import Scheduler, Worker
 
     from cacheaffinity.scheduler import CacheAffinityPlugin
-    from cacheaffinity.worker import CacheWorkerPlugin
+    from cacheaffinity.worker.plugin import CacheWorkerPlugin
 
     _log_like_distributed()
     if isinstance(server, Scheduler):
@@ -145,9 +145,10 @@ def refuse(server: Any, error: ValueError) -> None:
         logging.shutdown()  # flush the log handlers, nothing else will
         os._exit(1)
     refused = ValueError(line)
-    if hasattr(server, "_pending_plugins"):  # a worker: fail its start with the error
-        server._pending_plugins = (*server._pending_plugins, _refused(refused))
-        return
+    from cacheaffinity.scheduler._distributed import fail_worker_start
+
+    if role == "worker" and fail_worker_start(server, _refused(refused)):
+        return  # a worker: its start fails with the error
     raise refused  # a scheduler: Dask logs it; cacheaffinity.check refuses such a scheduler
 
 

@@ -87,6 +87,11 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_adversarial.py::test_cli_on_a_damaged_index_then_repair",
         "test_synthetic.py::test_all_branches_by_default",
         "test_cli.py::test_where_file_lists_the_chunk_ids_the_executor_gives",
+        "test_coffea_inputs.py::test_cachestrategy_with_coffea_executor_caches_root_files",
+        "test_synthetic.py::test_coffea_reads_full_file",
+        "test_preload_subprocess.py",
+        "test_packs.py::test_entries_processed_off_their_stripe_are_found_next_run",
+        "test_peers.py::test_a_peer_that_does_not_answer_is_a_miss",
     ),
 }
 #: fixtures whose tests are in a tier: acting as a second Unix user needs root.

@@ -585,7 +585,7 @@ def test_orphans_of_killed_writers_are_collected(tmp_path):
             p.wait()
         start += 100_000
     with ColumnCache(d, capacity=capacity, orphan_after=0, stale_after=0) as cache:
-        referenced = {r[0] for r in cache._query("SELECT file FROM entries")}
+        referenced = {r[0] for r in cache.index.query("SELECT file FROM entries")}
         files = glob.glob(str(d / DATA_DIR / "*" / "*"))
         assert {os.path.basename(f) for f in files} == referenced
         on_disk = sum(os.path.getsize(f) for f in files)
@@ -647,24 +647,34 @@ def _use_in_child(cache, front, conn):
 
 @pytest.mark.timeout(120)
 def test_fork_while_another_thread_holds_the_locks(tmp_path):
+    """Locks another thread holds at fork() are fresh in the child; the index's
+    locks are never held across a fork: the fork waits for them."""
     cache = ColumnCache(tmp_path / "cache", capacity="1 MiB")
     front = MemoryFront(cache, capacity="1 MiB")
     cache["parent"] = np.arange(3)
-    held, release = threading.Event(), threading.Event()
+    held, release, index_held = threading.Event(), threading.Event(), threading.Event()
 
     def hold():
-        with cache.index.lock, cache._stats_lock, front._lock:
+        with cache.health._lock, cache.limit._lock, front._lock:
             held.set()
             release.wait(60)
 
-    t = threading.Thread(target=hold)
-    t.start()
+    def hold_index():  # a thread inside SQLite for a second
+        with cache.index.lock:
+            index_held.set()
+            time.sleep(1.0)
+
+    threads = [threading.Thread(target=hold), threading.Thread(target=hold_index)]
+    for t in threads:
+        t.start()
     try:
-        assert held.wait(10)
+        assert held.wait(10) and index_held.wait(10)
         ctx = multiprocessing.get_context("fork")
         parent_end, child_end = ctx.Pipe()
         child = ctx.Process(target=_use_in_child, args=(cache, front, child_end))
+        t0 = time.monotonic()
         child.start()
+        assert time.monotonic() - t0 > 0.5, "forked while a thread held the index lock"
         child.join(60)
         if child.is_alive():
             child.kill()
@@ -672,7 +682,8 @@ def test_fork_while_another_thread_holds_the_locks(tmp_path):
         assert parent_end.recv() is True
     finally:
         release.set()
-        t.join()
+        for t in threads:
+            t.join()
     assert np.array_equal(cache["child"], np.arange(5))
     cache.close()
 

@@ -1,5 +1,5 @@
 """Bounds of in-memory state that once grew without bound in a long-lived scheduler or
-worker (issue 36, found by benchmarks/soak.py and by reading what it measures).
+worker (found by benchmarks/soak.py and by reading what it measures).
 
 * ``cacheaffinity.worker.peers._DOWN`` (each worker process): every peer address that
   once failed to answer stayed for the life of the process, and a killed or restarted
@@ -8,8 +8,8 @@ worker (issue 36, found by benchmarks/soak.py and by reading what it measures).
 * The form documents of a node cache (``FormStore``, one per file, tree and reading
   options ever processed, outside the column capacity): now at most
   ``MAX_DOCUMENTS``, the first written removed first.
-* Per-node state in the scheduler (the locator's learned node speeds and inherited
-  marks, the stealing policy's warm-steal costs): every node id ever seen stayed,
+* Per-node state in the scheduler (the locator's learned node speeds, the inherited
+  nodes, the stealing policy's warm-steal costs): every node id ever seen stayed,
   and nodes come and go (batch jobs on new hosts, new cache directories): now the live
   nodes and the last ``MAX_DEPARTED`` that left (``Membership.departed``), so a node
   back after a restart or a scale-down keeps what was learned of it.
@@ -28,6 +28,8 @@ from distributed.scheduler import WorkerState
 
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.scheduler import membership as membership_mod
+from cacheaffinity.scheduler.counters import NodeCounters
+from cacheaffinity.scheduler.inheritance import Inheritance
 from cacheaffinity.scheduler.locator import Locator
 from cacheaffinity.scheduler.membership import MAX_DEPARTED, Membership
 from cacheaffinity.scheduler.stealing import LocalityStealing
@@ -152,14 +154,18 @@ def test_a_node_that_comes_back_keeps_what_was_learned_of_it():
 def test_inherited_marks_are_bounded_too(monkeypatch):
     monkeypatch.setattr(membership_mod, "MAX_DEPARTED", 8)
     c = Churn()
+    inheritance = Inheritance(c.m, c.locator.placement, NodeCounters(c.m), c.locator.node_tasks)
     for _ in range(LIVE):
-        c.join()
+        assert inheritance.note(c.join(), 5)  # joined with 5 cache entries, no work sent here
     for _ in range(100):
-        gone = c.leave()
-        c.locator.inherited.add(gone)  # a node that joined with entries (plugin._note_inherited)
-        c.locator.inherited.add(c.join())
-        assert len(c.locator.inherited) <= LIVE + 8 + 1
+        c.leave()
+        assert inheritance.note(c.join(), 5)
+        assert len(inheritance.seen) <= LIVE + 8 + 1 and len(inheritance) <= LIVE + 8 + 1
+        inheritance.prune()  # as the plugin does every second
+        assert len(inheritance.seen) <= LIVE + 8 and len(inheritance) <= LIVE + 8
     assert len(c.m.departed) == 8
+    live = {c.m.node_of(ws.address) for ws in c.live}
+    assert live <= inheritance.nodes and set(c.m.departed) <= inheritance.nodes
 
 
 def test_form_documents_are_bounded_oldest_first(tmp_path):
@@ -184,7 +190,7 @@ def test_form_documents_are_bounded_oldest_first(tmp_path):
 
 
 def test_the_plugins_per_node_counters_are_bounded_too(monkeypatch):
-    """``plugin.node_counters`` and the nodes ``_note_inherited`` saw keep the live
+    """``plugin.node_counters`` and the nodes ``plugin.inheritance`` saw keep the live
     nodes and the last ``MAX_DEPARTED`` that left, as the locator does."""
     from cacheaffinity.scheduler.plugin import CacheAffinityPlugin
 
@@ -197,15 +203,15 @@ def test_the_plugins_per_node_counters_are_bounded_too(monkeypatch):
         ws = worker(i)
         workers[ws.address] = ws
         plugin.membership.learn(ws.address, f"node-{i}", 1.0, reported=True)
-        plugin.node_counters[f"node-{i}"]["placements"] += 1
-        plugin._seen_nodes.add(f"node-{i}")
+        plugin.node_counters.add(f"node-{i}", "placements")
+        plugin.inheritance.note(f"node-{i}", 0)  # seen, with an empty cache
         live.append(ws)
         if len(live) > LIVE:
             gone = live.pop(0)
             del workers[gone.address]
             plugin.membership.forget(gone.address)
         plugin._prune_nodes()
-        assert len(plugin.node_counters) <= LIVE + 8 and len(plugin._seen_nodes) <= LIVE + 8
+        assert len(plugin.node_counters) <= LIVE + 8 and len(plugin.inheritance.seen) <= LIVE + 8
     kept = set(plugin.node_counters)
     assert {f"node-{i}" for i in range(192, 200)} <= kept  # the live and the recent leavers
-    assert "node-0" not in kept and "node-0" not in plugin._seen_nodes
+    assert "node-0" not in kept and "node-0" not in plugin.inheritance.seen

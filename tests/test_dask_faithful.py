@@ -283,6 +283,7 @@ def test_distributed_internals_used_by_the_adapter_exist():
     def params(f):
         return list(inspect.signature(f).parameters)
 
+    assert _distributed.check() == []  # every name of _distributed.NAMES
     assert params(WorkStealing.put_key_in_stealable) == ["self", "ts"]
     assert params(WorkStealing.remove_key_from_stealable) == ["self", "ts"]
     assert params(WorkStealing.move_task_request) == ["self", "ts", "victim", "thief"]
@@ -310,8 +311,57 @@ def test_distributed_internals_used_by_the_adapter_exist():
             assert pc.callback == ext.balance  # PeriodicCallback.callback: who registered it
             assert _distributed.adopt_stealing(s, {"k"}) is ext
             assert type(ext) is _distributed.ChunkAwareWorkStealing
+            # the dashboard's: the HTTP application that takes our Bokeh page and route
+            app = s.http_application
+            assert isinstance(app.applications, list) and callable(app.add_application)
+            assert callable(app.add_handlers)
 
     asyncio.run(attrs())
+
+
+def test_the_internals_check_names_what_is_gone(monkeypatch):
+    monkeypatch.setattr(_distributed, "NAMES", (
+        ("distributed.stealing", "WorkStealing.no_such_method"),
+        ("distributed.no_such_module", "x"),
+        ("distributed.scheduler", "Scheduler.transitions"),
+    ))  # fmt: skip
+    problems = _distributed.check()
+    assert len(problems) == 2, problems
+    assert problems[0] == "distributed.stealing.WorkStealing.no_such_method is gone"
+    assert problems[1].startswith("distributed.no_such_module:")
+
+
+#: What scheduler modules other than _distributed.py may import from distributed:
+#: documented plugin API and the state classes its hooks pass.
+PUBLIC_DISTRIBUTED = {
+    ("distributed.core", "Status"),
+    ("distributed.diagnostics.plugin", "SchedulerPlugin"),
+    ("distributed.scheduler", "Scheduler"),
+    ("distributed.scheduler", "TaskState"),
+    ("distributed.scheduler", "WorkerState"),
+    ("distributed.stealing", "WorkStealing"),  # a type annotation
+}
+
+
+def test_distributed_internals_are_used_in_one_module_only():
+    """Every other scheduler module imports only :data:`PUBLIC_DISTRIBUTED` from
+    distributed (at any level, TYPE_CHECKING included): the rest goes through
+    _distributed.py, whose names the test above checks."""
+    import ast
+    from pathlib import Path
+
+    found = []
+    for path in sorted(Path(_distributed.__file__).parent.glob("*.py")):
+        if path.name == "_distributed.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "distributed":
+                found += [f"{path.name}: from {node.module} import {a.name}" for a in node.names
+                          if (node.module, a.name) not in PUBLIC_DISTRIBUTED]  # fmt: skip
+            elif isinstance(node, ast.Import):
+                found += [f"{path.name}: import {a.name}" for a in node.names
+                          if a.name.split(".")[0] == "distributed"]  # fmt: skip
+    assert not found, found
 
 
 def test_run_distributed_tests_reads_junit_outcomes_and_checks_its_input(tmp_path):
@@ -349,3 +399,31 @@ def test_run_distributed_tests_reads_junit_outcomes_and_checks_its_input(tmp_pat
     }
     with pytest.raises(SystemExit, match="--distributed-src=.*no test_steal.py"):
         tool.prepare(tmp_path, tmp_path / "work", ["test_steal.py"])
+
+
+def test_the_private_worker_name_the_preload_uses_exists(tmp_path):
+    """``Worker._pending_plugins`` (``_distributed.fail_worker_start``): a tuple on a real
+    worker before it starts, and a plugin added there fails the start with its error."""
+    import asyncio
+
+    from distributed import Scheduler, Worker
+    from distributed.diagnostics.plugin import WorkerPlugin
+
+    from cacheaffinity.scheduler._distributed import fail_worker_start
+
+    class Refuse(WorkerPlugin):
+        def setup(self, worker):
+            raise ValueError("refused by the test")
+
+    async def main():
+        async with Scheduler(dashboard_address=":0", port=0) as s:
+            w = Worker(s.address, dashboard_address=":0", local_directory=str(tmp_path))
+            assert isinstance(w._pending_plugins, tuple)
+            assert fail_worker_start(w, Refuse())
+            with pytest.raises(Exception) as info:
+                await w
+            assert "refused by the test" in repr(info.value) + repr(info.value.__cause__)
+            await w.close()
+
+    asyncio.run(main())
+    assert fail_worker_start(object(), Refuse()) is False

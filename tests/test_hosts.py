@@ -312,7 +312,7 @@ def test_scheduler_restart_between_runs(dataset):
     assert set(back) == set(before)
     # run 3 is served by the caches as run 2 was: no file opened, every column a hit or a
     # peer hit.  A restarted scheduler has lost its holder records and learned speeds: the
-    # nodes joined with full caches (locator.inherited), so a chunk on a node's queue counts
+    # nodes joined with full caches (plugin.inheritance), so a chunk on a node's queue counts
     # as held by it for stealing, and a chunk of unknown holder is asked of its runner-up
     # nodes (where run 1's steals put them).  Before that, 1-2 files were opened in run 3
     # (4-6 steals against run 2's 0-1); a stolen chunk is a peer hit, not an own-node hit

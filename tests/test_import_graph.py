@@ -1,15 +1,17 @@
 """The package's import graph: no cycles, and every package layered.
 
 Parses every module of ``cacheaffinity/`` with :mod:`ast` (nothing is imported),
-builds the graph of ``cacheaffinity.*`` imports, including imports inside
-functions, and excluding imports under ``if TYPE_CHECKING:`` (never executed).
+builds the graph of ``cacheaffinity.*`` imports, counting every import: at module
+level, inside functions and under ``if TYPE_CHECKING:`` (a cycle a type checker
+follows is a cycle a reader follows).
 
 The rules (STYLE.md, "Where code lives"): placement math is pure; the scheduler
 side decides placement and never touches the worker side; the worker side stores
 data and knows nothing of coffea, dask-jobqueue or dask-gateway; the client API
 reaches neither process's side.  Known violations are ``xfail(strict=True)``
 params naming the offending import: the test fails (XPASS) once they are fixed,
-and then the mark goes.
+and then the mark goes.  Inside ``cacheaffinity/worker/`` no chain of imports is
+longer than :data:`MAX_WORKER_CHAIN` modules.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from pathlib import Path
 import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "cacheaffinity"
+#: Modules in the longest import chain allowed inside ``cacheaffinity/worker/``.
+MAX_WORKER_CHAIN = 6
 
 
 def module_name(path: Path) -> str:
@@ -27,14 +31,8 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
 def imports_of(path: Path, modules: set[str]) -> set[str]:
-    """cacheaffinity modules ``path`` imports at run time."""
+    """cacheaffinity modules ``path`` imports (anywhere in it, ``TYPE_CHECKING`` too)."""
     me = module_name(path)
     package = me if path.name == "__init__.py" else me.rpartition(".")[0]
     found: set[str] = set()
@@ -46,10 +44,6 @@ def imports_of(path: Path, modules: set[str]) -> set[str]:
         return name or None
 
     def visit(node: ast.AST) -> None:
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            for child in node.orelse:
-                visit(child)
-            return
         if isinstance(node, ast.Import):
             for alias in node.names:
                 if (m := resolve(alias.name)) is not None:
@@ -103,29 +97,57 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
     return None
 
 
-def test_the_checker_finds_a_cycle_and_ignores_type_checking_imports(tmp_path, monkeypatch):
+def longest_chain(graph: dict[str, set[str]], package: str) -> list[str]:
+    """The longest path of imports among the modules of ``package`` (an acyclic graph)."""
+    memo: dict[str, list[str]] = {}
+
+    def from_(node: str) -> list[str]:
+        if node not in memo:
+            nexts = [from_(n) for n in sorted(graph[node]) if _in(n, package)]
+            memo[node] = [node] + max(nexts, key=len, default=[])
+        return memo[node]
+
+    return max((from_(m) for m in sorted(graph) if _in(m, package)), key=len, default=[])
+
+
+def test_the_checker_counts_every_import(tmp_path, monkeypatch):
     pkg = tmp_path / "cacheaffinity"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "a.py").write_text("def f():\n    from cacheaffinity import b\n")
     (pkg / "b.py").write_text("from . import c\n")
+    (pkg / "c.py").write_text("import os\n")
+    monkeypatch.setattr(f"{__name__}.PACKAGE", pkg)
+    graph = import_graph()
+    assert graph["cacheaffinity.a"] == {"cacheaffinity.b"}  # inside a function
+    assert graph["cacheaffinity.b"] == {"cacheaffinity.c"}
+    assert find_cycle(graph) is None
+    assert longest_chain(graph, "cacheaffinity") == ["cacheaffinity.a", "cacheaffinity.b", "cacheaffinity.c"]
     (pkg / "c.py").write_text(
         "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cacheaffinity.a import f\n"
     )
-    monkeypatch.setattr(f"{__name__}.PACKAGE", pkg)
     graph = import_graph()
-    assert graph["cacheaffinity.a"] == {"cacheaffinity.b"}
-    assert graph["cacheaffinity.b"] == {"cacheaffinity.c"}
-    assert find_cycle(graph) is None  # c -> a only while type checking
-    (pkg / "c.py").write_text("import cacheaffinity.a\n")
-    assert find_cycle(import_graph()) == ["cacheaffinity.a", "cacheaffinity.b", "cacheaffinity.c",
-                                          "cacheaffinity.a"]  # fmt: skip
+    assert graph["cacheaffinity.c"] == {"cacheaffinity.a"}  # a type-checking import counts
+    assert find_cycle(graph) == ["cacheaffinity.a", "cacheaffinity.b", "cacheaffinity.c",
+                                 "cacheaffinity.a"]  # fmt: skip
 
 
 def test_cacheaffinity_import_graph_is_acyclic():
     graph = import_graph()
     assert "cacheaffinity.scheduler.plugin" in graph and len(graph) > 10
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
+
+
+def test_worker_import_chains_are_short():
+    """A reader of any worker module follows at most MAX_WORKER_CHAIN modules of
+    imports (package ``__init__`` modules count) to reach everything it uses."""
+    graph = import_graph()
+    worker = {m: {n for n in graph[m] if _in(n, "cacheaffinity.worker")}
+              for m in graph if _in(m, "cacheaffinity.worker")}  # fmt: skip
+    assert "cacheaffinity.worker.store.cache" in worker
+    assert find_cycle(worker) is None, " -> ".join(find_cycle(worker))
+    chain = longest_chain(graph, "cacheaffinity.worker")
+    assert len(chain) <= MAX_WORKER_CHAIN, " -> ".join(chain)
 
 
 @pytest.mark.parametrize(
@@ -210,6 +232,8 @@ RULES = [
     pytest.param("cacheaffinity._version", "cacheaffinity", id="version-imports-nothing"),
     pytest.param("cacheaffinity.filesystems", "cacheaffinity", id="filesystems-imports-nothing"),
     pytest.param("cacheaffinity._logging", "cacheaffinity", id="logging-imports-nothing"),
+    pytest.param("cacheaffinity.exceptions", "cacheaffinity", id="exceptions-imports-nothing"),
+    pytest.param("cacheaffinity.chunk_id", "cacheaffinity", id="chunk-id-imports-nothing"),
     pytest.param("cacheaffinity.jobqueue", "cacheaffinity.worker", id="jobqueue-not-worker"),
     pytest.param("cacheaffinity.gateway", "cacheaffinity.worker", id="gateway-not-worker"),
 ]  # fmt: skip
@@ -219,11 +243,11 @@ RULES = [
 def test_package_never_imports(package, forbidden):
     graph = import_graph()
     assert any(_in(m, package) for m in graph), f"no module {package}: rule out of date"
-    if forbidden == "cacheaffinity":  # a leaf: nothing of the project but itself
+    if forbidden == "cacheaffinity":  # a leaf: nothing of the project but itself (and the exceptions)
         bad = sorted(
             f"{m} imports {t}"
             for m in graph if _in(m, package)
-            for t in closure(graph, m) if not _in(t, package)
+            for t in closure(graph, m) if not _in(t, package) and t != "cacheaffinity.exceptions"
         )  # fmt: skip
     else:
         bad = violations(package, forbidden)

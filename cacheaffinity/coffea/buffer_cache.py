@@ -42,7 +42,7 @@ def cachestrategy() -> IdentifiedKeys:
     return IdentifiedKeys(worker_cache().front())
 
 
-class IdentifiedKeys(MutableMapping):
+class IdentifiedKeys(MutableMapping, protocol.ColumnStore):
     """A ``buffer_cache`` that sends to the node cache only keys naming their file.
 
     coffea's buffer keys start with the file's UUID (``<uuid>/<tree>/<start>-<stop>/...``).

@@ -50,6 +50,7 @@ from urllib.parse import urlparse
 import xxhash
 
 from cacheaffinity._logging import LogOnce
+from cacheaffinity.chunk_id import format_chunk_id
 from cacheaffinity.exceptions import IdentityUnavailable
 from cacheaffinity.protocol import PREPROCESS_PREFIX
 
@@ -340,7 +341,8 @@ def chunk_identity(
     Returns
     -------
     str or None
-        ``<file uuid>.<stamp token>/<tree>/s<S>:<k>`` for a chunk, where ``k``
+        ``<file uuid>.<stamp token>/<tree>/s<S>:<k>`` for a chunk
+        (:func:`cacheaffinity.chunk_id.format_chunk_id`), where ``k``
         is the stripe of ``S`` entries holding most of the chunk's entries
         (:func:`stripe_of`): chunks of any chunksize that fall in one stripe
         get one identity, hence one node, whose cache holds the stripe's
@@ -368,13 +370,13 @@ def chunk_identity(
 
             configured = config.get("client.stripe-entries")
             stripe_entries = MAX_STRIPE_ENTRIES if configured is None else configured
-        if not isinstance(stripe_entries, int) or stripe_entries < 1:
+        if isinstance(stripe_entries, bool) or not isinstance(stripe_entries, int) or stripe_entries < 1:
             raise ValueError(
                 f"cacheaffinity.client.stripe-entries={stripe_entries!r} must be an integer "
                 ">= 1 (entries per placement stripe), e.g. 200000"
             )
         k = stripe_of(item.entrystart, item.entrystop, stripe_entries)
-        return f"{file_id}{stamp}/{treename}/s{stripe_entries}:{k}"
+        return format_chunk_id(f"{file_id}{stamp}", str(treename), stripe_entries, k)
     if hasattr(item, "metadata") and hasattr(item, "dataset"):
         return f"{PREPROCESS_PREFIX}{filename}{stamp}/{treename}"
     return None

@@ -21,7 +21,24 @@ Undocumented names of distributed used here (none starts with an underscore):
   ``Scheduler.bulk_schedule_unrunnable_after_adding_worker(ws)``,
   ``Scheduler.transitions(recs, stimulus_id)``;
 * ``WorkerState.processing``, ``executing``, ``long_running``, ``resources``,
-  ``status``.
+  ``status``;
+* the dashboard's (for :mod:`cacheaffinity.scheduler.dashboard`):
+  ``Scheduler.http_application`` (a ``distributed.http.routing.RoutingApplication``:
+  ``applications``, ``add_application(app)``),
+  ``distributed.dashboard.core.BokehApplication``,
+  ``distributed.dashboard.scheduler.template_variables(scheduler)`` (memoised),
+  ``distributed.dashboard.components.add_periodic_callback``,
+  ``distributed.dashboard.components.scheduler.BOKEH_THEME`` and ``env`` (its
+  Jinja templates), ``distributed.http.scheduler.info.IndividualPlots``;
+* ``distributed.http.prometheus.PrometheusCollector`` (``build_name``,
+  ``namespace``, ``subsystem``; for :mod:`cacheaffinity.scheduler.metrics`);
+* one private name, of the worker (for :mod:`cacheaffinity.preload`):
+  ``Worker._pending_plugins``, the plugins a worker sets up as it starts
+  (:func:`fail_worker_start`).
+
+:data:`NAMES` lists those that live on modules and classes; :func:`check` says
+which are gone (the test above calls it; instance attributes are checked there
+on a real scheduler).
 
 It holds mechanism only (what Dask allows, how a move or a periodic callback
 is made); what to steal and when is decided in
@@ -45,10 +62,12 @@ the in-flight bookkeeping of both is one.
 
 from __future__ import annotations
 
+import importlib
 import logging
-from collections.abc import Callable, Container
+from collections.abc import Callable, Container, Mapping
 from typing import TYPE_CHECKING, Any
 
+from distributed.http.prometheus import PrometheusCollector
 from distributed.stealing import WorkStealing
 
 if TYPE_CHECKING:
@@ -58,8 +77,15 @@ if TYPE_CHECKING:
 logger = logging.getLogger("cacheaffinity.scheduler")
 
 __all__ = [
+    "NAMES",
+    "fail_worker_start",
     "ChunkAwareWorkStealing",
+    "PrometheusCollector",
+    "add_dashboard_pages",
     "adopt_stealing",
+    "check",
+    "dashboard_apps",
+    "dashboard_document",
     "idle_workers",
     "in_flight",
     "in_flight_tasks",
@@ -70,11 +96,66 @@ __all__ = [
     "release_stealing",
     "request_move",
     "schedule_unrunnable",
+    "serve_individual_plots",
     "stealable_from",
     "stealing_extension",
     "start_periodic",
     "stop_periodic",
 ]
+
+#: ``(module, dotted name)`` of the undocumented names above that live on a module
+#: or a class (:func:`check`).
+NAMES = (
+    ("distributed.stealing", "WorkStealing.put_key_in_stealable"),
+    ("distributed.stealing", "WorkStealing.remove_key_from_stealable"),
+    ("distributed.stealing", "WorkStealing.move_task_request"),
+    ("distributed.stealing", "WorkStealing.log"),
+    ("distributed.scheduler", "Scheduler.coerce_hostname"),
+    ("distributed.scheduler", "Scheduler.bulk_schedule_unrunnable_after_adding_worker"),
+    ("distributed.scheduler", "Scheduler.transitions"),
+    ("distributed.scheduler", "WorkerState.processing"),
+    ("distributed.scheduler", "WorkerState.executing"),
+    ("distributed.scheduler", "WorkerState.long_running"),
+    ("distributed.scheduler", "WorkerState.resources"),
+    ("distributed.scheduler", "WorkerState.status"),
+    ("tornado.ioloop", "PeriodicCallback"),
+    ("distributed.http.routing", "RoutingApplication.add_application"),
+    ("distributed.dashboard.core", "BokehApplication"),
+    ("distributed.dashboard.scheduler", "template_variables"),
+    ("distributed.dashboard.components", "add_periodic_callback"),
+    ("distributed.dashboard.components.scheduler", "BOKEH_THEME"),
+    ("distributed.dashboard.components.scheduler", "env"),
+    ("distributed.http.scheduler.info", "IndividualPlots"),
+    ("distributed.http.prometheus", "PrometheusCollector.build_name"),
+)
+
+
+def fail_worker_start(worker: Any, plugin: Any) -> bool:
+    """Add ``plugin`` to the plugins ``worker`` sets up as it starts (so that a plugin
+    whose ``setup`` raises makes the start fail with that error); False if this
+    distributed has no such list (the caller raises instead)."""
+    pending = getattr(worker, "_pending_plugins", None)
+    if not isinstance(pending, tuple):
+        return False
+    worker._pending_plugins = (*pending, plugin)
+    return True
+
+
+def check() -> list[str]:
+    """Which of :data:`NAMES` the installed distributed no longer has (empty: all)."""
+    problems = []
+    for module, dotted in NAMES:
+        try:
+            obj: Any = importlib.import_module(module)
+        except ImportError as e:
+            problems.append(f"{module}: {e}")
+            continue
+        for part in dotted.split("."):
+            if not hasattr(obj, part):
+                problems.append(f"{module}.{dotted} is gone")
+                break
+            obj = getattr(obj, part)
+    return problems
 
 
 class ChunkAwareWorkStealing(WorkStealing):
@@ -270,3 +351,76 @@ def may_run_on(scheduler: Scheduler, ts: TaskState, ws: WorkerState) -> bool:
 def schedule_unrunnable(scheduler: Scheduler, ws: WorkerState, stimulus_id: str) -> None:
     """Let tasks waiting in ``no-worker`` run on ``ws`` if they may (a node joined)."""
     scheduler.transitions(scheduler.bulk_schedule_unrunnable_after_adding_worker(ws), stimulus_id)
+
+
+# ---------------------------------------------------------------------------
+# The dashboard: a page of our own beside distributed's
+# ---------------------------------------------------------------------------
+def dashboard_apps(scheduler: Scheduler) -> list:
+    """The Bokeh applications of ``scheduler``'s dashboard (empty: it has none)."""
+    from bokeh.server.tornado import BokehTornado
+
+    app = getattr(scheduler, "http_application", None)
+    if app is None:
+        return []
+    return [a for a in getattr(app, "applications", ()) if isinstance(a, BokehTornado)]
+
+
+def add_dashboard_pages(
+    scheduler: Scheduler, pages: Mapping[str, Callable], prefix: str
+) -> dict[str, Any]:
+    """Serve Bokeh ``pages`` (``{path: f(scheduler, extra, doc)}``) under ``prefix``
+    as distributed serves its dashboard (same settings, stopped with the scheduler).
+    Returns the dashboard's template variables (one memoised dict: its ``plots``
+    list is the "More..." menu of every page)."""
+    from distributed.dashboard.core import BokehApplication
+    from distributed.dashboard.scheduler import template_variables
+    from tornado.ioloop import IOLoop
+
+    variables = template_variables(scheduler)
+    app = BokehApplication(dict(pages), scheduler, prefix=prefix, template_variables=variables)
+    scheduler.http_application.add_application(app)
+    app.initialize(IOLoop.current())
+    app.start()
+    return variables
+
+
+def dashboard_document(
+    doc: Any, view: Any, interval_ms: int, title: str, template: str | None, extra: dict
+) -> None:
+    """Fill a Bokeh ``doc`` as distributed's pages are: ``view.root``, ``view.update``
+    every ``interval_ms``, the dashboard's theme and (``template``: one of its
+    templates, e.g. ``"simple.html"``) its navigation with variables ``extra``."""
+    from distributed.dashboard.components import add_periodic_callback
+    from distributed.dashboard.components.scheduler import BOKEH_THEME, env
+
+    doc.title = title
+    add_periodic_callback(doc, view, interval_ms)
+    doc.add_root(view.root)
+    if template is not None:
+        doc.template = env.get_template(template)
+        doc.template_variables.update(extra)
+    doc.theme = BOKEH_THEME
+
+
+def serve_individual_plots(scheduler: Scheduler, prefix: str, extra: Mapping[str, str]) -> None:
+    """Answer ``<prefix>/individual-plots.json`` with distributed's list plus ``extra``
+    (``{name: path}``).  distributed lists only the ``individual-*`` pages of its own
+    Bokeh application; tornado tries routes added with ``add_handlers`` before the
+    ones the application was created with, so this answers instead (same URL).
+    tests/test_dashboard.py fetches the JSON: a change upstream fails there."""
+    from distributed.http.scheduler.info import IndividualPlots
+
+    added = dict(extra)
+
+    class ExtendedIndividualPlots(IndividualPlots):
+        def write(self, chunk):
+            if isinstance(chunk, dict):
+                chunk = {**chunk, **added}
+            return super().write(chunk)
+
+    route = "/" + prefix.strip("/")
+    route = (route if route.endswith("/") else route + "/") + "individual-plots.json"
+    scheduler.http_application.add_handlers(
+        r".*$", [(route, ExtendedIndividualPlots, {"dask_server": scheduler})]
+    )

@@ -55,7 +55,9 @@ How the page is added
     HTTP application was created with), answers ``/individual-plots.json`` with
     distributed's list plus this page.  Both happen in :func:`install`, so the page
     is listed however the plugin arrived (preload, ``LocalCluster`` with the
-    preload config, a dask-gateway scheduler, ``register_plugin``).
+    preload config, a dask-gateway scheduler, ``register_plugin``).  Those
+    distributed internals are used through :mod:`cacheaffinity.scheduler._distributed`
+    (which lists them, and a test checks them) only.
 
 Cost
     Nothing runs while no browser shows the page.  Each open page costs one
@@ -76,6 +78,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from cacheaffinity.protocol import PLUGIN_NAME
+from cacheaffinity.scheduler import _distributed
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler
@@ -515,71 +518,16 @@ def _warm_cost_text(stealing: dict | None) -> str:
 
 def cacheaffinity_doc(scheduler: Scheduler, extra: dict, doc) -> None:
     """Bokeh application function of the page (one call per browser session)."""
-    from distributed.dashboard.components import add_periodic_callback
-    from distributed.dashboard.components.scheduler import BOKEH_THEME, env
-
-    view = TorusView(scheduler)
-    doc.title = "Dask: Cache Affinity"
-    add_periodic_callback(doc, view, UPDATE_MS)
-    doc.add_root(view.root)
-    doc.template = env.get_template("simple.html")
-    doc.template_variables.update(extra)
-    doc.theme = BOKEH_THEME
+    _distributed.dashboard_document(
+        doc, TorusView(scheduler), UPDATE_MS, "Dask: Cache Affinity", "simple.html", extra
+    )
 
 
 def individual_doc(scheduler: Scheduler, extra: dict, doc) -> None:
     """Bokeh application function of the page without navigation (JupyterLab's Dask panel)."""
-    from distributed.dashboard.components import add_periodic_callback
-    from distributed.dashboard.components.scheduler import BOKEH_THEME
-
-    view = TorusView(scheduler)
-    doc.title = "Dask: Cache Affinity"
-    add_periodic_callback(doc, view, UPDATE_MS)
-    doc.add_root(view.root)
-    doc.theme = BOKEH_THEME
-
-
-def _individual_plots_handler():
-    """distributed's ``/individual-plots.json`` handler, with this page added.
-
-    distributed lists only the ``individual-*`` pages of its *own* Bokeh
-    application, built before any plugin runs; this page lives in a second one.
-    The subclass adds ``{INDIVIDUAL_NAME: INDIVIDUAL_PAGE}`` to the dict
-    distributed's handler writes (tests/test_dashboard.py fetches the JSON, so a
-    change upstream fails there).
-    """
-    from distributed.http.scheduler.info import IndividualPlots
-
-    class CacheAffinityIndividualPlots(IndividualPlots):
-        def write(self, chunk):
-            if isinstance(chunk, dict):
-                chunk = {**chunk, INDIVIDUAL_NAME: INDIVIDUAL_PAGE}
-            return super().write(chunk)
-
-    return CacheAffinityIndividualPlots
-
-
-def _list_individual_page(scheduler: Scheduler, prefix: str) -> None:
-    """Serve ``<prefix>/individual-plots.json`` with the page listed.
-
-    Tornado tries handlers added with ``add_handlers`` before the ones the
-    application was created with, so this route answers instead of distributed's
-    (same URL, same answer plus this page).
-    """
-    route = "/" + prefix.strip("/")
-    route = (route if route.endswith("/") else route + "/") + "individual-plots.json"
-    scheduler.http_application.add_handlers(
-        r".*$", [(route, _individual_plots_handler(), {"dask_server": scheduler})]
+    _distributed.dashboard_document(
+        doc, TorusView(scheduler), UPDATE_MS, "Dask: Cache Affinity", None, extra
     )
-
-
-def _dashboards(scheduler: Scheduler) -> list:
-    from bokeh.server.tornado import BokehTornado
-
-    app = getattr(scheduler, "http_application", None)
-    if app is None:
-        return []
-    return [a for a in getattr(app, "applications", ()) if isinstance(a, BokehTornado)]
 
 
 def install(scheduler: Scheduler) -> bool:
@@ -600,33 +548,24 @@ def install(scheduler: Scheduler) -> bool:
         could not be added (logged; the plugin works without it).
     """
     try:
-        dashboards = _dashboards(scheduler)
+        dashboards = _distributed.dashboard_apps(scheduler)
         if not dashboards:
             logger.debug("cacheaffinity: the scheduler has no dashboard; no %s page", PAGE)
             return False
         if any(PAGE in d.app_paths for d in dashboards):
             return True
-        from distributed.dashboard.core import BokehApplication
-        from distributed.dashboard.scheduler import template_variables
-        from tornado.ioloop import IOLoop
-
-        variables = template_variables(scheduler)  # memoised: the dashboard's own dict
-        page = BokehApplication(
-            {PAGE: cacheaffinity_doc, INDIVIDUAL_PAGE: individual_doc},
-            scheduler,
-            prefix=dashboards[0].prefix,
-            template_variables=variables,
+        prefix = dashboards[0].prefix
+        variables = _distributed.add_dashboard_pages(  # the dashboard's own (memoised) dict
+            scheduler, {PAGE: cacheaffinity_doc, INDIVIDUAL_PAGE: individual_doc}, prefix
         )
-        scheduler.http_application.add_application(page)
-        page.initialize(IOLoop.current())
-        page.start()
-        _list_individual_page(scheduler, dashboards[0].prefix)
+        # JupyterLab's Dask panel lists the pages of /individual-plots.json
+        _distributed.serve_individual_plots(scheduler, prefix, {INDIVIDUAL_NAME: INDIVIDUAL_PAGE})
         plots = variables.setdefault("plots", [])
         url = PAGE.strip("/")
         if not any(p.get("url") == url for p in plots):
             plots.append({"url": url, "name": MENU_NAME})
             plots.sort(key=lambda p: p["name"])  # in place: the pages share this list
-        logger.info("cacheaffinity dashboard page at %s%s", dashboards[0].prefix, PAGE)
+        logger.info("cacheaffinity dashboard page at %s%s", prefix, PAGE)
         return True
     except Exception:
         logger.exception("cacheaffinity: the dashboard page %s could not be added", PAGE)

@@ -10,8 +10,8 @@ Defines :class:`Locator`, the memory of the scheduler side:
   entries dropped first): the node(s) that processed it last (its *holder*,
   whose cache holds its columns unless evicted since).  A chunk id may name a
   placement *stripe* that several chunk tasks share (coffea chunks:
-  ``<uuid>/<tree>/s<S>:<k>``, each task also carrying its entry range in the
-  ``cacheaffinity-entries`` annotation), so a holder is a
+  ``<uuid>/<tree>/s<S>:<k>``, see :mod:`cacheaffinity.chunk_id`, each task also
+  carrying its entry range in the ``cacheaffinity-entries`` annotation), so a holder is a
   :data:`HolderRecord`: the node of the whole id, or that node plus the entry
   ranges other nodes processed since (:func:`record_range`, at most
   :data:`MAX_RANGES` per id); a task then goes where most of its entries were
@@ -49,6 +49,8 @@ from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import xxhash
+
+from cacheaffinity.chunk_id import parse_stripe
 
 if TYPE_CHECKING:
     from distributed.scheduler import TaskState, WorkerState
@@ -128,28 +130,25 @@ def stripe_parts(chunk: str, start: int, stop: int) -> list[tuple[str, int, int]
     """The entry range ``[start, stop)`` of a task of chunk id ``chunk`` cut at
     stripe boundaries: ``[(stripe id, start, stop), ...]``, its own stripe first.
 
-    A coffea chunk id names a placement stripe,
-    ``<file>/<tree>/s<S>:<k>`` (:func:`cacheaffinity.coffea.identity.chunk_identity`;
-    entries ``[k*S, (k+1)*S)``), but a chunk crossing a stripe boundary
+    A coffea chunk id names a placement stripe, ``<file>/<tree>/s<S>:<k>``
+    (entries ``[k*S, (k+1)*S)``; the grammar is :mod:`cacheaffinity.chunk_id`'s),
+    but a chunk crossing a stripe boundary
     processes entries of the neighbour stripe too (and its node then holds
     their clusters): they are remembered under the neighbour's id
     ``<file>/<tree>/s<S>:<j>``.  Any other id, an empty range or more than
     :data:`MAX_STRIPES_PER_TASK` stripes: ``[(chunk, start, stop)]``.
     """
-    head, sep, tail = chunk.rpartition("/s")
-    size, colon, k = tail.partition(":")
-    if not (sep and colon and size.isdigit() and k.isdigit()) or stop <= start:
+    stripe = parse_stripe(chunk) if stop > start else None
+    if stripe is None:
         return [(chunk, start, stop)]
-    S, k = int(size), int(k)
-    if S < 1:
-        return [(chunk, start, stop)]
+    S, k = stripe.stripe_entries, stripe.stripe
     first, last = start // S, (stop - 1) // S
     if first == last or not first <= k <= last or last - first >= MAX_STRIPES_PER_TASK:
         return [(chunk, start, stop)]
     parts = []
     for j in range(first, last + 1):
         a, b = max(start, j * S), min(stop, (j + 1) * S)
-        part = (chunk if j == k else f"{head}/s{size}:{j}", a, b)
+        part = (chunk if j == k else stripe.sibling(j), a, b)
         if j == k:
             parts.insert(0, part)
         else:
@@ -446,11 +445,6 @@ class Locator:
         self.node_tasks: defaultdict[str, set] = defaultdict(set)
         #: task key -> placement's node, for tasks the locator sent elsewhere
         self.hashed: dict[Hashable, str] = {}
-        #: nodes whose cache held entries when this scheduler first saw them: they
-        #: hold chunks of no record here (a scheduler restart; see
-        #: ``CacheAffinityPlugin._note_inherited``).  Kept to the live nodes and the
-        #: last ones that left, as the node speeds (:meth:`prune_nodes`).
-        self.inherited: set[str] = set()
         #: keys of chunk tasks the stealing policy moved (until they finish)
         self.stolen: set = set()
         #: chunk digest -> :data:`HolderRecord` (where it was processed last); newest last
@@ -583,7 +577,7 @@ class Locator:
         return moved
 
     def prune_nodes(self) -> int:
-        """Forget the learned speed (and inherited mark) of nodes that are neither live
+        """Forget the learned speed of nodes that are neither live
         nor among the last :data:`~cacheaffinity.scheduler.membership.MAX_DEPARTED`
         that left (:meth:`~cacheaffinity.scheduler.membership.Membership.known_nodes`),
         once there are more than that many: per-node memory is bounded by the live
@@ -591,12 +585,9 @@ class Locator:
         :meth:`relocate` makes once per submitted graph), however many nodes came and
         went.  Returns how many nodes were forgotten."""
         limit = self.membership.known_limit()
-        if len(self.speed.count) <= limit and len(self.speed.smoothed) <= limit and len(self.inherited) <= limit:
+        if len(self.speed.count) <= limit and len(self.speed.smoothed) <= limit:
             return 0
-        keep = self.membership.known_nodes()
-        gone = self.speed.retain(keep)
-        self.inherited &= keep
-        return gone
+        return self.speed.retain(self.membership.known_nodes())
 
     def where_located(self, chunk: str) -> tuple[str, str] | None:
         """``(holder node, placement's node)`` of a chunk whose holder is not its

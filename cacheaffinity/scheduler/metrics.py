@@ -74,9 +74,9 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from distributed.core import Status
-from distributed.http.prometheus import PrometheusCollector
 
 from cacheaffinity.protocol import PLUGIN_NAME
+from cacheaffinity.scheduler._distributed import PrometheusCollector
 
 if TYPE_CHECKING:
     from distributed.scheduler import Scheduler

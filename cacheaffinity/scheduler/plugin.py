@@ -9,7 +9,13 @@ fixed name ``cacheaffinity``.  It holds only Dask's hooks and delegates:
 * :class:`~cacheaffinity.scheduler.locator.Locator`: the chunk tasks and their
   targets, where chunks were processed, the steal preference;
 * :class:`~cacheaffinity.scheduler.stealing.LocalityStealing`: stealing of
-  chunk tasks.
+  chunk tasks;
+* :class:`~cacheaffinity.scheduler.retargeting.Retargeting`: moving placed
+  chunk tasks when nodes join or leave;
+* :class:`~cacheaffinity.scheduler.inheritance.Inheritance`: nodes that joined
+  with cache entries this scheduler has no record of;
+* :class:`~cacheaffinity.scheduler.counters.NodeCounters`: per-node counters;
+* :class:`~cacheaffinity.scheduler.queries.Queries`: what it answers.
 
 What it does:
 
@@ -25,8 +31,7 @@ What it does:
 * when a node leaves, re-targets its tasks (queued or released from a dead
   worker) to their next-nearest live node before Dask reschedules them; when a
   node joins, moves the not-yet-running tasks that now map to it (with a steal
-  request: not when Dask's work stealing is switched off):
-  :mod:`~cacheaffinity.scheduler.retargeting`;
+  request: not when Dask's work stealing is switched off);
 * marks a node whose workers have no usable cache *uncached* (with the reason,
   in :meth:`info`): it owns no part of the placement while a cached node
   exists (it may still steal work);
@@ -35,8 +40,8 @@ What it does:
 * logs its decisions to the event topic ``cacheaffinity`` and to the logger
   ``cacheaffinity.scheduler`` (per-task lines on ``cacheaffinity.scheduler.tasks``);
 * :meth:`snapshot` is what the dashboard page, the Prometheus collector and the
-  client read (:mod:`~cacheaffinity.scheduler.queries` answers it, :meth:`info`,
-  :meth:`where` and :meth:`holders`).
+  client read (answered by its :class:`~cacheaffinity.scheduler.queries.Queries`,
+  as are :meth:`info`, :meth:`where` and :meth:`holders`).
 
 It never touches disk: worker-side caching lives in :mod:`cacheaffinity.worker`.
 
@@ -68,14 +73,16 @@ from cacheaffinity.protocol import (
     PREPROCESS_PREFIX,
     RUN_ANNOTATION,
     TASK_REPORT_TOPIC,
-    WORKER_METRIC,
 )
-from cacheaffinity.scheduler import _distributed, queries
+from cacheaffinity.scheduler import _distributed
+from cacheaffinity.scheduler.counters import NodeCounters
 from cacheaffinity.scheduler.forecast import Forecast, size_key
+from cacheaffinity.scheduler.inheritance import Inheritance
 from cacheaffinity.scheduler.locator import Locator
 from cacheaffinity.scheduler.membership import Membership
 from cacheaffinity.scheduler.metrics import register_collector
-from cacheaffinity.scheduler.retargeting import PENDING, retarget
+from cacheaffinity.scheduler.queries import Queries
+from cacheaffinity.scheduler.retargeting import PENDING, Retargeting
 from cacheaffinity.scheduler.runs import RunFigures
 from cacheaffinity.scheduler.stealing import LocalityStealing
 
@@ -192,8 +199,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.scheduler: Scheduler | None = None
         #: Counters (also exported as metrics).
         self.counters: Counter[str] = Counter()
-        #: cache node id -> per-node counters (placements, failovers, steals)
-        self.node_counters: defaultdict[str, Counter[str]] = defaultdict(Counter)
+        #: Per-node counters (placements, failovers, steals, on/off target).
+        self.node_counters = NodeCounters(self.membership)
         #: Figures of the last runs, reported by their chunk tasks.
         self.runs = RunFigures()
         #: Chunk sizes and each run's working set per node (:mod:`.forecast`).
@@ -201,13 +208,23 @@ class CacheAffinityPlugin(SchedulerPlugin):
         #: chunk tasks whose node's cache did not keep their chunk (reported before they
         #: finish; not made its holder): at most the chunk tasks the scheduler has
         self.not_kept: set = set()
-        #: Nodes seen by :meth:`_note_inherited` (``locator.inherited``: those
-        #: whose cache held entries then).
-        self._seen_nodes: set[str] = set()
+        #: Nodes that joined with cache entries this scheduler has no record of.
+        self.inheritance = Inheritance(
+            self.membership, self.placement, self.node_counters, self.locator.node_tasks
+        )
         #: Nodes that own a part of the placement (the cached ones, if any).
         self.owners: set[str] = set()
         #: (chunk id, node) of the last chunks placed, newest last (dashboard page)
         self.recent_placements: deque[tuple[str, str]] = deque(maxlen=c["recent-placements"])
+        #: Moves placed chunk tasks when nodes join or leave.
+        self.retargeting = Retargeting(
+            self.membership, self.placement, self.locator, self.counters, self.node_counters
+        )
+        #: What the plugin answers (holders, where, info, snapshot, forecasts).
+        self.queries = Queries(
+            self.membership, self.placement, self.locator, self.inheritance, self.counters,
+            self.node_counters, self.forecast, self.recent_placements,
+        )  # fmt: skip
 
     # ============================================================ lifecycle
     async def start(self, scheduler: Scheduler) -> None:
@@ -222,7 +239,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             _distributed.adopt_stealing(scheduler, self.locator.chunk_of)
             if self.stealing is None:
                 self.stealing = LocalityStealing(
-                    scheduler, self.locator, on_steal=self._count_steal
+                    scheduler, self.locator, inherited=self.inheritance, on_steal=self._count_steal
                 )
             self.stealing.start()
         for addr in list(scheduler.workers):
@@ -277,27 +294,14 @@ class CacheAffinityPlugin(SchedulerPlugin):
             return
         for addr, _, _ in self.membership.reported_pending():
             self._handle_node_report(addr, reported=False)
-        if len(self._seen_nodes) < len(self.membership.node_workers):
-            # nodes whose cache stats had not arrived when their node was learned
-            for addr, node in list(self.membership.worker_node.items()):
-                if node not in self._seen_nodes:
-                    self._note_inherited(addr)
+        self.inheritance.note_pending()
         self._prune_nodes()
 
-    def _prune_nodes(self) -> int:
-        """Forget the counters and the seen mark of nodes neither live nor among the
-        last ``MAX_DEPARTED`` that left (``Membership.known_nodes``), once there are
-        more than that many: per-node state stays bounded however many nodes come
-        and go.  Returns how many nodes were forgotten."""
-        limit = self.membership.known_limit()
-        if len(self.node_counters) <= limit and len(self._seen_nodes) <= limit:
-            return 0
-        keep = self.membership.known_nodes()
-        gone = [n for n in self.node_counters if n not in keep]
-        for n in gone:
-            del self.node_counters[n]
-        self._seen_nodes &= keep
-        return len(gone)
+    def _prune_nodes(self) -> None:
+        """Keep per-node state to the live nodes and the last ``MAX_DEPARTED`` that
+        left (``Membership.known_nodes``), however many nodes come and go."""
+        self.node_counters.prune()
+        self.inheritance.prune()
 
     def describe(self) -> str:
         p = self.placement
@@ -322,36 +326,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
             report_expected=PLUGIN_NAME in self.scheduler.worker_plugins,
             uncached=uncached,
         )
-        self._note_inherited(addr)
+        self.inheritance.note_worker(addr)
         return changed
-
-    def _note_inherited(self, addr: str) -> None:
-        """A node first seen by this plugin whose cache already held entries
-        holds chunks the locator knows nothing of (the scheduler restarted, or
-        the node came back with its disk): :meth:`holders` names it for chunks
-        of unknown holder whose runner-up it is (where a steal would have put them),
-        and the stealing policy counts its queued chunks of unknown holder as held
-        by it (:func:`~cacheaffinity.scheduler.stealing.steal_preference`)."""
-        node = self.membership.worker_node.get(addr)
-        if node is None or node in self._seen_nodes:
-            return
-        ws = self.scheduler.workers.get(addr) if self.scheduler is not None else None
-        m = (ws.metrics or {}).get(WORKER_METRIC) if ws is not None else None
-        stats = m.get("stats") if isinstance(m, dict) else None
-        if not isinstance(stats, dict):
-            return  # no report yet: looked at again when it reports
-        self._seen_nodes.add(node)
-        entries = stats.get("entries")
-        counted = self.node_counters.get(node)
-        ran = counted is not None and any(counted.get(k) for k in ("placements", "on-target", "off-target", "steals"))
-        if isinstance(entries, (int, float)) and entries > 0 and not ran and node not in self.locator.node_tasks:
-            self.locator.inherited.add(node)
-            logger.info(
-                "cacheaffinity: node %s joined with %d cache entries this scheduler has no "
-                "record of (a restart?): its queued chunks count as held by it for stealing, "
-                "and it is asked for the chunks of unknown holder it is runner-up of",
-                node, int(entries),
-            )  # fmt: skip
 
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         if self._learn_worker(worker):
@@ -441,7 +417,11 @@ class CacheAffinityPlugin(SchedulerPlugin):
                     "" if set(uncached) & set(nodes) else " and get no placement",
                     "; ".join(f"{n}: {r}" for n, r in sorted(uncached.items())),
                 )
-        retarget(self, joined, left, stimulus_id)
+        event = self.retargeting.retarget(
+            self.scheduler, self.stealing, self.owners, joined, left, stimulus_id
+        )
+        if event is not None:
+            self._event(event)
 
     # ============================================================ placement
     def update_graph(
@@ -556,7 +536,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if m:
             self.recent_placements.extend(zip([c for _, c in todo[-m:]], nodes[-m:]))
         for node, n in per_node.items():
-            self.node_counters[node]["placements"] += n
+            self.node_counters.add(node, "placements", n)
         self._event(
             {
                 "action": "place",
@@ -612,7 +592,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
             if on_target is not None:
                 which = "on-target" if on_target else "off-target"
                 self.counters[which] += 1
-                self.node_counters[node][which] += 1
+                self.node_counters.add(node, which)
             return
         # A worker may have died: re-target before Dask picks a new worker.
         self._sync_workers(kwargs.get("stimulus_id") or "cacheaffinity-transition")
@@ -623,7 +603,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.runs.steal(ts.key)
         node = self.membership.node_of(thief.address)
         if node is not None:
-            self.node_counters[node]["steals"] += 1
+            self.node_counters.add(node, "steals")
 
     # ============================================================ queries
     def holders(
@@ -634,16 +614,16 @@ class CacheAffinityPlugin(SchedulerPlugin):
         worker: str | None = None,
     ) -> list[str]:
         """Handler ``cacheaffinity_holders``: a worker per other live node holding
-        entries ``[start, stop)`` of ``chunk`` (:func:`.queries.holders`)."""
-        return queries.holders(self, chunk, start, stop, worker)
+        entries ``[start, stop)`` of ``chunk`` (:meth:`.Queries.holders`)."""
+        return self.queries.holders(chunk, start, stop, worker)
 
     def where(self, chunks: Iterable[str]) -> dict[str, dict]:
         """Home node and live workers of each chunk under the current membership."""
-        return queries.where(self, chunks)
+        return self.queries.where(chunks)
 
     def info(self) -> dict:
-        """A summary for clients, the dashboard and the command line (:func:`.queries.info`)."""
-        return queries.info(self)
+        """A summary for clients, the dashboard and the command line (:meth:`.Queries.info`)."""
+        return self.queries.info(self.stealing, self.owners)
 
     def run_stats(self, run: str | None = None, last: int = 1) -> list[dict]:
         """Figures of run ``run`` (``[]`` if unknown), or of the ``last`` runs
@@ -656,13 +636,14 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def forecast_of(self, run: str) -> dict | None:
         """The working-set forecast of ``run`` (:meth:`.forecast.Forecast.get`) with the
         nodes' capacities and admission policies as their workers report them now."""
-        return queries.forecast(self, run)
+        return self.queries.forecast_of(run)
 
     def latest_forecast(self) -> dict | None:
         """The forecast of the newest run that has one, with its ``run`` id, or None."""
-        return queries.latest_forecast(self)
+        return self.queries.latest_forecast()
 
     def snapshot(self) -> dict:
         """What the dashboard page and the Prometheus collector read
-        (:func:`cacheaffinity.scheduler.queries.snapshot`)."""
-        return queries.snapshot(self)
+        (:meth:`.Queries.snapshot` of :meth:`info`, the method: a subclass or a
+        test may replace it)."""
+        return self.queries.snapshot(self.info())

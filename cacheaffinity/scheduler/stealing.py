@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import heapq
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from operator import attrgetter
 from time import monotonic
 from typing import TYPE_CHECKING, Any
@@ -338,6 +338,7 @@ def steal_preference(
     thief: WorkerState,
     *,
     take_warm: bool = True,
+    inherited: Container[str] = (),
 ) -> TaskState | None:
     """Which of the victim's queued chunk tasks the thief should take (None: none).
 
@@ -345,13 +346,14 @@ def steal_preference(
     cached is the locator's answer
     (:meth:`~cacheaffinity.scheduler.locator.Locator.holder_of_task`, one
     look-up per task), the runner-up nodes come from the placement in one batch.
+    A chunk of unknown holder counts as held by the victim if its node is
+    ``inherited`` (:class:`~cacheaffinity.scheduler.inheritance.Inheritance`).
     """
     node_of = locator.membership.worker_node
     thief_node = node_of.get(thief.address)
     victim_node = node_of.get(victim.address)
     chunk_of, placement = locator.chunk_of, locator.placement
     holder_of_task = locator.holder_of_task
-    inherited = locator.inherited
 
     def where(ts: TaskState) -> int:
         key = ts.key
@@ -402,6 +404,10 @@ class LocalityStealing:
         The scheduler.
     locator
         Chunk tasks, where chunks are, and the steal preference.
+    inherited
+        Nodes that joined with cache entries of no record here
+        (:class:`~cacheaffinity.scheduler.inheritance.Inheritance`): their queued
+        chunks of unknown holder count as held by them.
     enabled, idle_time, backlog, interval, max_moves, warm_backlog
         See the module docstring.
     on_steal
@@ -414,6 +420,7 @@ class LocalityStealing:
         scheduler: Scheduler,
         locator: Locator,
         *,
+        inherited: Container[str] = (),
         enabled: bool | None = None,
         idle_time: str | float | None = None,
         backlog: float | None = None,
@@ -424,6 +431,8 @@ class LocalityStealing:
     ):
         self.scheduler = scheduler
         self.locator = locator
+        #: Nodes whose queued chunks of unknown holder count as held by them.
+        self.inherited = inherited
         #: Called with ``(task, victim, thief)`` for every move of the policy.
         self.on_steal = on_steal
         #: Whether Dask's work stealing is on (else nothing ever moves).
@@ -576,7 +585,7 @@ class LocalityStealing:
             chunk = locator.chunk_of.get(ts.key)
             if vn is not None and tn is not None and chunk is not None:
                 h = locator.holder_of_task(ts.key, chunk)
-                if h == vn or (h is None and vn in locator.inherited):  # as steal_preference
+                if h == vn or (h is None and vn in self.inherited):  # as steal_preference
                     self.warm_stolen[ts.key] = (thief.address, tn)
             self.locator.note_steal(ts.key)
             if self.on_steal is not None:
@@ -638,8 +647,9 @@ class LocalityStealing:
             speed(tn) if tn is not None else 1.0,
         )
         return steal_preference(
-            self.locator, candidates, victim, thief, take_warm=queued > threshold * victim.nthreads
-        )
+            self.locator, candidates, victim, thief,
+            take_warm=queued > threshold * victim.nthreads, inherited=self.inherited,
+        )  # fmt: skip
 
     # ------------------------------------------------------------ learning
     def finished(

@@ -8,8 +8,9 @@ again (LZMA: 10-30 MB/s per core); the node that holds them can send the
 decompressed bytes instead (the local network: hundreds of MB/s).  This module
 does that, on a miss only and **once per chunk**:
 
-1. :class:`PeerStore` wraps the chunk's store (the node's memory front over its
-   :class:`~cacheaffinity.worker.store.ColumnCache`).  When a chunk misses a
+1. :class:`PeerStore` wraps the chunk's store (a
+   :class:`~cacheaffinity.worker.store.protocol.ColumnStore`: the node's memory
+   front over its :class:`~cacheaffinity.worker.store.ColumnCache`).  When a chunk misses a
    column its local packs do not cover (:meth:`PeerStore.fetch_packs`), it asks
    the scheduler once which nodes processed this task's entries
    (``cacheaffinity_holders``: the locator's holder records, see
@@ -56,7 +57,7 @@ from cacheaffinity.protocol import (
     HOLDERS_HANDLER,
     PACKS_HANDLER,
 )
-from cacheaffinity.worker.store import Pack, protocol
+from cacheaffinity.worker.store.protocol import ColumnStore, Pack, column_store
 
 logger = logging.getLogger("cacheaffinity.worker")
 
@@ -153,13 +154,14 @@ async def serve_form(plugin, name: str, identity: str) -> str | None:
     return json.dumps(doc, separators=(",", ":"))
 
 
-class PeerStore(MutableMapping):
-    """The chunk's store, with missing keys fetched from the nodes that hold them.
+class PeerStore(MutableMapping, ColumnStore):
+    """The chunk's store, with missing chunk packs fetched from the nodes that hold them.
 
     Parameters
     ----------
     store
-        The local store (a ``MemoryFront`` or any mapping; ``get_many`` used if present).
+        The local store (a ``MemoryFront``, any column store, or a plain mapping:
+        no packs, :class:`~cacheaffinity.worker.store.protocol.MappingStore`).
     worker
         The worker running the task (its event loop and connection pools).
     plugin
@@ -169,7 +171,7 @@ class PeerStore(MutableMapping):
         The running task's annotations (chunk id and entry range).
     """
 
-    def __init__(self, store: MutableMapping, worker, plugin, annotations: dict):
+    def __init__(self, store: ColumnStore | MutableMapping, worker, plugin, annotations: dict):
         self.store = store
         self._worker = worker
         self._plugin = plugin
@@ -198,16 +200,16 @@ class PeerStore(MutableMapping):
 
     # ------------------------------------------------------------ packs
     def get_many(self, keys: list[str]) -> dict:
-        return protocol.get_many(self.store, keys)
+        return column_store(self.store).get_many(keys)
 
-    def get_packs(self, grp: str, start: int, stop: int) -> list:
-        return protocol.get_packs(self.store, grp, start, stop)
+    def get_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
+        return column_store(self.store).get_packs(grp, start, stop)
 
     def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> None:
-        protocol.put_pack(self.store, grp, start, stop, arrays)
+        column_store(self.store).put_pack(grp, start, stop, arrays)
 
     def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
-        protocol.count_served(self.store, hits=hits, misses=misses, nbytes=nbytes)
+        column_store(self.store).count_served(hits=hits, misses=misses, nbytes=nbytes)
 
     def _sync(self, coro_fn, *args, **kwargs):
         from distributed.utils import sync
@@ -287,7 +289,7 @@ class PeerStore(MutableMapping):
         self._peers = [a for a in self._peers or () if a != addr]
         self._plugin.count_peer(failed=1)
 
-    def fetch_packs(self, grp: str, start: int, stop: int) -> list:
+    def fetch_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
         """The packs of ``grp`` overlapping ``[start, stop)`` that the holders of
         this task's entries have (one request per holder: a chunk straddling two
         earlier chunks may find them on two nodes), stored locally too."""
@@ -311,7 +313,7 @@ class PeerStore(MutableMapping):
                 continue
             for p in got:
                 try:
-                    protocol.put_pack(self.store, grp, p.start, p.stop, p.members)
+                    column_store(self.store).put_pack(grp, p.start, p.stop, p.members)
                 except Exception as e:  # a cache problem: used, not stored
                     logger.debug("cacheaffinity: peer pack not stored: %r", e)
             out.extend(got)

@@ -87,7 +87,8 @@ from cacheaffinity.worker.directory import (
 )
 from cacheaffinity.worker.forms import FormStore
 from cacheaffinity.worker.node import read_or_create_node_id
-from cacheaffinity.worker.store import ColumnCache, MemoryFront
+from cacheaffinity.worker.store.cache import ColumnCache
+from cacheaffinity.worker.store.front import MemoryFront
 
 logger = logging.getLogger("cacheaffinity.worker")
 

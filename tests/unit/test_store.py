@@ -229,6 +229,45 @@ def test_cache_used_across_fork(tmp_path):
         assert sorted(cache) == ["after", "child", "parent"]
 
 
+def test_every_store_says_what_it_offers(tmp_path):
+    """Stores implement ColumnStore by subclassing it; a plain mapping is a store
+    of plain entries and no packs (MappingStore), never a silent attribute miss."""
+    from cacheaffinity.worker.peers import PeerStore
+    from cacheaffinity.worker.store.protocol import (
+        ColumnStore, MappingStore, column_store, fetch_packs, get_many, get_packs, put_pack,
+    )  # fmt: skip
+
+    assert issubclass(PeerStore, ColumnStore)
+    with ColumnCache(tmp_path, capacity="1 MiB") as cache:
+        front = MemoryFront(cache, capacity="1 MiB")
+        for store in (cache, front):
+            assert isinstance(store, ColumnStore) and column_store(store) is store
+        put_pack(front, "g", 0, 2, {"x": np.arange(2)})
+        assert [p.start for p in get_packs(front, "g", 0, 2)] == [0]
+        assert fetch_packs(front, "g", 0, 2) == [] and fetch_packs(cache, "g", 0, 2) == []
+    plain = {"a": np.arange(2)}
+    assert not isinstance(plain, ColumnStore) and isinstance(column_store(plain), MappingStore)
+    put_pack(plain, "g", 0, 2, {"x": np.arange(2)})
+    assert list(plain) == ["a"] and get_packs(plain, "g", 0, 2) == []
+    assert list(get_many(plain, ["a", "b"])) == ["a"]
+
+    class Forgetful(ColumnStore):  # no put_pack: cannot be made at all
+        def get(self, key, default=None):
+            return default
+
+        def get_many(self, keys):
+            return {}
+
+        def get_packs(self, grp, start, stop):
+            return []
+
+        def count_served(self, hits=0, misses=0, nbytes=0):
+            pass
+
+    with pytest.raises(TypeError, match="put_pack"):
+        Forgetful()
+
+
 def test_memory_front_reads_a_store_filled_by_another_front(tmp_path):
     samples = _sample_arrays()
     with ColumnCache(tmp_path, capacity="100 MiB") as store:
@@ -675,7 +714,7 @@ def test_corrupt_entry_removal_spares_a_newer_value(tmp_path):
         cache["k"] = np.zeros(100)
         (old_file,) = data_files(tmp_path)
         cache["k"] = np.ones(100)  # another process replaced it meanwhile
-        cache._remove_entry("k", os.path.basename(old_file))
+        cache.reader.remove_entry("k", os.path.basename(old_file))
         assert_same(cache["k"], np.ones(100))
 
 

@@ -54,13 +54,13 @@ def test_values_queued_one_by_one_are_committed_in_batches(tmp_path, monkeypatch
     from cacheaffinity.worker.store import writes
 
     transactions = []
-    store_many = writes.store_many
+    store_many = writes.WritePath.store_many
 
-    def counted(cache, batch):
+    def counted(path, batch):
         transactions.append(len(batch))
-        return store_many(cache, batch)
+        return store_many(path, batch)
 
-    monkeypatch.setattr(writes, "store_many", counted)
+    monkeypatch.setattr(writes.WritePath, "store_many", counted)
     data = values(60)
     with ColumnCache(tmp_path / "c", capacity="1 GiB", write_queue="64 MiB") as cache:
         t0 = time.monotonic()
@@ -182,8 +182,8 @@ def test_get_many_is_get_for_each_key(tmp_path):
         for k, v in data.items():
             cache[k] = v
         # damage one file: that key is a miss and its entry is removed
-        row = cache._query("SELECT file FROM entries WHERE key = 'k3'")[0][0]
-        with open(cache._path(row), "r+b") as f:
+        row = cache.index.query("SELECT file FROM entries WHERE key = 'k3'")[0][0]
+        with open(cache.files.path(row), "r+b") as f:
             f.write(b"\xff\xff")
         before = cache.stats()
         got = cache.get_many(list(data) + ["absent"])

@@ -1,25 +1,29 @@
 """The node's column store (runs in workers and in the ``cacheaffinity`` CLI).
 
-Split by concern (distributed's ``shuffle/`` and diskcache's ``Disk``/``Cache``
-are the models):
+Split by concern, one owner per piece of state (distributed's ``shuffle/`` and
+diskcache's ``Disk``/``Cache`` are the models).  Modules import the sibling
+modules they use, never this package:
 
 - :mod:`.layout`: the on-disk format (versions, file names, key grammar);
+- :mod:`.protocol`: what every column store offers (:class:`ColumnStore`) and
+  :class:`Pack`;
+- :mod:`.health`: counters, disabled and closed state, paused writes;
 - :mod:`.files`: data files (write, publish, read and verify, orphans);
-- :mod:`.index`: the SQLite index (schema, transactions, settings, healing);
+- :mod:`.index`: the SQLite index (schema, transactions, settings, healing,
+  fork safety);
 - :mod:`.capacity`: the capacity every process agrees on, the capacity in force
   (fitted to the file system) and eviction;
+- :mod:`.admission` and :mod:`.admitter`: the admission policy and its state;
+- :mod:`.writer`: writes behind (the background writer thread);
+- :mod:`.reads`: the read path (verified reads of plain entries and chunk packs);
 - :mod:`.writes`: the write path (checks, queue or store now, one transaction per
   batch, a full disk);
-- :mod:`.writer`: writes behind (the background writer thread);
-- :mod:`.packs`: chunk packs (one file and one row per chunk's columns);
 - :mod:`.maintenance`: orphans, verify, repair, info;
-- :mod:`.cache`: :class:`ColumnCache`, the facade (opens the directory, reads,
-  the mapping API, counters);
-- :mod:`.front`: :class:`MemoryFront`, the per-chunk memory front of plain entries;
-- :mod:`.protocol`: what every store offers, with its defaults.
+- :mod:`.cache`: :class:`ColumnCache`, the facade that composes them;
+- :mod:`.front`: :class:`MemoryFront`, the per-chunk memory front of plain entries.
 """
 
-from cacheaffinity.worker.store.cache import ColumnCache, Pack
+from cacheaffinity.worker.store.cache import ColumnCache
 from cacheaffinity.worker.store.front import MemoryFront
 from cacheaffinity.worker.store.layout import (
     BLOCK,
@@ -29,6 +33,7 @@ from cacheaffinity.worker.store.layout import (
     SCHEMA_VERSION,
     TMP_DIR,
 )
+from cacheaffinity.worker.store.protocol import ColumnStore, Pack
 
 __all__ = [
     "BLOCK",
@@ -38,6 +43,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "TMP_DIR",
     "ColumnCache",
+    "ColumnStore",
     "MemoryFront",
     "Pack",
 ]

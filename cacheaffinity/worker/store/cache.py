@@ -16,13 +16,14 @@ larger than the cache run after run; ``fifo`` evicts the oldest).  Two ways in:
   not per column.
 
 This module is the facade: it opens the directory (trust, settings, healing),
-answers reads of plain entries and keeps the counters.  The rest has a home of
-its own: :mod:`.layout` (the on-disk format), :mod:`.files` (data files),
-:mod:`.index` (SQLite, settings, healing), :mod:`.capacity` (the capacity in
-force and FIFO eviction), :mod:`.admitter` (the admission policy's state),
-:mod:`.writes` (the write path), :mod:`.writer` (writes behind), :mod:`.packs`
-(chunk packs), :mod:`.maintenance` (orphans, verify, repair, info),
-:mod:`.front` (the per-chunk memory front of plain entries).
+composes the parts and answers the mapping API.  Each part owns its state and
+gets the parts it works with when the cache is opened: :class:`~.health.Health`
+(counters, disabled, closed, paused writes), :class:`~.files.DataFiles`,
+:class:`~.index.Index` (SQLite, settings, healing, fork safety),
+:class:`~.capacity.Capacity` (the capacity in force), :class:`~.admitter.Admitter`
+(the admission policy), :class:`~.writer.WriteBehind` (the write queue),
+:class:`~.reads.Reader`, :class:`~.writes.WritePath` and
+:class:`~.maintenance.Maintenance` (orphans, verify, repair, info).
 
 Why not :class:`diskcache.Cache`
     diskcache has the right ordering ideas (write the value, commit the index,
@@ -44,12 +45,14 @@ Trust
 
 Thread and process safety
     Any number of threads and processes of one node may use one directory at
-    once.  Lookups take one short index query; file I/O happens outside every
-    lock.  A data file is never modified once visible and names are never
-    reused, so a reader sees a complete pack or nothing: a file deleted by
-    another process's eviction after the lookup is a miss.  Every process
-    evicts down to the directory's recorded ``capacity`` when it inserts.  The directory
-    must be on a local file system (SQLite WAL does not work over NFS).
+    once, and a forked child may use the instance it inherited (the fork waits
+    until no thread is inside SQLite; the child opens its own connection).
+    Lookups take one short index query; file I/O happens outside every lock.  A
+    data file is never modified once visible and names are never reused, so a
+    reader sees a complete pack or nothing: a file deleted by another process's
+    eviction after the lookup is a miss.  Every process evicts down to the
+    directory's recorded ``capacity`` when it inserts.  The directory must be on
+    a local file system (SQLite WAL does not work over NFS).
 
 Disk use
     The accounted volume (data files in whole blocks) never exceeds
@@ -92,11 +95,9 @@ No pickle
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sqlite3
-import threading
 import weakref
 from collections.abc import Callable, Iterator, MutableMapping
 from typing import Any
@@ -105,53 +106,40 @@ import numpy as np
 from dask.utils import format_bytes
 
 from cacheaffinity import config
-from cacheaffinity._logging import LogOnce
+from cacheaffinity.exceptions import Closed, NewerLayout, OlderLayout, UntrustedDirectory
 from cacheaffinity.worker.directory import group_id, trusted_directory
-from cacheaffinity.worker.store import capacity as _capacity
-from cacheaffinity.worker.store import maintenance, writes
 from cacheaffinity.worker.store.admitter import Admitter
-from cacheaffinity.exceptions import (
-    Closed,
-    Corrupt,
-    NewerLayout,
-    OlderLayout,
-    UntrustedDirectory,
-)
-from cacheaffinity.worker.store.files import DataFiles, members_of
+from cacheaffinity.worker.store.capacity import Capacity
+from cacheaffinity.worker.store.files import DataFiles
+from cacheaffinity.worker.store.health import Health
 from cacheaffinity.worker.store.index import Index, corruption
 from cacheaffinity.worker.store.layout import PLAIN
-from cacheaffinity.worker.store.maintenance import ORPHAN_AFTER
-from cacheaffinity.worker.store.packs import Pack, get_packs, pack_item
-from cacheaffinity.worker.store.writer import DROPPED, WriteBehind
-from cacheaffinity.worker.store.writes import Item, plain_array, queue_bytes
+from cacheaffinity.worker.store.maintenance import ORPHAN_AFTER, Maintenance
+from cacheaffinity.worker.store.protocol import ColumnStore, Pack
+from cacheaffinity.worker.store.reads import Reader
+from cacheaffinity.worker.store.writer import WriteBehind
+from cacheaffinity.worker.store.writes import Item, WritePath, pack_item, plain_array, queue_bytes
 
 __all__ = ["ColumnCache", "Pack"]
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-#: Keys per index query of :meth:`ColumnCache.get_many` (SQLite's variable limit).
-_QUERY_KEYS = 500
 _MISSING = object()
-_COUNTERS = (
-    "hits", "misses", "bytes_served", "bytes_written", "writes", "evictions",
-    "bytes_evicted", "errors", "corrupt", "skipped", "temporaries_removed",
-    "orphans_removed", "index_rebuilt", "dropped", "packs_read", "packs_written", "bytes_read",
-    "bytes_mapped", "not_admitted",
-)  # fmt: skip
 
-#: Every open ColumnCache and MemoryFront, to replace their locks after fork.
-LIVE: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
+#: Every ColumnCache of this process, to replace their locks after fork (the
+#: index replaces its own: :mod:`.index`).
+LIVE: weakref.WeakValueDictionary[int, ColumnCache] = weakref.WeakValueDictionary()
 
 
-def _reset_locks_after_fork() -> None:
-    for obj in list(LIVE.values()):
-        obj._reset_locks()
+def _reset_after_fork() -> None:
+    for cache in list(LIVE.values()):
+        cache._reset_after_fork()
 
 
-os.register_at_fork(after_in_child=_reset_locks_after_fork)
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
-class ColumnCache(MutableMapping):
+class ColumnCache(MutableMapping, ColumnStore):
     """Decompressed column buffers on local disk, shared by a node's workers.
 
     Config section: ``cacheaffinity.worker`` (``capacity``, ``shared-group``,
@@ -232,17 +220,7 @@ class ColumnCache(MutableMapping):
             )
         #: Absolute path of the cache directory.
         self.directory: str = os.path.abspath(os.fspath(directory))
-        #: The capacity setting: the argument (or config), or the directory's recorded
-        #: one (followed when another process records a new one).
-        self.configured_capacity: int = config.get_bytes("worker.capacity", capacity)
-        #: Size bound in force, in bytes: :attr:`configured_capacity`, with
-        #: ``fit_disk`` at most what the file system holds.
-        self.capacity: int = self.configured_capacity
-        #: ``"directory"`` if :attr:`capacity` was read from the index, else ``"argument"``.
-        self.capacity_source: str = "argument"
-        #: Free bytes on the directory's file system at open (``fit_disk`` only; None: unknown).
-        self.free_at_open: int | None = None
-        self.fit_disk: bool = bool(fit_disk)
+        configured = config.get_bytes("worker.capacity", capacity)
         stale_after = float(stale_after)
         if not stale_after >= 0:
             raise ValueError(f"stale_after={stale_after!r} must be a number of seconds >= 0")
@@ -260,43 +238,45 @@ class ColumnCache(MutableMapping):
             self.read_mode = "map" if self.shared_gid is None else "copy"
         #: Admission policy name (``worker.admission``).
         self.admission_policy: str = config.get("worker.admission", admission)
+        self._heals = bool(heal)
+        self._pid = os.getpid()
+        #: The directory failed the trust checks (the message), or None.
+        self.untrusted: str | None = None
+        #: Counters, disabled and closed state, paused writes, warnings once.
+        self.health = Health(self.directory)
+        self.files = DataFiles(self.directory, os.geteuid(), self.shared_gid, mapped=self.read_mode == "map")
+        self.index = Index(
+            self.directory, self.files, heals=self._heals,
+            on_rebuilt=lambda: self.health.count(index_rebuilt=1),
+            on_unhealable=self._unhealable,
+        )  # fmt: skip
+        #: The capacity setting and the bound in force (:attr:`capacity`).
+        self.limit = Capacity(self.index, self.files, self.health, self.directory, configured, fit_disk=fit_disk)
         #: Owner of the admission policy's state (None: ``fifo``, eviction by row id).
         self.admission: Admitter | None = (
             None if self.admission_policy == "fifo" else Admitter(self.admission_policy, self.capacity)
         )
-        self._uid = os.geteuid()
-        self._heals = bool(heal)
-        self._stats_lock = threading.Lock()
-        self._capacity_lock = threading.Lock()
-        self._counts = dict.fromkeys(_COUNTERS, 0)
-        #: Each problem logged once per cache (then at debug level).
-        self._warn_once = LogOnce(logger)
-        self._closed = False
-        self._pid = os.getpid()
-        self._pause_until = 0.0
-        self._next_orphan_pass = 0.0
-        #: Why this cache is unusable (None: usable).
-        self._disabled: str | None = None
-        #: The directory failed the trust checks (the message), or None.
-        self.untrusted: str | None = None
-        self.files = DataFiles(self.directory, self._uid, self.shared_gid, mapped=self.read_mode == "map")
-        self.index = Index(
-            self.directory, self.files, heals=self._heals,
-            on_rebuilt=lambda: self._count(index_rebuilt=1),
-            on_unhealable=self._unhealable,
-        )  # fmt: skip
         #: Byte bound of the background writer's queue (0: write inline).
         self.write_queue: int = queue_bytes(write_queue)
         self.writer = WriteBehind(
             self.write_queue,
             f"cacheaffinity-writer-{os.path.basename(self.directory)}",
-            lambda batch: writes.write_batch(self, batch),
-            self._writer_started,
+            self._write_queued,
+            self.index.writer_started,
         )
+        self.reader = Reader(self.index, self.files, self.health, self.writer, self.looked_up)
+        self.maintenance = Maintenance(
+            self.index, self.files, self.health, self.reader,
+            stale_after=self.stale_after, orphan_after=self.orphan_after,
+        )  # fmt: skip
+        self.write_path = WritePath(
+            self.index, self.files, self.health, self.limit, self.writer, self.admission,
+            self.looked_up, self.maintenance.collect_orphans_if_due,
+        )  # fmt: skip
         LIVE[id(self)] = self
         self._open(set_capacity)
         if self.fit_disk:
-            self._fit_disk()
+            self.limit.fit()
 
     def _open(self, set_capacity: bool) -> None:
         """Check the directory, open the index, agree on the settings (a failure
@@ -314,18 +294,18 @@ class ColumnCache(MutableMapping):
             removed = self.files.remove_stale_temporaries(self.stale_after)
             if removed:
                 logger.info("cacheaffinity: removed %d abandoned temporaries from %s", removed, self.files.tmp)
-            self._count(temporaries_removed=removed)
+            self.health.count(temporaries_removed=removed)
             self.index.open()
-            self._settings(set_capacity)
+            self.limit.settle(set_capacity, self._heals)
         except UntrustedDirectory as e:  # a planted index, WAL or shm file
             self._untrusted(e)
             return
         except NewerLayout as e:
-            self._disabled = self.unreadable_index = str(e)
-            self._warn_once("disk", "cacheaffinity: %s; nothing is cached by this process.", e)
+            self.health.disabled = self.unreadable_index = str(e)
+            self.health.warn_once("disk", "cacheaffinity: %s; nothing is cached by this process.", e)
             return
         except OlderLayout as e:  # read-only open (heal=False): reported, not dropped
-            self._disabled = (
+            self.health.disabled = (
                 f"{e}: written by an older cacheaffinity; its entries are dropped when a "
                 "worker opens the directory"
             )
@@ -348,47 +328,61 @@ class ColumnCache(MutableMapping):
 
     # ------------------------------------------------------------------ setup
     def _untrusted(self, e: Exception) -> None:
-        self._disabled = self.untrusted = str(e)
-        self._warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
+        self.health.disabled = self.untrusted = str(e)
+        self.health.warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
 
     def _unusable(self, e: Exception) -> None:
-        self._disabled = f"{type(e).__name__}: {e}"
-        self._warn_once(
+        self.health.disabled = f"{type(e).__name__}: {e}"
+        self.health.warn_once(
             "disk",
             "cacheaffinity: cache directory %s cannot be used (%s); nothing will be cached "
             "by this process. Point cacheaffinity.worker.directory to a writable directory "
             "on local disk.",
-            self.directory, self._disabled,
+            self.directory, self.health.disabled,
         )  # fmt: skip
 
     def _unhealable(self, msg: str) -> None:
-        self._disabled = self.unreadable_index = msg
-        self._warn_once("disk", "cacheaffinity: %s", msg)
+        self.health.disabled = self.unreadable_index = msg
+        self.health.warn_once("disk", "cacheaffinity: %s", msg)
 
-    def _reset_locks(self) -> None:
+    def _reset_after_fork(self) -> None:
         """Fresh locks and no writer thread in a forked child."""
-        self._stats_lock = threading.Lock()
-        self._capacity_lock = threading.Lock()
-        self.index.reset_after_fork()
+        self.health.reset_after_fork()
+        self.limit.reset_after_fork()
         self.writer.reset()
         if self.admission is not None:
             self.admission.reset_after_fork()
 
-    def _writer_started(self, thread: threading.Thread) -> None:
-        self.index.close_writer_connection()
-        self.index.writer_thread = thread
+    def _write_queued(self, batch: list) -> None:
+        self.write_path.write_batch(batch)
 
-    def _settings(self, set_capacity: bool) -> None:
-        """Record this process's capacity and evict down to it (:func:`~.capacity.impose`),
-        or adopt the directory's (:func:`~.capacity.agree`)."""
-        if set_capacity:
-            evicted, freed = _capacity.impose(self.index, self.files, self.directory, self.configured_capacity)
-            self._count(evictions=evicted, bytes_evicted=freed)
-            return
-        recorded = _capacity.agree(self.index, self.directory, self.configured_capacity, heals=self._heals)
-        if recorded is not None:
-            self.capacity_source = "directory"
-            self.configured_capacity = self.capacity = recorded
+    # --------------------------------------------------------------- capacity
+    @property
+    def configured_capacity(self) -> int:
+        """The capacity setting: the argument (or config), or the directory's recorded
+        one (followed when another process records a new one)."""
+        return self.limit.configured
+
+    @property
+    def capacity(self) -> int:
+        """Size bound in force, in bytes: :attr:`configured_capacity`, with
+        ``fit_disk`` at most what the file system holds."""
+        return self.limit.in_force
+
+    @property
+    def capacity_source(self) -> str:
+        """``"directory"`` if :attr:`capacity` was read from the index, else ``"argument"``."""
+        return self.limit.source
+
+    @property
+    def free_at_open(self) -> int | None:
+        """Free bytes on the directory's file system at open (``fit_disk`` only; None: unknown)."""
+        return self.limit.free_at_open
+
+    @property
+    def fit_disk(self) -> bool:
+        """Whether the capacity in force is kept within what the file system holds."""
+        return self.limit.fit_disk
 
     def follow_capacity(self, con: sqlite3.Connection | None = None) -> int:
         """Follow the capacity the directory records now (another process may
@@ -406,61 +400,20 @@ class ColumnCache(MutableMapping):
         A change is taken as :attr:`configured_capacity` (with ``fit_disk``,
         fitted to the file system again) and logged once per process.
         """
-        if self._closed or self._disabled:
-            return self.capacity
-        sql = "SELECT value FROM settings WHERE name = 'capacity'"
-        if con is None:
-            rows = self.index.query(sql)
-            recorded = int(rows[0][0]) if rows else None
-        else:
-            row = con.execute(sql).fetchone()
-            recorded = None if row is None else int(row[0])
-        with self._capacity_lock:
-            if recorded is None or recorded == self.configured_capacity:
-                return self.capacity
-            old, self.configured_capacity = self.configured_capacity, recorded
-        capacity = recorded
-        if self.fit_disk:  # no lock held: the size query may wait for the index
-            if con is None:
-                held = self.totals()["bytes"]
-            else:
-                held = int(con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0])
-            capacity = _capacity.fit_to_disk(self.directory, recorded, held)[0]
-        with self._capacity_lock:
-            if self.configured_capacity != recorded:  # a newer change overtook this one
-                return self.capacity
-            self.capacity = capacity
-            self.capacity_source = "directory"
-        logger.info(
-            "cacheaffinity: cache directory %s: capacity %s -> %s, recorded by another process "
-            "(the last one started with %s given explicitly)",
-            self.directory, format_bytes(old), format_bytes(recorded), _capacity.GIVEN,
-        )  # fmt: skip
-        return capacity
-
-    def _fit_disk(self) -> None:
-        """The capacity in force: at most what the file system holds (:func:`~.capacity.fit_to_disk`)."""
-        try:
-            held = self.totals()["bytes"]
-        except (OSError, sqlite3.Error, ValueError) as e:
-            logger.debug("cacheaffinity: volume of %s unknown: %r", self.directory, e)
-            return
-        self.capacity, self.free_at_open = _capacity.fit_to_disk(
-            self.directory, self.configured_capacity, held
-        )
+        return self.limit.follow(con)
 
     def _set_index_aside(self) -> None:
         """Replace an index this version cannot use by a new one (node id kept)."""
         self.index.set_aside(f"could not be used ({self.unreadable_index})")
-        self._disabled = self.unreadable_index = None
-        self._settings(set_capacity=False)
+        self.health.disabled = self.unreadable_index = None
+        self.limit.settle(False, self._heals)
         if self.fit_disk:
-            self._fit_disk()
+            self.limit.fit()
 
     @property
     def disabled(self) -> str | None:
         """Why the directory could not be used when the cache was opened, or None."""
-        return self._disabled
+        return self.health.disabled
 
     def repair(self) -> bool:
         """Check the whole index (``PRAGMA integrity_check``) and rebuild it if it
@@ -473,28 +426,23 @@ class ColumnCache(MutableMapping):
         bool
             Whether the index was rebuilt.
         """
-        return maintenance.repair(self)
+        self.health.check_open()
+        if self.unreadable_index:  # newer layout, or damage a rebuild did not cure
+            self._set_index_aside()
+            self.health.count(index_rebuilt=1)
+            return True
+        if self.disabled:
+            raise ValueError(f"{self!r} cannot be used: {self.disabled}")
+        rebuilt = self.maintenance.repair()
+        if self.disabled:
+            raise ValueError(f"{self!r} cannot be used: {self.disabled}")
+        return rebuilt
 
     # ------------------------------------------------------------ bookkeeping
-    def _count(self, **deltas: int) -> None:
-        with self._stats_lock:
-            for name, delta in deltas.items():
-                self._counts[name] += delta
-
     def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
         """Record lookups answered outside :meth:`get` (chunk pack members served
         from, or read past, this cache by :mod:`cacheaffinity.coffea.packs`)."""
-        self._count(hits=hits, misses=misses, bytes_served=nbytes)
-
-    def _check_usable(self) -> None:
-        if self._closed:
-            raise Closed(f"{self!r} is closed")
-
-    def _query(self, sql: str, args: tuple = ()) -> list[tuple]:
-        return self.index.query(sql, args)
-
-    def _path(self, name: str) -> str:
-        return self.files.path(name)
+        self.health.count(hits=hits, misses=misses, bytes_served=nbytes)
 
     def stats(self) -> dict[str, int]:
         """Counters of this process since the cache was opened.
@@ -515,70 +463,9 @@ class ColumnCache(MutableMapping):
             (full write queue), ``temporaries_removed``, ``orphans_removed``,
             ``index_rebuilt``.
         """
-        with self._stats_lock:
-            return dict(self._counts)
+        return self.health.counts()
 
     # ------------------------------------------------------------------ reads
-    def _read(self, key: str, row: tuple) -> dict[str, np.ndarray] | None:
-        """The verified members of the data file of ``row`` = (file, toc, nbytes,
-        checksum, writer), None if it is gone (the row is then removed).  Corrupt
-        rows are removed and logged; other failures are logged; both None."""
-        name, toc, nbytes, checksum, writer = row
-        try:
-            buffer = self.files.read(name, nbytes, checksum, writer)
-            if buffer is None:
-                self._remove_entry(key, name)  # evicted after the lookup, or lost
-                return None
-            try:
-                toc = json.loads(toc)
-            except (TypeError, ValueError):
-                raise Corrupt("unreadable table of contents", "toc") from None
-            members = members_of(buffer, toc, nbytes)
-            if self.files.maps(nbytes):
-                self._count(bytes_mapped=int(nbytes))
-            else:
-                self._count(bytes_read=int(nbytes))
-            return members
-        except Corrupt as e:
-            self._warn_once(
-                f"corrupt:{e.kind}",
-                "cacheaffinity: corrupt cache entry %r in %s (%s); removed, reading it from "
-                "storage instead (later entries of this cache damaged this way are counted "
-                "as 'corrupt' and logged at debug level)",
-                key, self.directory, e,
-            )  # fmt: skip
-            self._count(corrupt=1, errors=1)
-            self._remove_entry(key, name)
-        except (OSError, ValueError) as e:
-            self._read_failed(key, e)
-        return None
-
-    def _read_failed(self, key: str, e: BaseException) -> None:
-        self._warn_once("read", "cacheaffinity: cache read of %r in %s failed (%s); a miss", key, self.directory, e)
-        self._count(errors=1)
-
-    def _remove_entry(self, key: str, name: str) -> None:
-        """Delete exactly this row (not a newer value under the same key)."""
-        try:
-            with self.index.transaction() as con:
-                con.execute("DELETE FROM entries WHERE key = ? AND file = ?", (key, name))
-        except (sqlite3.Error, OSError, Closed) as e:
-            logger.debug("cacheaffinity: could not remove entry %r: %s", key, e)
-            return
-        self.files.remove([name])
-
-    def _rows(self, keys: list[str]) -> dict[str, tuple]:
-        rows: dict[str, tuple] = {}
-        for i in range(0, len(keys), _QUERY_KEYS):
-            part = keys[i : i + _QUERY_KEYS]
-            marks = ",".join("?" * len(part))
-            for row in self.index.query(
-                f"SELECT key, file, toc, nbytes, checksum, writer, size FROM entries WHERE key IN ({marks})",
-                tuple(part),
-            ):
-                rows[row[0]] = row[1:]
-        return rows
-
     def get(self, key: str, default: Any = None) -> np.ndarray | Any:
         """The array stored under ``key``, or ``default`` on a miss (verified;
         any failure is a miss)."""
@@ -587,39 +474,13 @@ class ColumnCache(MutableMapping):
 
     def get_many(self, keys: list[str]) -> dict[str, np.ndarray]:
         """``{key: array}`` of those ``keys`` that hit: one index query for all."""
-        out: dict[str, np.ndarray] = {}
-        if self._closed or self._disabled:
-            self._count(misses=len(keys))
-            return out
-        todo = []
-        for k in keys:
-            item = self.writer.pending_item(k, _MISSING)
-            if item is _MISSING:
-                todo.append(k)
-            elif item is not DROPPED and item.grp is None:
-                out[k] = item.arrays[PLAIN]
-        try:
-            rows = self._rows(todo) if todo else {}
-        except Closed:
-            rows = {}
-        except (OSError, sqlite3.Error, ValueError) as e:
-            self._read_failed(todo[0], e)
-            rows = {}
-        for k, row in rows.items():
-            members = self._read(k, row[:-1])
-            value = None if members is None else members.get(PLAIN)
-            if value is not None:
-                out[k] = value
-                self.looked_up(k, row[-1])
-        served = sum(v.nbytes for v in out.values())
-        self._count(hits=len(out), misses=len(keys) - len(out), bytes_served=served)
-        return out
+        return self.reader.get_many(keys)
 
     def get_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
         """Every readable chunk pack of ``grp`` that overlaps ``[start, stop)``,
-        newest first: one index query, one verified read per pack (:mod:`.packs`).
+        newest first: one index query, one verified read per pack (:mod:`.reads`).
         Lookups are counted by the caller (:meth:`count_served`); failures are logged."""
-        return get_packs(self, grp, start, stop)
+        return self.reader.get_packs(grp, start, stop)
 
     def __getitem__(self, key: str) -> np.ndarray:
         out = self.get(key, _MISSING)
@@ -630,32 +491,32 @@ class ColumnCache(MutableMapping):
     def __contains__(self, key: object) -> bool:
         """Whether the index has ``key`` (cheap: the data file is not read)."""
         self._settle()
-        self._check_usable()
-        if self._disabled or not isinstance(key, str):
+        self.health.check_open()
+        if self.disabled or not isinstance(key, str):
             return False
         return bool(self.index.query("SELECT 1 FROM entries WHERE key = ?", (key,)))
 
     def __iter__(self) -> Iterator[str]:
         """Keys in store order (oldest first), as of the call (chunk packs too)."""
         self._settle()
-        self._check_usable()
-        if self._disabled:
+        self.health.check_open()
+        if self.disabled:
             return iter(())
         return iter([k for (k,) in self.index.query("SELECT key FROM entries ORDER BY id")])
 
     def __len__(self) -> int:
         """Number of rows in the directory's index (all processes)."""
         self._settle()
-        self._check_usable()
-        if self._disabled:
+        self.health.check_open()
+        if self.disabled:
             return 0
         return int(self.index.query("SELECT value FROM meta WHERE name = 'count'")[0][0])
 
     def totals(self) -> dict[str, int]:
         """``{"entries": n, "bytes": b}`` committed in the index now (all processes;
         this process's queued writes are not waited for)."""
-        self._check_usable()
-        if self._disabled:
+        self.health.check_open()
+        if self.disabled:
             return {"entries": 0, "bytes": 0}
         rows = dict(self.index.query("SELECT name, value FROM meta WHERE name IN ('size', 'count')"))
         return {"entries": int(rows.get("count", 0)), "bytes": int(rows.get("size", 0))}
@@ -663,8 +524,8 @@ class ColumnCache(MutableMapping):
     def volume(self) -> int:
         """Bytes stored in the directory (all processes), in whole blocks."""
         self._settle()
-        self._check_usable()
-        if self._disabled:
+        self.health.check_open()
+        if self.disabled:
             return 0
         return int(self.index.query("SELECT value FROM meta WHERE name = 'size'")[0][0])
 
@@ -683,7 +544,7 @@ class ColumnCache(MutableMapping):
         """
         if not isinstance(key, str):
             raise TypeError(f"ColumnCache keys are str, got {type(key).__name__}: {key!r}")
-        writes.put(self, Item(key, None, None, None, {PLAIN: plain_array(key, value)}))
+        self.write_path.put(Item(key, None, None, None, {PLAIN: plain_array(key, value)}))
 
     def put_pack(self, grp: str, start: int, stop: int, arrays: dict[str, np.ndarray]) -> tuple[int, bool]:
         """Store the columns a chunk read for ``[start, stop)`` of ``grp`` as one pack.
@@ -697,11 +558,11 @@ class ColumnCache(MutableMapping):
         if not arrays:
             return 0, False
         item = pack_item(grp, start, stop, arrays)
-        return item.size, writes.put(self, item)
+        return item.size, self.write_path.put(item)
 
     def __delitem__(self, key: str) -> None:
-        self._check_usable()
-        if self._disabled:
+        self.health.check_open()
+        if self.disabled:
             raise KeyError(key)
         self._settle()
         with self.index.transaction() as con:
@@ -719,11 +580,11 @@ class ColumnCache(MutableMapping):
         newer layout, damage beyond repair) is set aside and a new one started;
         the node id is kept in every case."""
         self._settle()
-        self._check_usable()
+        self.health.check_open()
         if self.unreadable_index:
             self._set_index_aside()
             return
-        if self._disabled:
+        if self.disabled:
             return
         names = [n for (n,) in self.index.query("SELECT file FROM entries")]
         self.files.remove(names)
@@ -755,7 +616,7 @@ class ColumnCache(MutableMapping):
         """Save the admission policy's unsaved lookups (:mod:`.admitter`) if due, or
         with ``force`` if any (workers: with every heartbeat; at close)."""
         adm = self.admission
-        if adm is None or self._closed or self._disabled:
+        if adm is None or not self.health.usable:
             return
         if force or adm.save_due():
             adm.save(self.index)
@@ -763,14 +624,14 @@ class ColumnCache(MutableMapping):
     def looked_up(self, key: str, size: int) -> None:
         """Record a hit of ``key`` (``size`` bytes, its row's) for the admission policy."""
         adm = self.admission
-        if adm is not None and adm.looked_up(key, size) and not self._closed and not self._disabled:
+        if adm is not None and adm.looked_up(key, size) and self.health.usable:
             adm.save(self.index)  # other processes of the node see this process's hits soon
 
     def collect_orphans(self, max_files: int | None = None) -> int:
         """Delete data files that no row references (bounded work: up to
         ``max_files``, default :data:`~.maintenance.ORPHAN_BATCH`, looked at per
         call; only files older than ``orphan_after``).  Returns the number deleted."""
-        return maintenance.collect_orphans(self, max_files)
+        return self.maintenance.collect_orphans(max_files)
 
     def verify(self, on_entry: Callable[[], Any] | None = None) -> dict[str, int]:
         """Check every row's data file against its digest and tidy the directory.
@@ -785,12 +646,16 @@ class ColumnCache(MutableMapping):
             ``missing`` (evicted meanwhile, or the file was lost); ``orphans``
             (unreferenced data files deleted); ``temporaries`` (deleted).
         """
-        return maintenance.verify(self, on_entry)
+        self._settle()
+        self.health.check_open()
+        return self.maintenance.verify(on_entry)
 
     def info(self) -> dict[str, Any]:
         """``directory``, ``capacity``, ``size`` (bytes, as :meth:`volume`),
         ``entries``, ``packs``, ``oldest`` and ``newest`` store times (None when empty)."""
-        return maintenance.info(self)
+        self._settle()
+        self.health.check_open()
+        return {"directory": self.directory, "capacity": self.capacity, **self.maintenance.info()}
 
     # -------------------------------------------------------------- lifecycle
     def close(self, timeout: float | None = 60.0) -> None:
@@ -801,7 +666,7 @@ class ColumnCache(MutableMapping):
         left = self.writer.stop()
         if left:
             logger.warning("cacheaffinity: %d queued values of cache %s not written at close", left, self.directory)
-        self._closed = True
+        self.health.closed = True
         self.index.close()
         self.index.close_writer_connection()
 
@@ -812,5 +677,5 @@ class ColumnCache(MutableMapping):
         self.close()
 
     def __repr__(self) -> str:
-        state = " closed" if self._closed else (" disabled" if self._disabled else "")
+        state = " closed" if self.health.closed else (" disabled" if self.disabled else "")
         return f"<ColumnCache {self.directory!r} capacity={format_bytes(self.capacity)}{state}>"

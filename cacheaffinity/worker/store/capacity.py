@@ -10,7 +10,7 @@ This module owns the store's capacity policy:
   evicts down to it at once (:func:`impose`, one log line); any other process
   uses the recorded one (:func:`agree`).  Open caches follow a capacity another
   process recorded: writers in every insert transaction, workers with every
-  heartbeat (:meth:`~.cache.ColumnCache.follow_capacity`);
+  heartbeat (:meth:`Capacity.follow`);
 - **the capacity in force**: at most what the directory's file system can hold,
   the free space at open (plus what the cache already holds) minus a reserve
   (:func:`effective_capacity`, :func:`fit_to_disk`); per process, never recorded;
@@ -18,6 +18,9 @@ This module owns the store's capacity policy:
   (:func:`evict_rows`), down to a new capacity (:func:`shrink`), and, when the
   disk filled up below the capacity, data files first and rows after
   (:func:`make_room`).
+
+:class:`Capacity` owns one open cache's figures (the setting, the bound in
+force, where it came from) and keeps them in step with the directory.
 """
 
 from __future__ import annotations
@@ -25,15 +28,18 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import threading
 
 from dask.utils import format_bytes
 
 from cacheaffinity.exceptions import Closed
 from cacheaffinity.worker.store.files import DataFiles
+from cacheaffinity.worker.store.health import Health
 from cacheaffinity.worker.store.index import Index
 
 __all__ = [
     "GIVEN",
+    "Capacity",
     "MAX_EVICTIONS_PER_INSERT",
     "RESERVE_FRACTION",
     "RESERVE_MAX",
@@ -199,3 +205,106 @@ def make_room(index: Index, files: DataFiles, need: int) -> tuple[int, int]:
     except (sqlite3.Error, OSError, Closed) as e:
         logger.debug("cacheaffinity: eviction rows not removed on a full disk (%s)", e)
     return len(ids), freed
+
+
+# ------------------------------------------------------------ one open cache
+class Capacity:
+    """The capacity of one open cache: the setting and the bound in force.
+
+    Parameters
+    ----------
+    index, files
+        The cache's index and data files.
+    health
+        The cache's counters and state (nothing is followed once unusable).
+    directory : str
+        The cache directory.
+    configured : int
+        This process's capacity setting (the argument or the config).
+    fit_disk : bool
+        Keep the bound in force within what the file system holds (:func:`fit_to_disk`).
+    """
+
+    def __init__(self, index: Index, files: DataFiles, health: Health, directory: str,
+                 configured: int, *, fit_disk: bool):  # fmt: skip
+        self._index = index
+        self._files = files
+        self._health = health
+        self.directory = directory
+        #: The capacity setting: the argument (or config), or the directory's recorded one.
+        self.configured = int(configured)
+        #: Size bound in force, in bytes: :attr:`configured`, with ``fit_disk`` at
+        #: most what the file system holds.
+        self.in_force = self.configured
+        #: ``"directory"`` if the capacity was read from the index, else ``"argument"``.
+        self.source = "argument"
+        #: Free bytes on the file system at open (``fit_disk`` only; None: unknown).
+        self.free_at_open: int | None = None
+        self.fit_disk = bool(fit_disk)
+        self._lock = threading.Lock()
+
+    def reset_after_fork(self) -> None:
+        """A fresh lock in a forked child."""
+        self._lock = threading.Lock()
+
+    def settle(self, set_capacity: bool, heals: bool) -> None:
+        """At open: record this process's setting and evict down to it (:func:`impose`),
+        or adopt the directory's (:func:`agree`)."""
+        if set_capacity:
+            evicted, freed = impose(self._index, self._files, self.directory, self.configured)
+            self._health.count(evictions=evicted, bytes_evicted=freed)
+            return
+        recorded = agree(self._index, self.directory, self.configured, heals=heals)
+        if recorded is not None:
+            self.source = "directory"
+            self.configured = self.in_force = recorded
+
+    def _held(self) -> int:
+        return int(self._index.query("SELECT value FROM meta WHERE name = 'size'")[0][0])
+
+    def fit(self) -> None:
+        """At open (``fit_disk``): the bound in force at most what the file system holds."""
+        try:
+            held = 0 if self._health.disabled else self._held()
+        except (OSError, sqlite3.Error, ValueError) as e:
+            logger.debug("cacheaffinity: volume of %s unknown: %r", self.directory, e)
+            return
+        self.in_force, self.free_at_open = fit_to_disk(self.directory, self.configured, held)
+
+    def follow(self, con: sqlite3.Connection | None = None) -> int:
+        """Follow the capacity the directory records now; returns the bound in force.
+
+        ``con``: the connection of the caller's open transaction (the write path),
+        else a query of its own.  A change is logged once per process.
+        """
+        if not self._health.usable:
+            return self.in_force
+        sql = "SELECT value FROM settings WHERE name = 'capacity'"
+        if con is None:
+            rows = self._index.query(sql)
+            recorded = int(rows[0][0]) if rows else None
+        else:
+            row = con.execute(sql).fetchone()
+            recorded = None if row is None else int(row[0])
+        with self._lock:
+            if recorded is None or recorded == self.configured:
+                return self.in_force
+            old, self.configured = self.configured, recorded
+        capacity = recorded
+        if self.fit_disk:  # no lock held: the size query may wait for the index
+            if con is None:
+                held = self._held()
+            else:
+                held = int(con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0])
+            capacity = fit_to_disk(self.directory, recorded, held)[0]
+        with self._lock:
+            if self.configured != recorded:  # a newer change overtook this one
+                return self.in_force
+            self.in_force = capacity
+            self.source = "directory"
+        logger.info(
+            "cacheaffinity: cache directory %s: capacity %s -> %s, recorded by another process "
+            "(the last one started with %s given explicitly)",
+            self.directory, format_bytes(old), format_bytes(recorded), GIVEN,
+        )  # fmt: skip
+        return capacity

@@ -47,7 +47,7 @@ Atomic writes
     :func:`atomic_write` is the one way a file of a cache directory is written
     (data files here, ``forms/`` documents in :mod:`cacheaffinity.worker.forms`,
     ``node-id`` in :mod:`cacheaffinity.worker.node`): a new temporary created
-    with :data:`NEW_FILE` (never an existing file, never through a symbolic
+    with :data:`~.layout.NEW_FILE` (never an existing file, never through a symbolic
     link), then renamed (or hard-linked) to its name, the temporary removed on
     any failure.  Readers see a whole file or none.
 """
@@ -73,6 +73,7 @@ from cacheaffinity.worker.store.layout import (
     ALIGN,
     DATA_DIR,
     FILE_NAME,
+    NEW_FILE,
     TMP_DIR,
     aligned,
 )
@@ -92,12 +93,6 @@ _IOV = 1000
 def as_bytes(arr: np.ndarray) -> np.ndarray:
     """A C-contiguous array's data as a flat uint8 view (works for datetimes too)."""
     return arr.reshape(-1).view(np.uint8)
-
-
-#: ``os.open`` flags of every file a cache creates: a new file (``O_EXCL``: never
-#: an existing one, so never one planted in its place), never through a symbolic
-#: link (``O_NOFOLLOW``), not inherited by child processes.
-NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
 
 def atomic_write(

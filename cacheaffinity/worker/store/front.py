@@ -9,7 +9,9 @@ it does not hold.  (Chunk packs need no front: a chunk keeps the packs it read.)
 
 from __future__ import annotations
 
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, MutableMapping
 from typing import Any
@@ -17,15 +19,25 @@ from typing import Any
 from dask.utils import format_bytes
 
 from cacheaffinity import config
-from cacheaffinity.worker.store.cache import LIVE
-from cacheaffinity.worker.store.protocol import count_served, get_many, get_packs, put_pack
+from cacheaffinity.worker.store.protocol import ColumnStore, Pack, count_served, get_many, get_packs, put_pack
 
 __all__ = ["MemoryFront"]
 
 _MISSING = object()
 
+#: Every MemoryFront of this process, to replace their locks after fork.
+_LIVE: weakref.WeakValueDictionary[int, MemoryFront] = weakref.WeakValueDictionary()
 
-class MemoryFront(MutableMapping):
+
+def _reset_locks_after_fork() -> None:
+    for front in list(_LIVE.values()):
+        front._reset_locks()
+
+
+os.register_at_fork(after_in_child=_reset_locks_after_fork)
+
+
+class MemoryFront(MutableMapping, ColumnStore):
     """coffea's ``buffer_cache`` for one chunk: memory in front of a :class:`ColumnCache`.
 
     coffea asks for the same column buffer several times while it processes a
@@ -36,8 +48,9 @@ class MemoryFront(MutableMapping):
 
     Parameters
     ----------
-    store : MutableMapping or None
-        The node's disk store, normally a :class:`ColumnCache`; ``None`` keeps
+    store : ColumnStore, MutableMapping or None
+        The node's disk store, normally a :class:`ColumnCache` (any other mapping
+        keeps no chunk packs: :class:`~.protocol.MappingStore`); ``None`` keeps
         buffers in memory only (a worker whose cache directory is unusable).
     capacity : int or str, optional
         Bytes kept in memory; ``None`` reads ``cacheaffinity.worker.memory``.
@@ -62,7 +75,7 @@ class MemoryFront(MutableMapping):
         self.memory_bytes: int = 0
         self._lock = threading.Lock()
         self._counts = dict(hits=0, memory_hits=0, misses=0, bytes_served=0)
-        LIVE[id(self)] = self
+        _LIVE[id(self)] = self
 
     def _reset_locks(self) -> None:
         """A fresh lock in a forked child."""
@@ -112,8 +125,7 @@ class MemoryFront(MutableMapping):
     def get_many(self, keys: list[str]) -> dict[str, Any]:
         """``{key: buffer}`` of those ``keys`` held in memory or in the store.
 
-        One store query (``store.get_many``, if it has one) for all the keys
-        that are not in memory.
+        One store query (``store.get_many``) for all the keys that are not in memory.
         """
         out: dict[str, Any] = {}
         todo = []
@@ -143,7 +155,7 @@ class MemoryFront(MutableMapping):
         return out
 
     # chunk packs are not kept in memory here: a chunk keeps the packs it read
-    def get_packs(self, grp: str, start: int, stop: int) -> list:
+    def get_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
         return [] if self.store is None else get_packs(self.store, grp, start, stop)
 
     def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> None:

@@ -6,8 +6,8 @@ one for the background writer thread (its transactions may wait for other
 processes' write lock and must not hold up lookups), the schema and its version,
 the ``settings`` table every process agrees on (capacity, layout), and the
 rebuild of a damaged index.  It never touches data files except through the
-:class:`~cacheaffinity.worker.store.files.DataFiles` it is given (to check the
-rows it salvages and to drop an old layout's files).
+:class:`FileStore` it is given (the cache's :class:`~.files.DataFiles`: to check
+the rows it salvages and to drop an old layout's files).
 
 Notes
 -----
@@ -32,8 +32,13 @@ A damaged index heals
     processes' connections see like any other commit.
 
 Thread and process safety
-    Calls are serialised per connection by a lock; a connection never crosses
-    ``fork()`` (the child opens its own and never touches the parent's).
+    Calls are serialised per connection by a lock.  A process forks only when
+    no thread is inside SQLite through an :class:`Index`: the fork waits for
+    both locks of every one (``os.register_at_fork``; at worst for a transaction
+    that waits :data:`BUSY_TIMEOUT` for another process), so the child inherits
+    no statement or transaction in progress and no lock held.  A connection
+    never crosses ``fork()``: the child opens its own and never touches (nor
+    closes) the parent's.
 """
 
 from __future__ import annotations
@@ -47,10 +52,11 @@ import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+import weakref
+from collections.abc import Callable, Iterable, Iterator
+from typing import Protocol
 
 from cacheaffinity.exceptions import Closed, NewerLayout, OlderLayout, UntrustedDirectory
-from cacheaffinity.worker.store.files import NEW_FILE, DataFiles, unlink
 from cacheaffinity.worker.store.layout import (
     CORRUPT_SUFFIX,
     FILE_NAME,
@@ -58,13 +64,14 @@ from cacheaffinity.worker.store.layout import (
     LAYOUT_VERSION,
     LEGACY_SETTINGS_NAME,
     LOCK_NAME,
+    NEW_FILE,
     SCHEMA_VERSION,
     blocks,
 )
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-__all__ = ["Index", "corruption", "problem"]
+__all__ = ["FileStore", "Index", "corruption", "problem"]
 
 #: Seconds SQLite waits for another process's write transaction.
 BUSY_TIMEOUT = 30.0
@@ -140,6 +147,27 @@ def corruption(exc: BaseException) -> bool:
     return "malformed" in text or "not a database" in text
 
 
+class FileStore(Protocol):
+    """What an :class:`Index` uses of the cache's data files (:class:`~.files.DataFiles`)."""
+
+    uid: int
+    shared_gid: int | None
+
+    @property
+    def file_mode(self) -> int: ...
+
+    def path(self, name: str) -> str: ...
+
+    def remove(self, names: Iterable[str]) -> int: ...
+
+    def all_names(self) -> Iterator[str]: ...
+
+
+def _unlink(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
 class Index:
     """The SQLite index of one cache directory.
 
@@ -147,7 +175,7 @@ class Index:
     ----------
     directory : str
         The cache directory.
-    files : DataFiles
+    files : FileStore
         Its data files.
     heals : bool
         Rebuild a damaged index and drop an old layout (False: leave both as
@@ -162,7 +190,7 @@ class Index:
     def __init__(
         self,
         directory: str,
-        files: DataFiles,
+        files: FileStore,
         *,
         heals: bool = True,
         on_rebuilt: Callable[[], None] = lambda: None,
@@ -180,19 +208,31 @@ class Index:
         #: The background writer thread (it gets a connection of its own).
         self.writer_thread: threading.Thread | None = None
         self._next_heal = 0.0
+        #: Connections of the parent process (a forked child): kept, never used or closed.
         self._inherited: list[sqlite3.Connection] = []
-        self.reset_after_fork()
-        self._con: sqlite3.Connection | None = None
-        self._pid = os.getpid()
-
-    def reset_after_fork(self) -> None:
-        """Fresh locks (a fork may happen while a thread of the parent holds one)."""
         #: Guards the lookup connection (one statement or transaction at a time).
         self.lock = threading.RLock()
         #: Guards the writer thread's connection.
         self.wlock = threading.RLock()
         self._wcon: sqlite3.Connection | None = None
+        self._con: sqlite3.Connection | None = None
+        self._pid = os.getpid()
+        _OPEN.add(self)
+
+    def reset_after_fork(self) -> None:
+        """In a forked child: fresh locks, no writer thread, the parent's connections
+        set aside (closing them would act on the parent's SQLite state)."""
+        self.lock = threading.RLock()
+        self.wlock = threading.RLock()
+        self._inherited.extend(c for c in (self._con, self._wcon) if c is not None)
+        self._con = self._wcon = None
+        self._pid = os.getpid()
         self.writer_thread = None
+
+    def writer_started(self, thread: threading.Thread) -> None:
+        """``thread`` is the background writer from now on (a connection of its own)."""
+        self.close_writer_connection()
+        self.writer_thread = thread
 
     # ------------------------------------------------------------ connections
     @property
@@ -440,8 +480,8 @@ class Index:
 
     def _remove_everything(self) -> int:
         for suffix in ("-wal", "-shm", ""):
-            unlink(self.path + suffix)
-        unlink(os.path.join(self.directory, LEGACY_SETTINGS_NAME))
+            _unlink(self.path + suffix)
+        _unlink(os.path.join(self.directory, LEGACY_SETTINGS_NAME))
         return self.files.remove(list(self.files.all_names()))
 
     # -------------------------------------------------------------- settings
@@ -580,7 +620,7 @@ class Index:
                     if not good:  # the header itself is gone: start a new file
                         raw.close()
                         for suffix in ("-wal", "-shm", ""):
-                            unlink(self.path + suffix)
+                            _unlink(self.path + suffix)
                         raw = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
                         fresh.backup(raw)
                 finally:
@@ -603,5 +643,36 @@ class Index:
 
 def _has_tables(con: sqlite3.Connection) -> bool:
     return con.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] > 0
+
+
+# ------------------------------------------------------------------- fork
+#: Every Index of this process (the fork hooks below).
+_OPEN: weakref.WeakSet[Index] = weakref.WeakSet()
+#: The locks the forking thread holds between ``before`` and ``after_in_parent``.
+_HELD: list[threading.RLock] = []
+
+
+def _before_fork() -> None:
+    """Wait until no thread is inside SQLite through an Index, and hold it so."""
+    for index in list(_OPEN):
+        for lock in (index.wlock, index.lock):  # the writer thread may take lock inside wlock
+            lock.acquire()
+            _HELD.append(lock)
+
+
+def _after_fork_in_parent() -> None:
+    while _HELD:
+        _HELD.pop().release()
+
+
+def _after_fork_in_child() -> None:
+    _HELD.clear()
+    for index in list(_OPEN):
+        index.reset_after_fork()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
 
 

@@ -37,6 +37,7 @@ entries dropped when it is opened, never read):
 
 from __future__ import annotations
 
+import os
 import re
 
 import xxhash
@@ -69,6 +70,11 @@ ENTRIES = (
     TMP_DIR,
     FORMS_DIR,
 )
+
+#: ``os.open`` flags of every file a cache creates: a new file (``O_EXCL``: never
+#: an existing one, so never one planted in its place), never through a symbolic
+#: link (``O_NOFOLLOW``), not inherited by child processes.
+NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 
 #: Sizes are accounted in whole file-system blocks (a 10-byte array uses 4 KiB).
 BLOCK = 4096

@@ -4,9 +4,9 @@ With ``write_queue > 0`` (workers: ``cacheaffinity.worker.write-queue``) a store
 only queues the value and returns, so a chunk task never waits for the disk or
 SQLite's write lock.  :class:`WriteBehind` owns that queue and its thread: the
 thread gathers queued items for up to :data:`WRITE_COALESCE` seconds after the
-first (at most :data:`WRITE_BATCH`), and hands them to the cache's
-``store_many`` (one index transaction for the batch; item by item with
-``store_one`` if that fails).  Queued items are served by the cache's reads
+first (at most :data:`WRITE_BATCH`), and hands them to its ``write`` callable
+(the cache's :meth:`~.writes.WritePath.write_batch`: one index transaction for the
+batch; item by item if that fails).  Queued items are served by the cache's reads
 (:meth:`WriteBehind.pending_item`, :meth:`WriteBehind.pending_items`).  When
 the queued bytes would exceed the bound, an item is dropped (not cached) instead
 of blocking the task.  Items must not be modified after they were queued.
