@@ -94,8 +94,8 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_peers.py::test_a_peer_that_does_not_answer_is_a_miss",
     ),
 }
-#: fixtures whose tests are in a tier: acting as a second Unix user needs root.
-FIXTURE_TIERS = {"adversary": "root", "small_disk": "root"}
+#: fixtures whose tests are in a tier: a second Unix user and mounts need root.
+FIXTURE_TIERS = {"adversary": "root", "small_disk": "root", "tiny_tmpfs": "root", "read_only_view": "root"}
 
 
 def pytest_collection_modifyitems(config, items):
