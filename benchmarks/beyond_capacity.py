@@ -2,7 +2,7 @@
 
 With first-in-first-out eviction, a re-run whose working set is larger than the node caches
 gets almost no hits, run after run (every run evicts what the next one needs first).  The
-``rank`` admission policy (:class:`cacheaffinity.worker.store.admission.StableRank`, setting
+``rank`` admission policy (:class:`cacheaffinity.worker._store.admission.StableRank`, setting
 ``cacheaffinity.worker.admission``) keeps the lowest-stable-rank part of a repeated scan: about
 capacity / working set of it should hit from run 3 on (the simulator's figures:
 ``benchmarks/simulate.py``, ``simulate_capacity.json``).  This is the measurement on a real

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 from benchmarks._common import parser, write_json  # noqa: E402
 from cacheaffinity import config  # noqa: E402
-from cacheaffinity.worker.store import ColumnCache  # noqa: E402
+from cacheaffinity.worker._store import ColumnCache  # noqa: E402
 
 
 def main(argv=None) -> int:

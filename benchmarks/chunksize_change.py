@@ -9,7 +9,7 @@ its own, initially empty, cache directory:
 run 1 chunksize C (cold), run 2 C, run 3 C/2, run 4 0.4*C (not cluster aligned), run 5 1.5*C.
 
 ``--compare N`` (default 3): a second cluster of W workers whose chunk tasks cache per chunk
-entry range, as before layout 3 (``cacheaffinity.coffea.work.CHUNK_PACKS = False``), is
+entry range, as before layout 3 (``cacheaffinity.coffea._work.CHUNK_PACKS = False``), is
 warmed with one run at C; then N warm runs at C of each layout, interleaved, give the ratio
 of their wall times (``warm_comparison`` in the JSON): the warm run with an unchanged
 chunksize must be no slower than before.
@@ -85,7 +85,7 @@ def old_placement():
 
 def _chunk_keyed() -> None:
     """In a worker: cache per chunk range, as before layout 3 (for the comparison)."""
-    from cacheaffinity.coffea import work
+    from cacheaffinity.coffea import _work as work
 
     work.CHUNK_PACKS = False
 

@@ -1,15 +1,15 @@
 """Micro-benchmark of the locator's per-task bookkeeping and steal preference (runs in-process).
 
 A diagnostic beside ``scheduler_overhead.py``: real
-:class:`~cacheaffinity.scheduler.locator.Locator` objects (with a real
-:class:`~cacheaffinity.scheduler.membership.Membership` of Dask ``WorkerState`` objects
+:class:`~cacheaffinity.scheduler._locator.Locator` objects (with a real
+:class:`~cacheaffinity.scheduler._membership.Membership` of Dask ``WorkerState`` objects
 and a real :class:`~cacheaffinity.placement.TorusPlacement`) and real Dask
 ``TaskState`` objects, no cluster.  Times, as the minimum of ``--repeats`` runs,
 for the locator of this checkout and for the one of a base commit (``--base``, loaded from
 git into a module of its own) in one invocation:
 
 - ``steal/<state>``: one steal preference (this checkout:
-  :func:`~cacheaffinity.scheduler.stealing.steal_preference`; a base before the
+  :func:`~cacheaffinity.scheduler._stealing.steal_preference`; a base before the
   stealing rule moved there: ``Locator.steal_preference``) over a victim queue of
   ``--tasks`` chunk tasks (coffea stripe ids with entry ranges, a tenth of them crossing a
   stripe boundary), with the victim's chunks ``cold`` (no holder known), ``warm`` (the
@@ -48,22 +48,22 @@ from distributed.scheduler import TaskGroup, TaskPrefix, TaskState, WorkerState 
 
 from cacheaffinity.placement import TorusPlacement  # noqa: E402
 from cacheaffinity.scheduler import _distributed  # noqa: E402
-from cacheaffinity.scheduler import locator as current  # noqa: E402
-from cacheaffinity.scheduler.membership import Membership  # noqa: E402
-from cacheaffinity.scheduler.stealing import steal_preference  # noqa: E402
+from cacheaffinity.scheduler import _locator as current  # noqa: E402
+from cacheaffinity.scheduler._membership import Membership  # noqa: E402
+from cacheaffinity.scheduler._stealing import steal_preference  # noqa: E402
 
 NODES = 4
 STRIPE = 1000
 
 
 def load_base(commit: str) -> types.ModuleType:
-    """``cacheaffinity/scheduler/locator.py`` at ``commit``, as a module of its own."""
+    """``cacheaffinity/scheduler/_locator.py`` at ``commit``, as a module of its own."""
     src = subprocess.run(
-        ["git", "show", f"{commit}:cacheaffinity/scheduler/locator.py"],
+        ["git", "show", f"{commit}:cacheaffinity/scheduler/_locator.py"],
         cwd=ROOT, check=True, capture_output=True, text=True,
     ).stdout
     mod = types.ModuleType("cacheaffinity.scheduler._locator_base")
-    mod.__file__ = f"<{commit}:cacheaffinity/scheduler/locator.py>"
+    mod.__file__ = f"<{commit}:cacheaffinity/scheduler/_locator.py>"
     sys.modules[mod.__name__] = mod
     exec(compile(src, mod.__file__, "exec"), mod.__dict__)
     return mod

@@ -6,16 +6,16 @@ simulated, with the project's *real* decision code in the loop:
 - placement: :class:`cacheaffinity.placement.TorusPlacement` itself (``assign`` for
   homes, ``rankings(..., 2)`` for the runner-up node the stealing policy looks at);
 - cacheaffinity's stealing: the pure functions the scheduler's ``LocalityStealing``
-  calls (:func:`~cacheaffinity.scheduler.stealing.track_idle`,
-  :func:`~cacheaffinity.scheduler.stealing.plan_steals`,
-  :func:`~cacheaffinity.scheduler.stealing.choose_steal`) with the default settings of
+  calls (:func:`~cacheaffinity.scheduler._stealing.track_idle`,
+  :func:`~cacheaffinity.scheduler._stealing.plan_steals`,
+  :func:`~cacheaffinity.scheduler._stealing.choose_steal`) with the default settings of
   ``cacheaffinity.yaml`` (idle-time 250 ms, backlog 1, warm-backlog 2, interval 100 ms, max-moves 8);
-- the locator: :func:`~cacheaffinity.scheduler.locator.follow_holders` (each chunk to
+- the locator: :func:`~cacheaffinity.scheduler._locator.follow_holders` (each chunk to
   the node that processed it last, bounded by ``locator-slack`` x the node's fair share
-  by threads x learned speed) and :class:`~cacheaffinity.scheduler.locator.NodeSpeed`
+  by threads x learned speed) and :class:`~cacheaffinity.scheduler._locator.NodeSpeed`
   (learned seconds per task: EWMA with hysteresis), fed with each task's duration, and
-  :func:`~cacheaffinity.scheduler.stealing.warm_threshold` (warm steals scaled by the
-  learned speeds) with :class:`~cacheaffinity.scheduler.stealing.WarmStealCost` (what a
+  :func:`~cacheaffinity.scheduler._stealing.warm_threshold` (warm steals scaled by the
+  learned speeds) with :class:`~cacheaffinity.scheduler._stealing.WarmStealCost` (what a
   stolen warm chunk took its thief, learned per thief node); the bookkeeping of ``Locator.finished`` is mirrored in ``_finish``.
   ``cacheaffinity-hashlocator`` is the earlier locator (only chunks stolen last
   run, while their hash placement is unchanged; no speeds).
@@ -49,7 +49,7 @@ Modelled, not real (documented assumptions):
 - **caches**: per node, bounded in bytes, FIFO eviction like ``ColumnCache``
   (alternatives for comparison: ``keep`` = admit only while there is room, ``random``
   eviction, and the admission policies ``rank``, ``rank-theta``, ``rank-fifo``,
-  ``s3fifo``): the classes of :mod:`cacheaffinity.worker.store.admission` themselves,
+  ``s3fifo``): the classes of :mod:`cacheaffinity.worker._store.admission` themselves,
   fed with every lookup (when a chunk task ends) and offered every miss. A node's cache
   survives when the node leaves (node-local disk).
 - **offline optimum** (capacity scenarios, ``<mode>+optimal``): per node, over the
@@ -109,9 +109,9 @@ from _common import parser, print_table, pyplot, save_png, write_json
 from placement import _hash_all, _mix64  # the hash baselines' helpers (benchmarks/placement.py)
 
 from cacheaffinity.placement import TorusPlacement
-from cacheaffinity.worker.store.admission import make_policy
-from cacheaffinity.scheduler.locator import NodeSpeed, follow_holders
-from cacheaffinity.scheduler.stealing import (
+from cacheaffinity.worker._store.admission import make_policy
+from cacheaffinity.scheduler._locator import NodeSpeed, follow_holders
+from cacheaffinity.scheduler._stealing import (
     COLD,
     THIEF_HOLDS,
     VICTIM_HOLDS,
@@ -152,7 +152,7 @@ POLICIES = {
     "cacheaffinity-nopeers": ("torus", "locality", True),
 }
 #: Policies whose chunk tasks fetch a local miss from the node holding the chunk
-#: (cacheaffinity.worker.peers): the locator's holder, if alive and caching it.
+#: (cacheaffinity.worker._peers): the locator's holder, if alive and caching it.
 PEER_POLICIES = {"cacheaffinity"}
 
 CLUSTERS = {
@@ -196,7 +196,7 @@ FULL = {
     },
     # working sets larger than the caches (scenarios beyond_capacity, workload_change,
     # two_analyses; cacheaffinity placement): the cache policies of
-    # cacheaffinity.worker.store.admission against the offline optimum
+    # cacheaffinity.worker._store.admission against the offline optimum
     # beyond_capacity: a node's share of the dataset / its cache
     "beyond_ratios": [1.25, 2.0, 4.0],
     "capacity_policies": ["fifo", "keep", "random", "rank", "rank-theta", "rank-fifo", "s3fifo"],
@@ -331,7 +331,7 @@ def make_placement(kind: str, cfg: dict):
 # ====================================================================== caches
 class NodeCache:
     """Byte-bounded chunk cache of one node: the policy objects of
-    :mod:`cacheaffinity.worker.store.admission` (``fifo``: ColumnCache's policy, ``keep``,
+    :mod:`cacheaffinity.worker._store.admission` (``fifo``: ColumnCache's policy, ``keep``,
     ``random``, ``rank``, ``rank-theta``, ``rank-fifo``, ``s3fifo``) decide what is
     admitted and evicted; unbounded (``capacity`` None): everything is kept.  ``log``
     (a list, if given) records every lookup ``(key, size)`` in order; ``written`` counts

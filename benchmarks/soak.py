@@ -197,7 +197,7 @@ __all__ = [
 DEFAULT_DATA = ROOT / ".bench-data" / "soak"
 USERS = ("alice", "bob")
 LOGGERS = ("distributed", "cacheaffinity")
-#: cache directory files of the SQLite index (``cacheaffinity.worker.store.layout``)
+#: cache directory files of the SQLite index (``cacheaffinity.worker._store.layout``)
 INDEX_FILES = ("columns.sqlite3", "columns.sqlite3-wal", "columns.sqlite3-shm")
 BLOCK = 4096
 
@@ -384,11 +384,11 @@ def prepare_datasets(cfg: Config) -> dict[str, list[str]]:
 
 def chunk_ids(files: dict[str, list[str]]) -> int:
     """Chunk ids the soak's runs can place: every placement stripe of every file
-    (:func:`cacheaffinity.coffea.identity.default_stripe_entries`, whatever the chunksize)
+    (:func:`cacheaffinity.coffea._identity.default_stripe_entries`, whatever the chunksize)
     and one preprocessing id per file: what bounds the locator's ``holder``."""
     import uproot
 
-    from cacheaffinity.coffea.identity import default_stripe_entries
+    from cacheaffinity.coffea._identity import default_stripe_entries
 
     n = 0
     for fs in files.values():

@@ -77,7 +77,7 @@ TASK = "ChunkTask.__call__"
 def _copies_install() -> None:
     """In a worker: add up what every chunk's pack mapping served and copied
     (:attr:`PackSourceMapping.bytes_served` / ``bytes_copied``) when it finishes."""
-    from cacheaffinity.coffea import packs
+    from cacheaffinity.coffea import _packs as packs
 
     cls = packs.PackSourceMapping
     if getattr(cls, "_bench_copies", None) is not None:
@@ -95,7 +95,7 @@ def _copies_install() -> None:
 
 def _copies_read() -> dict:
     """In a worker: the totals since the last call (then reset)."""
-    from cacheaffinity.coffea import packs
+    from cacheaffinity.coffea import _packs as packs
 
     totals = getattr(packs.PackSourceMapping, "_bench_copies", None) or {}
     out = dict(totals)

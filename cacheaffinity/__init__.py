@@ -9,7 +9,7 @@ decompressed columns.  The package is laid out by the process each part runs in:
   N-dimensional torus and assigns each chunk to the nearest node (L1).
 - :mod:`cacheaffinity.scheduler` (scheduler): :class:`CacheAffinityPlugin` places
   chunk tasks on their cache node; :class:`LocalityStealing` throttles stealing
-  (:mod:`cacheaffinity.scheduler.stealing`).
+  (:mod:`cacheaffinity.scheduler._stealing`).
 - :mod:`cacheaffinity.worker` (workers): :class:`ColumnCache` on local disk,
   :class:`CacheWorkerPlugin`.
 - :mod:`cacheaffinity.coffea` (client and workers): :class:`CacheAffinityExecutor`
@@ -50,15 +50,15 @@ from cacheaffinity.client import (
     where,
 )
 # imports neither coffea nor uproot (cacheaffinity.coffea imports them on first use)
-from cacheaffinity.coffea.buffer_cache import cachestrategy
+from cacheaffinity.coffea._buffer_cache import cachestrategy
 from cacheaffinity.placement import TorusPlacement
 # what ``--preload cacheaffinity`` runs: distributed looks up ``dask_setup`` in the
 # module it is named and passes command-line options only to a click command
 from cacheaffinity.preload import command_line_setup as dask_setup
 from cacheaffinity.protocol import ANNOTATION, PLUGIN_NAME
 from cacheaffinity.scheduler import CacheAffinityPlugin, LocalityStealing
-from cacheaffinity.worker.plugin import CacheWorkerPlugin, worker_cache
-from cacheaffinity.worker.store import ColumnCache, MemoryFront
+from cacheaffinity.worker._plugin import CacheWorkerPlugin, worker_cache
+from cacheaffinity.worker._store import ColumnCache, MemoryFront
 
 __all__ = [
     "ANNOTATION",

@@ -23,8 +23,8 @@ class LogOnce:
 
     A module-level object logs once per process (the coffea chunk tasks'
     conditions); an attribute of an object once per that object (each
-    :class:`~cacheaffinity.worker.store.ColumnCache`, each
-    :class:`~cacheaffinity.worker.forms.FormStore`).
+    :class:`~cacheaffinity.worker._store.ColumnCache`, each
+    :class:`~cacheaffinity.worker._forms.FormStore`).
 
     Parameters
     ----------

@@ -1,7 +1,7 @@
 """The chunk-id grammar: ``<file>/<tree>/s<S>:<k>`` (client, workers, scheduler).
 
 A coffea chunk id names a placement *stripe*: entries ``[k*S, (k+1)*S)`` of a
-file's tree.  The client builds it (:func:`cacheaffinity.coffea.identity.chunk_identity`
+file's tree.  The client builds it (:func:`cacheaffinity.coffea._identity.chunk_identity`
 calls :func:`format_chunk_id`); the scheduler's locator reads it back
 (:func:`parse_stripe`) to remember a task's entries under each stripe they fall in.
 This module is the one place that knows the format; it imports nothing of

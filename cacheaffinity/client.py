@@ -366,14 +366,14 @@ def run_stats(client, run: str | None = None, last: int = 1) -> list[dict]:
     "peer_hits", "misses", "bytes_served", "peer_bytes", "storage_bytes",
     "storage_opens", "steals", "uncached_chunks"}``, added up from what the
     run's chunk tasks reported about themselves (see
-    :mod:`cacheaffinity.scheduler.runs`).  A coroutine to await with an
+    :mod:`cacheaffinity.scheduler._runs`).  A coroutine to await with an
     asynchronous client.
     """
     return _call(client, _scheduler_run_stats, {"run": run, "last": int(last)})
 
 
 def forecast(client, run: str, wait: float = 2.0) -> dict | None:
-    """The working-set forecast of run ``run`` (:mod:`cacheaffinity.scheduler.forecast`):
+    """The working-set forecast of run ``run`` (:mod:`cacheaffinity.scheduler._forecast`):
     ``{"hit_rate", "capacity_hit_rate", "need_bytes", "chunks", "new_chunks", "nodes":
     {node: {...}}}``, or None if the scheduler has no such run (waits at most ``wait``
     seconds for a run just submitted).  A coroutine to await with an asynchronous client.

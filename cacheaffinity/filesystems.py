@@ -2,7 +2,7 @@
 
 Defines :func:`filesystem_of` and :data:`NETWORK_FILESYSTEMS`, read from this
 machine's ``/proc/mounts``.  Used where a cache directory is chosen or checked:
-by workers (:func:`cacheaffinity.worker.directory.default_directory`, the
+by workers (:func:`cacheaffinity.worker._directory.default_directory`, the
 plugin's start-up line) and by the client-side dask-jobqueue recipes
 (:mod:`cacheaffinity.jobqueue`), which is why it belongs to neither: the
 worker side never imports ``jobqueue`` and ``jobqueue`` never imports the

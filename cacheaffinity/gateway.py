@@ -12,7 +12,7 @@ What a gateway-managed cluster needs
       distributed refuses a second click preload, so the scheduler loads the
       click-free ``--preload cacheaffinity.preload`` (:mod:`cacheaffinity.preload`),
       which takes its settings from the Dask config.
-    * Workers run :class:`~cacheaffinity.worker.plugin.CacheWorkerPlugin` (the same
+    * Workers run :class:`~cacheaffinity.worker._plugin.CacheWorkerPlugin` (the same
       preload) with a cache directory on node-local disk.  Gateway worker names
       are random per launch (32 hex digits), so the directory must not
       contain ``{name}``: the default (``~/.cache/cacheaffinity`` when local) or a

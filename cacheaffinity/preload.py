@@ -19,7 +19,7 @@ Both share :func:`setup`, so they do the same thing:
 
 * on a scheduler, add :class:`~cacheaffinity.scheduler.CacheAffinityPlugin`
   (and with it the dashboard page);
-* on a worker, add :class:`~cacheaffinity.worker.plugin.CacheWorkerPlugin` before the
+* on a worker, add :class:`~cacheaffinity.worker._plugin.CacheWorkerPlugin` before the
   worker registers;
 * invalid settings never leave a server running without its plugin (Dask only
   logs a failing preload): :func:`refuse` ends a ``dask`` process with one
@@ -75,7 +75,7 @@ async def setup(
     from distributed import Scheduler, Worker
 
     from cacheaffinity.scheduler import CacheAffinityPlugin
-    from cacheaffinity.worker.plugin import CacheWorkerPlugin
+    from cacheaffinity.worker._plugin import CacheWorkerPlugin
 
     _log_like_distributed()
     if isinstance(server, Scheduler):

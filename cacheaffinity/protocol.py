@@ -27,7 +27,7 @@ HOST_NODE_PREFIX = "host:"
 #: for every worker of the node), as opposed to per-process counters.
 DIRECTORY_WIDE = frozenset({"bytes", "entries", "capacity", "configured_capacity"})
 #: Scheduler handler naming the nodes that processed a chunk task's entries
-#: (asked by a worker whose task missed columns; see cacheaffinity.worker.peers).
+#: (asked by a worker whose task missed columns; see cacheaffinity.worker._peers).
 HOLDERS_HANDLER = "cacheaffinity_holders"
 #: Worker handler that sends the chunk packs of a tree overlapping an entry range.
 PACKS_HANDLER = "cacheaffinity_packs"

@@ -83,7 +83,7 @@ def fill(directory, n: int = 3, capacity: str = "1 MiB", admission: str = "fifo"
     """Store ``n`` plain entries (one 4 KiB block each) in a cache in ``directory``;
     returns them.  ``admission="fifo"`` (the default here) leaves the index as the
     entries alone make it (no admission state: tests that damage its pages)."""
-    from cacheaffinity.worker.store import ColumnCache
+    from cacheaffinity.worker._store import ColumnCache
 
     values = {f"uuid/Events/0-10/data/col{i}": np.arange(i, i + 300, dtype=np.int64) for i in range(n)}
     with ColumnCache(directory, capacity=capacity, admission=admission) as cache:

@@ -38,10 +38,10 @@ from distributed.utils_test import gen_cluster
 
 import cacheaffinity
 from testbed import skip_or_fail
-from cacheaffinity.worker.store import maintenance as store_maintenance
-from cacheaffinity.worker.directory import UntrustedDirectory, trusted_directory
-from cacheaffinity.worker.node import read_or_create_node_id
-from cacheaffinity.worker.store import DATA_DIR, INDEX_NAME, ColumnCache, MemoryFront
+from cacheaffinity.worker._store import maintenance as store_maintenance
+from cacheaffinity.worker._directory import UntrustedDirectory, trusted_directory
+from cacheaffinity.worker._directory import read_or_create_node_id
+from cacheaffinity.worker._store import DATA_DIR, INDEX_NAME, ColumnCache, MemoryFront
 from helpers import Processes, fill
 from examples.analysis import DimuonJetProcessor, summary
 
@@ -552,7 +552,7 @@ def test_where_with_a_bad_address_returns_promptly():
 # ====================================================================== orphans
 WRITER = """
 import sys, numpy as np
-from cacheaffinity.worker.store import ColumnCache
+from cacheaffinity.worker._store import ColumnCache
 cache = ColumnCache(sys.argv[1], capacity=sys.argv[2])
 print("ready", flush=True)
 i = int(sys.argv[3])

@@ -90,11 +90,11 @@ def test_warm_run_profile_counts_read_path_samples_inside_chunk_tasks(tmp_path):
     a chunk task, from py-spy's raw format (frame;frame;... count)."""
     from benchmarks import warm_run_profile as wrp
 
-    task = "ChunkTask.__call__ (cacheaffinity/coffea/work.py:250)"
-    ex = "PackSourceMapping.extract_column (cacheaffinity/coffea/packs.py:166)"
-    gp = "ColumnCache.get_packs (cacheaffinity/worker/store/cache.py:557)"
-    q = "Index.query (cacheaffinity/worker/store/index.py:343)"
-    rd = "DataFiles.read (cacheaffinity/worker/store/files.py:350)"
+    task = "ChunkTask.__call__ (cacheaffinity/coffea/_work.py:250)"
+    ex = "PackSourceMapping.extract_column (cacheaffinity/coffea/_packs.py:166)"
+    gp = "ColumnCache.get_packs (cacheaffinity/worker/_store/cache.py:557)"
+    q = "Index.query (cacheaffinity/worker/_store/index.py:343)"
+    rd = "DataFiles.read (cacheaffinity/worker/_store/files.py:350)"
     (tmp_path / "a.txt").write_text(
         f"_bootstrap (threading.py:1);{task};process (realistic.py:9) 50\n"
         f"_bootstrap (threading.py:1);{task};{ex};{gp};{q} 7\n"

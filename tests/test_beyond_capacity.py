@@ -9,7 +9,7 @@ import pytest
 from coffea import processor
 
 import cacheaffinity
-from cacheaffinity.cli.scheduler import _forecast_lines
+from cacheaffinity.cli._scheduler import _forecast_lines
 from examples.analysis import DimuonJetProcessor, summary
 from helpers import cache_client, run_coffea
 from testbed.synthetic import make_dataset
@@ -54,8 +54,8 @@ def working_set(tmp_path, fileset) -> int:
 
 def _shown(dask_scheduler=None):
     """The forecast as the dashboard header and the Prometheus gauges show it."""
-    from cacheaffinity.scheduler.dashboard import _forecast_text
-    from cacheaffinity.scheduler.metrics import CacheAffinityMetricCollector
+    from cacheaffinity.scheduler._dashboard import _forecast_text
+    from cacheaffinity.scheduler._metrics import CacheAffinityMetricCollector
 
     plugin = dask_scheduler.plugins["cacheaffinity"]
     gauges = {}

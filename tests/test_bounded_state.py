@@ -1,7 +1,7 @@
 """Bounds of in-memory state that once grew without bound in a long-lived scheduler or
 worker (found by benchmarks/soak.py and by reading what it measures).
 
-* ``cacheaffinity.worker.peers._DOWN`` (each worker process): every peer address that
+* ``cacheaffinity.worker._peers._DOWN`` (each worker process): every peer address that
   once failed to answer stayed for the life of the process, and a killed or restarted
   worker comes back at a new address: now only the peers that failed in the last
   ``DOWN_SECONDS``.
@@ -27,14 +27,14 @@ from distributed.core import Status
 from distributed.scheduler import WorkerState
 
 from cacheaffinity.placement import TorusPlacement
-from cacheaffinity.scheduler import membership as membership_mod
-from cacheaffinity.scheduler.counters import NodeCounters
-from cacheaffinity.scheduler.inheritance import Inheritance
-from cacheaffinity.scheduler.locator import Locator
-from cacheaffinity.scheduler.membership import MAX_DEPARTED, Membership
-from cacheaffinity.scheduler.stealing import LocalityStealing
-from cacheaffinity.worker import forms, peers
-from cacheaffinity.worker.forms import FormStore
+from cacheaffinity.scheduler import _membership as membership_mod
+from cacheaffinity.scheduler._counters import NodeCounters
+from cacheaffinity.scheduler._inheritance import Inheritance
+from cacheaffinity.scheduler._locator import Locator
+from cacheaffinity.scheduler._membership import MAX_DEPARTED, Membership
+from cacheaffinity.scheduler._stealing import LocalityStealing
+from cacheaffinity.worker import _forms as forms, _peers as peers
+from cacheaffinity.worker._forms import FormStore
 
 LIVE = 4
 
@@ -192,7 +192,7 @@ def test_form_documents_are_bounded_oldest_first(tmp_path):
 def test_the_plugins_per_node_counters_are_bounded_too(monkeypatch):
     """``plugin.node_counters`` and the nodes ``plugin.inheritance`` saw keep the live
     nodes and the last ``MAX_DEPARTED`` that left, as the locator does."""
-    from cacheaffinity.scheduler.plugin import CacheAffinityPlugin
+    from cacheaffinity.scheduler._plugin import CacheAffinityPlugin
 
     monkeypatch.setattr(membership_mod, "MAX_DEPARTED", 8)
     plugin = CacheAffinityPlugin()

@@ -15,9 +15,9 @@ import pytest
 from distributed import Client
 
 import cacheaffinity
-from cacheaffinity.worker.forms import FormStore
-from cacheaffinity.worker.node import read_or_create_node_id
-from cacheaffinity.worker.store import ColumnCache
+from cacheaffinity.worker._forms import FormStore
+from cacheaffinity.worker._directory import read_or_create_node_id
+from cacheaffinity.worker._store import ColumnCache
 from helpers import Processes
 
 BIN = Path(sys.executable).parent

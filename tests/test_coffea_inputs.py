@@ -17,7 +17,7 @@ from coffea import processor
 from coffea.nanoevents import NanoAODSchema
 
 import cacheaffinity
-from cacheaffinity.coffea import adapter
+from cacheaffinity.coffea import _adapter as adapter
 from examples.analysis import DimuonJetProcessor, summary
 from helpers import cache_client, counted, run_coffea
 

@@ -28,7 +28,7 @@ from tornado.httpclient import AsyncHTTPClient, HTTPClient
 import cacheaffinity
 from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin
 from cacheaffinity.protocol import HOST_NODE_PREFIX
-from cacheaffinity.scheduler.dashboard import (
+from cacheaffinity.scheduler._dashboard import (
     INDIVIDUAL_NAME,
     INDIVIDUAL_PAGE,
     PAGE,

@@ -21,7 +21,7 @@ import cacheaffinity
 from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin
 from cacheaffinity.protocol import HOST_NODE_PREFIX
 from cacheaffinity.scheduler import _distributed
-from cacheaffinity.scheduler.stealing import CALLBACK_NAME
+from cacheaffinity.scheduler._stealing import CALLBACK_NAME
 
 PRELOAD = {"distributed.scheduler.preload": ["cacheaffinity"]}
 #: the chunk-task policy as eager as it gets: any idle worker steals at once

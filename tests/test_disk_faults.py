@@ -13,8 +13,8 @@ import subprocess
 import numpy as np
 import pytest
 
-from cacheaffinity.worker.node import read_or_create_node_id
-from cacheaffinity.worker.store import ColumnCache
+from cacheaffinity.worker._directory import read_or_create_node_id
+from cacheaffinity.worker._store import ColumnCache
 
 from testbed import skip_or_fail  # noqa: E402
 

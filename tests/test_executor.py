@@ -232,7 +232,7 @@ def test_gc_setting_freezes_once_after_the_first_chunk(tmp_path, nanoaod_dir):
     in-process cluster leaves the user's process alone.  Results are unchanged."""
     import gc
 
-    from cacheaffinity.worker.collector import resolve
+    from cacheaffinity.worker._collector import resolve
 
     assert resolve("auto") == "python"  # this test process is nobody's worker
     fileset = {"dy": [str(nanoaod_dir / "nano_dy.root")]}

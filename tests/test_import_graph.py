@@ -134,7 +134,7 @@ def test_the_checker_counts_every_import(tmp_path, monkeypatch):
 
 def test_cacheaffinity_import_graph_is_acyclic():
     graph = import_graph()
-    assert "cacheaffinity.scheduler.plugin" in graph and len(graph) > 10
+    assert "cacheaffinity.scheduler._plugin" in graph and len(graph) > 10
     assert find_cycle(graph) is None, " -> ".join(find_cycle(graph))
 
 
@@ -144,7 +144,7 @@ def test_worker_import_chains_are_short():
     graph = import_graph()
     worker = {m: {n for n in graph[m] if _in(n, "cacheaffinity.worker")}
               for m in graph if _in(m, "cacheaffinity.worker")}  # fmt: skip
-    assert "cacheaffinity.worker.store.cache" in worker
+    assert "cacheaffinity.worker._store.cache" in worker
     assert find_cycle(worker) is None, " -> ".join(find_cycle(worker))
     chain = longest_chain(graph, "cacheaffinity.worker")
     assert len(chain) <= MAX_WORKER_CHAIN, " -> ".join(chain)
@@ -153,13 +153,13 @@ def test_worker_import_chains_are_short():
 @pytest.mark.parametrize(
     "module, must_not_import",
     [
-        pytest.param("cacheaffinity.scheduler.stealing", "cacheaffinity.scheduler.plugin",
+        pytest.param("cacheaffinity.scheduler._stealing", "cacheaffinity.scheduler._plugin",
                      id="stealing-not-plugin"),
-        pytest.param("cacheaffinity.scheduler.locator", "cacheaffinity.scheduler.stealing",
+        pytest.param("cacheaffinity.scheduler._locator", "cacheaffinity.scheduler._stealing",
                      id="locator-not-stealing"),
-        pytest.param("cacheaffinity.scheduler.locator", "cacheaffinity.scheduler.plugin",
+        pytest.param("cacheaffinity.scheduler._locator", "cacheaffinity.scheduler._plugin",
                      id="locator-not-plugin"),
-        pytest.param("cacheaffinity.scheduler.membership", "cacheaffinity.scheduler.plugin",
+        pytest.param("cacheaffinity.scheduler._membership", "cacheaffinity.scheduler._plugin",
                      id="membership-not-plugin"),
         pytest.param("cacheaffinity.placement", "distributed", id="placement-pure"),
     ],

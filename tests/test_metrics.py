@@ -12,7 +12,7 @@ from tornado.httpclient import AsyncHTTPClient
 import cacheaffinity
 from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin
 from cacheaffinity.protocol import HOST_NODE_PREFIX
-from cacheaffinity.scheduler.metrics import CacheAffinityMetricCollector, register_collector
+from cacheaffinity.scheduler._metrics import CacheAffinityMetricCollector, register_collector
 
 CHUNKS = [f"uuid-{f}/Events/{i * 10}-{(i + 1) * 10}" for f in range(2) for i in range(6)]
 COLUMNS = 3

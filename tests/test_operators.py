@@ -99,7 +99,7 @@ class Cluster:
 
 def _page(dask_scheduler=None):
     """The dashboard page's header and table, built in the scheduler process."""
-    from cacheaffinity.scheduler.dashboard import TorusView
+    from cacheaffinity.scheduler._dashboard import TorusView
 
     view = TorusView(dask_scheduler)
     return view.header.text, dict(view.stats.data)

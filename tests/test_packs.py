@@ -17,7 +17,7 @@ from coffea import processor
 from distributed import Client, LocalCluster
 
 import cacheaffinity
-from cacheaffinity.coffea.identity import chunk_identity, stripe_of
+from cacheaffinity.coffea._identity import chunk_identity, stripe_of
 from helpers import cache_client, counted, run_coffea
 from testbed.synthetic import make_dataset
 
@@ -222,10 +222,10 @@ def test_mapping_buffers_equal_coffeas_for_any_range(files, tmp_path):
     from coffea.nanoevents.mapping import UprootSourceMapping
     from coffea.nanoevents.util import tuple_to_key
 
-    from cacheaffinity.coffea import adapter
-    from cacheaffinity.coffea.packs import PackSourceMapping, branch_kinds
-    from cacheaffinity.coffea.work import _Opener
-    from cacheaffinity.worker.store import ColumnCache
+    from cacheaffinity.coffea import _adapter as adapter
+    from cacheaffinity.coffea._packs import PackSourceMapping, branch_kinds
+    from cacheaffinity.coffea._work import _Opener
+    from cacheaffinity.worker._store import ColumnCache
 
     tree = uproot.open(files[1])["Events"]
     uuid = str(tree.file.uuid)

@@ -1,4 +1,4 @@
-"""Missing columns fetched from the node that holds them (cacheaffinity.worker.peers).
+"""Missing columns fetched from the node that holds them (cacheaffinity.worker._peers).
 
 Real clusters (worker processes, so requests go over TCP as between nodes),
 generated LZMA data with small clusters and small placement stripes, coffea's
@@ -15,9 +15,9 @@ from coffea.processor.executor import WorkItem
 from distributed import Client, LocalCluster, get_worker
 
 import cacheaffinity
-from cacheaffinity.coffea.identity import chunk_identity
+from cacheaffinity.coffea._identity import chunk_identity
 from cacheaffinity.protocol import HOLDERS_HANDLER, PACKS_HANDLER
-from cacheaffinity.worker.peers import task_annotations
+from cacheaffinity.worker._peers import task_annotations
 from helpers import counted
 from test_packs import BASKET, BRANCHES, NO_DAMPING, ColumnSums, canonical, run
 from testbed.synthetic import make_dataset
@@ -240,7 +240,7 @@ def test_a_restarted_scheduler_names_runner_up_nodes_for_chunks_of_unknown_holde
 
 
 def test_distributed_names_the_peers_module_uses(tmp_path):
-    """Fails when distributed changes what cacheaffinity.worker.peers relies on:
+    """Fails when distributed changes what cacheaffinity.worker._peers relies on:
     ``Worker.get_current_task``, ``Worker.state.tasks[key].annotations``,
     ``Worker.handlers`` / ``Scheduler.handlers``, ``distributed.utils.sync``."""
     from distributed.utils import sync  # noqa: F401
@@ -306,7 +306,7 @@ def test_a_node_without_the_files_form_gets_it_from_a_peer(files, tmp_path):
                 removed += 1
         assert removed
         # ... and what its process read of them (as a new worker process would)
-        from cacheaffinity.coffea import work
+        from cacheaffinity.coffea import _work as work
 
         work._DOCS.clear()
         others = [w.address for w in workers[1:]]

@@ -276,7 +276,7 @@ async def test_config_preload_installs_plugin_and_stealing(c, s, a, b):
 
 
 def test_holder_records_keep_entry_ranges_processed_elsewhere():
-    from cacheaffinity.scheduler.locator import (
+    from cacheaffinity.scheduler._locator import (
         MAX_RANGES, holder_for, record_range, stripe_parts,
     )  # fmt: skip
 
@@ -311,8 +311,8 @@ def test_holder_records_keep_entry_ranges_processed_elsewhere():
 def test_stripe_parts_parse_what_chunk_identity_makes():
     from coffea.processor.executor import WorkItem
 
-    from cacheaffinity.coffea.identity import chunk_identity
-    from cacheaffinity.scheduler.locator import stripe_parts
+    from cacheaffinity.coffea._identity import chunk_identity
+    from cacheaffinity.scheduler._locator import stripe_parts
 
     item = WorkItem("d", "f.root", "Events", 900, 1800, b"\1" * 16)
     cid = chunk_identity(item, {"f.root": None}, 1500)
@@ -342,8 +342,8 @@ async def test_map_chunks_entries_reach_the_locator(c, s, a, b, tmp_path):
 
 def test_locator_memory_is_bounded_by_locator_size():
     from cacheaffinity.placement import TorusPlacement
-    from cacheaffinity.scheduler.locator import Locator
-    from cacheaffinity.scheduler.membership import Membership
+    from cacheaffinity.scheduler._locator import Locator
+    from cacheaffinity.scheduler._membership import Membership
 
     loc = Locator(Membership(), TorusPlacement(), size=10)
     for i in range(100):

@@ -1,6 +1,6 @@
 """The cluster simulator (benchmarks/simulate.py) at tiny sizes, the pure stealing
 policy functions it shares with the scheduler's LocalityStealing, and the cache policies
-it shares with the store (cacheaffinity.worker.store.admission) against the offline optimum."""
+it shares with the store (cacheaffinity.worker._store.admission) against the offline optimum."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from benchmarks import simulate
 from cacheaffinity.placement import TorusPlacement
-from cacheaffinity.scheduler import stealing
+from cacheaffinity.scheduler import _stealing as stealing
 
 CLUSTER = {"groups": [["node", 10, 4]], "storage_MBps": 400.0, "ssd_MBps": 1000.0}
 HETERO = {"groups": [["small", 6, 4], ["big", 2, 16]], "storage_MBps": 300.0, "ssd_MBps": 1000.0}
@@ -188,7 +188,7 @@ def test_plan_steals_respects_backlog_budget_and_wanted():
 
 
 def test_simulator_caches_use_the_real_admission_policies():
-    from cacheaffinity.worker.store import admission
+    from cacheaffinity.worker._store import admission
 
     assert simulate.make_policy is admission.make_policy
     cache = simulate.NodeCache(100.0, "rank")
@@ -265,7 +265,7 @@ def test_benchmark_main_quick_writes_json_and_png(tmp_path, scenario, monkeypatc
 
 
 def test_simulator_uses_the_real_locator_functions():
-    from cacheaffinity.scheduler import locator
+    from cacheaffinity.scheduler import _locator as locator
 
     assert simulate.follow_holders is locator.follow_holders
     assert simulate.NodeSpeed is locator.NodeSpeed
@@ -273,7 +273,7 @@ def test_simulator_uses_the_real_locator_functions():
 
 
 def test_follow_holders_follows_within_slack_and_spills_to_runner_up():
-    from cacheaffinity.scheduler.locator import follow_holders
+    from cacheaffinity.scheduler._locator import follow_holders
 
     # 4 chunks hashed to a, their holders b: b may take 1.5 x 4 x 1/2 + 1 = 4
     nodes = ["a", "a", "a", "a"]
@@ -302,7 +302,7 @@ def test_follow_holders_follows_within_slack_and_spills_to_runner_up():
 
 
 def test_node_speed_smooths_and_has_hysteresis():
-    from cacheaffinity.scheduler.locator import NodeSpeed
+    from cacheaffinity.scheduler._locator import NodeSpeed
 
     sp = NodeSpeed(alpha=0.5, hysteresis=0.25, min_samples=10)
     for _ in range(9):

@@ -215,8 +215,8 @@ async def test_a_thief_learns_what_a_warm_chunk_costs_it_and_stops_taking_them(
     info = plugin.info()["stealing"]
     assert set(info["warm-steal-cost"]) == {b_node} and info["warm-steal-cost"][b_node] > 3
     assert info["warm-backlog"] == 2
-    from cacheaffinity.scheduler.dashboard import TorusView
-    from cacheaffinity.scheduler.metrics import CacheAffinityMetricCollector
+    from cacheaffinity.scheduler._dashboard import TorusView
+    from cacheaffinity.scheduler._metrics import CacheAffinityMetricCollector
 
     (gauge,) = [f for f in CacheAffinityMetricCollector(s).collect() if f.name.endswith("warm_steal_cost")]
     assert [(x.labels, x.value) for x in gauge.samples] == [
@@ -364,7 +364,7 @@ async def test_choices_within_a_round_equal_fresh_choices(c, s, a, b, tmp_path):
 
 
 def test_warm_steal_cost_learns_fades_and_never_goes_below_the_prior():
-    from cacheaffinity.scheduler.stealing import WarmStealCost
+    from cacheaffinity.scheduler._stealing import WarmStealCost
 
     cost = WarmStealCost(2.0, alpha=0.5, half_life=100.0)
     assert cost.cost("n1", 0.0) == 2.0 and cost.cost(None, 0.0) == 2.0

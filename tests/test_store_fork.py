@@ -18,7 +18,7 @@ import traceback
 import numpy as np
 import pytest
 
-from cacheaffinity.worker.store import ColumnCache
+from cacheaffinity.worker._store import ColumnCache
 
 THREADS = 8
 CHILDREN = 3

@@ -6,9 +6,9 @@ import dask
 import pytest
 from distributed import Client, LocalCluster
 
-from cacheaffinity.coffea import adapter
-from cacheaffinity.coffea.executor import _ChunkClient
-from cacheaffinity.coffea.identity import (
+from cacheaffinity.coffea import _adapter as adapter
+from cacheaffinity.coffea._executor import _ChunkClient
+from cacheaffinity.coffea._identity import (
     MAX_STRIPE_ENTRIES,
     MIN_STRIPE_ENTRIES,
     STRIPES_PER_FILE,

@@ -13,8 +13,8 @@ from distributed.utils_test import async_poll_for, gen_cluster
 import cacheaffinity
 from cacheaffinity import CacheAffinityPlugin, CacheWorkerPlugin
 from cacheaffinity.protocol import HOST_NODE_PREFIX
-from cacheaffinity.worker.plugin import job_scratch_of
-from cacheaffinity.worker.node import read_or_create_node_id
+from cacheaffinity.worker._plugin import job_scratch_of
+from cacheaffinity.worker._directory import read_or_create_node_id
 
 
 def store_columns(n):
@@ -180,7 +180,7 @@ def test_invalid_settings_fail_setup_instead_of_running_uncached(tmp_path, kwarg
 
 
 def test_default_directory_is_private_per_user(tmp_path, monkeypatch):
-    from cacheaffinity.worker.directory import default_directory
+    from cacheaffinity.worker._directory import default_directory
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_directory() == str(tmp_path / "xdg" / "cacheaffinity")
@@ -212,9 +212,9 @@ def test_cachestrategy_mapping_reads_many_keys_with_one_lookup_each(tmp_path):
     from disk exactly once and counted as one hit (IdentifiedKeys had no ``get_many``,
     so PeerStore fell back to ``k in m`` then ``m[k]``: two reads and two hits per key),
     keys of unidentified files from the chunk's memory, a missing key one miss."""
-    from cacheaffinity.coffea.buffer_cache import IdentifiedKeys
-    from cacheaffinity.worker.peers import PeerStore
-    from cacheaffinity.worker.store import ColumnCache, MemoryFront
+    from cacheaffinity.coffea._buffer_cache import IdentifiedKeys
+    from cacheaffinity.worker._peers import PeerStore
+    from cacheaffinity.worker._store import ColumnCache, MemoryFront
 
     keys = [f"c3/tok/Events/col{i}/d/0-10/data" for i in range(5)]
     with ColumnCache(str(tmp_path / "cache"), capacity="10 MiB") as store:

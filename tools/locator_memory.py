@@ -1,7 +1,7 @@
 """Memory of the scheduler's per-chunk map (``Locator.holder``).
 
 A measurement script (not collected by pytest; runs in one process, no cluster).
-It drives a real :class:`cacheaffinity.scheduler.locator.Locator` through the
+It drives a real :class:`cacheaffinity.scheduler._locator.Locator` through the
 life of N chunk tasks (tracked with their entry range, targeted, finished on a
 node, forgotten by Dask; every ``--stolen-every``-th one processed away from its
 target) and prints what tracemalloc sees allocated afterwards.  Chunk ids are
@@ -29,8 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cacheaffinity.placement import TorusPlacement  # noqa: E402
-from cacheaffinity.scheduler.locator import Locator  # noqa: E402
-from cacheaffinity.scheduler.membership import Membership  # noqa: E402
+from cacheaffinity.scheduler._locator import Locator  # noqa: E402
+from cacheaffinity.scheduler._membership import Membership  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

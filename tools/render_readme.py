@@ -10,6 +10,9 @@ table with its prose) holds each rendered table between marker comments::
 
 Tables (``RENDERERS``):
 
+``headline``
+    README's short table: run 2 of the main modes (same process and new process) against
+    cacheaffinity's, the floor, results identical, how many targets were missed.
 ``consecutive_runs``
     the headline (``consecutive_runs.json``): per mode run 2 (and run 1) wall time, origin
     and decompressed MB, hit rate, ratio to cacheaffinity's run 2; with ``--repeats`` data
@@ -185,6 +188,54 @@ def render_consecutive_runs(results: str, name: str = "consecutive_runs") -> str
         lines.append("- Targets missed in this measurement: " + "; ".join(
             f"{k} = {_f(r['targets'][k]['value'])} (target {r['targets'][k]['limit']})" for k in missed
         ) + ".")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+#: The modes README's headline shows (docs/benchmarks.md has every mode).
+HEADLINE_MODES = ("direct", "coffea-native", "xcache", "cacheaffinity")
+
+
+def render_headline(results: str, name: str = "consecutive_runs") -> str:
+    """README's short table: run 2 of each main mode, in the same process and in a new
+    one, against cacheaffinity's; the full table is in docs/benchmarks.md."""
+    doc = _load(results, name)
+    if doc is None or "headline" not in doc["results"]:
+        return f"Not measured yet (`make bench` writes `benchmarks/results/{name}.json`).\n"
+    r, c = doc["results"], doc["config"]
+    h = r["headline"]
+    new = h.get("new_process") or {"modes": {}, "ratios": {}}
+    repeats = len(r.get("repeats") or [None])
+    lines = [
+        f"Commit {commit_label(doc)}, {_date(doc)}: {int(r['dataset']['events']):,} events of "
+        f"generated NanoAOD ({r['dataset']['uncompressed_bytes'] / 1e6:.0f} MB uncompressed, "
+        f"{c['codec'].upper()}) read from {'an XRootD origin' if r['storage']['kind'] == 'xrootd' else 'local files'}, "
+        f"{c['workers']} workers; median [min, max] of {repeats} repeat(s).",
+        "",
+        "| mode | run 2 s | run 2 / cacheaffinity's | run 2 hit rate "
+        "| run 2 s, new process | files opened, new process |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for mode in HEADLINE_MODES:
+        m, n = h["modes"].get(mode), new["modes"].get(mode) or {}
+        if m is None:
+            continue
+        ratio = "1" if mode == "cacheaffinity" else _spread(h["ratios"].get(f"{mode} run 2 / cacheaffinity run 2"))
+        row = [_spread(m["run2_wall_s"]), ratio, _spread(m["run2_hit_rate"], _pct),
+               _spread(n.get("run2_wall_s")), _spread(n.get("run2_file_opens"))]  # fmt: skip
+        if mode == "cacheaffinity":
+            row = [f"**{x}**" for x in row]
+        lines.append(f"| {MODE_LABELS.get(mode, f'`{mode}`')} | " + " | ".join(row) + " |")
+    floor = h["floors"].get("coffea-in-memory") or {}
+    if floor.get("median") is not None:
+        lines.append(f"| floor: the same pipeline with every buffer in worker memory | {_spread(floor)} "
+                     "| - | - | - | - |")  # fmt: skip
+    missed = [k for k, t in r.get("targets", {}).items() if t.get("pass") is False]
+    lines += [
+        "",
+        f"Results identical in every mode and run: {'yes' if r['identical_results'] else 'NO'}. "
+        f"Targets of this measurement not met: {len(missed)} of {len(r.get('targets', {}))} "
+        "(named in [benchmarks](docs/benchmarks.md), with the other modes and every other benchmark).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -989,6 +1040,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "chunksize_change_nopeers": lambda results: render_chunksize_change(
         results, "chunksize_change_nopeers"
     ),
+    "headline": render_headline,
     "consecutive_runs": render_consecutive_runs,
     "consecutive_runs_processes": render_consecutive_processes,
     "consecutive_runs_light": lambda results: render_consecutive_runs(results, "consecutive_runs_light"),

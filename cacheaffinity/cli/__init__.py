@@ -39,8 +39,8 @@ place (and its chunks) in the scheduler's placement.  ``verify --repair`` and
 ``clear`` rebuild a damaged index (as workers do when they open it), keeping
 the entries that still read and the node id.
 
-The commands live by concern in :mod:`cacheaffinity.cli.cache_dir` (a node's
-directory) and :mod:`cacheaffinity.cli.scheduler` (questions to a scheduler).
+The commands live by concern in :mod:`cacheaffinity.cli._cache_dir` (a node's
+directory) and :mod:`cacheaffinity.cli._scheduler` (questions to a scheduler).
 """
 
 from __future__ import annotations
@@ -53,8 +53,8 @@ import click
 
 from cacheaffinity import __version__
 from cacheaffinity.cli._common import CommandError, logger
-from cacheaffinity.cli.cache_dir import cache
-from cacheaffinity.cli.scheduler import check, stats, where
+from cacheaffinity.cli._cache_dir import cache
+from cacheaffinity.cli._scheduler import check, stats, where
 
 __all__ = ["CommandError", "cli", "main"]
 

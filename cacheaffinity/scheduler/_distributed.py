@@ -1,63 +1,14 @@
-"""The one place where cacheaffinity touches distributed's scheduler internals.
+"""The one place where cacheaffinity uses distributed's undocumented internals.
 
-Runs in the scheduler process.  Everything the scheduler side needs from
-distributed beyond its documented plugin API (``SchedulerPlugin`` hooks,
-``Scheduler.tasks``/``workers``/``log_event``, ``TaskState`` restriction
-fields) goes through this module, so that an upstream change breaks one file
-and the test that checks these names (``tests/test_dask_faithful.py::
-test_distributed_internals_used_by_the_adapter_exist``).
-
-Undocumented names of distributed used here (none starts with an underscore):
-
-* ``distributed.stealing.WorkStealing`` and of its instances:
-  ``put_key_in_stealable(ts)`` (the seam :class:`ChunkAwareWorkStealing`
-  overrides), ``key_stealable``, ``remove_key_from_stealable(ts)``,
-  ``move_task_request(ts, victim, thief)`` (the steal-request protocol),
-  ``in_flight``, ``in_flight_tasks``, ``metrics["request_count_total"]``,
-  ``log(msg)``, ``count``;
-* ``tornado.ioloop.PeriodicCallback.callback`` (who registered a periodic callback);
-* ``Scheduler.extensions["stealing"]``, ``Scheduler.periodic_callbacks``,
-  ``Scheduler.idle``, ``Scheduler.coerce_hostname(host)``,
-  ``Scheduler.bulk_schedule_unrunnable_after_adding_worker(ws)``,
-  ``Scheduler.transitions(recs, stimulus_id)``;
-* ``WorkerState.processing``, ``executing``, ``long_running``, ``resources``,
-  ``status``;
-* the dashboard's (for :mod:`cacheaffinity.scheduler.dashboard`):
-  ``Scheduler.http_application`` (a ``distributed.http.routing.RoutingApplication``:
-  ``applications``, ``add_application(app)``),
-  ``distributed.dashboard.core.BokehApplication``,
-  ``distributed.dashboard.scheduler.template_variables(scheduler)`` (memoised),
-  ``distributed.dashboard.components.add_periodic_callback``,
-  ``distributed.dashboard.components.scheduler.BOKEH_THEME`` and ``env`` (its
-  Jinja templates), ``distributed.http.scheduler.info.IndividualPlots``;
-* ``distributed.http.prometheus.PrometheusCollector`` (``build_name``,
-  ``namespace``, ``subsystem``; for :mod:`cacheaffinity.scheduler.metrics`);
-* one private name, of the worker (for :mod:`cacheaffinity.preload`):
-  ``Worker._pending_plugins``, the plugins a worker sets up as it starts
-  (:func:`fail_worker_start`).
-
-:data:`NAMES` lists those that live on modules and classes; :func:`check` says
-which are gone (the test above calls it; instance attributes are checked there
-on a real scheduler).
-
-It holds mechanism only (what Dask allows, how a move or a periodic callback
-is made); what to steal and when is decided in
-:mod:`cacheaffinity.scheduler.stealing`.
-
-Checked (tests/test_stealing.py, test_scheduler_plugin.py, test_dask_faithful.py
-pass) with distributed/dask 2026.8.0 (the project's pin), 2026.3.0 and 2026.1.2
-(2026.1.0 cannot be installed with dask 2026.1.0: its metadata asks for dask
-2025.12).
-
-Notes
------
-Stock stealing is *adopted*, not replaced: the ``WorkStealing`` object Dask
-created keeps its state, its plugin registration and its ``steal-response``
-stream handler; only its class becomes :class:`ChunkAwareWorkStealing`, whose
-single override keeps chunk tasks out of the stealable sets.  So plain tasks
-are balanced exactly as stock Dask does (same object, same code), and the
-locality policy moves chunk tasks with the same ``steal-request`` protocol, so
-the in-flight bookkeeping of both is one.
+Runs in the scheduler (``fail_worker_start``: in a worker). Mechanism only; what
+to steal and when is decided in ``_stealing``. ``NAMES`` lists the internals that
+live on modules and classes; ``check`` names those gone (called, with the instance
+attributes checked on a real scheduler, by ``tests/test_dask_faithful.py``).
+Besides them: ``WorkStealing``'s ``key_stealable``, ``in_flight``,
+``in_flight_tasks``, ``metrics``, ``count``; ``Scheduler.extensions["stealing"]``,
+``periodic_callbacks``, ``idle``, ``http_application.applications``;
+``PeriodicCallback.callback``; ``PrometheusCollector.namespace``, ``subsystem``;
+and one private name, ``Worker._pending_plugins``.
 """
 
 from __future__ import annotations
@@ -103,8 +54,7 @@ __all__ = [
     "stop_periodic",
 ]
 
-#: ``(module, dotted name)`` of the undocumented names above that live on a module
-#: or a class (:func:`check`).
+#: ``(module, dotted name)`` of the undocumented names used that live on a module or class.
 NAMES = (
     ("distributed.stealing", "WorkStealing.put_key_in_stealable"),
     ("distributed.stealing", "WorkStealing.remove_key_from_stealable"),
@@ -131,9 +81,8 @@ NAMES = (
 
 
 def fail_worker_start(worker: Any, plugin: Any) -> bool:
-    """Add ``plugin`` to the plugins ``worker`` sets up as it starts (so that a plugin
-    whose ``setup`` raises makes the start fail with that error); False if this
-    distributed has no such list (the caller raises instead)."""
+    """Have ``worker`` set ``plugin`` up as it starts, so that a raising ``setup``
+    fails the start; False if this distributed has no such list."""
     pending = getattr(worker, "_pending_plugins", None)
     if not isinstance(pending, tuple):
         return False
@@ -142,7 +91,7 @@ def fail_worker_start(worker: Any, plugin: Any) -> bool:
 
 
 def check() -> list[str]:
-    """Which of :data:`NAMES` the installed distributed no longer has (empty: all)."""
+    """The entries of ``NAMES`` the installed distributed no longer has."""
     problems = []
     for module, dotted in NAMES:
         try:
@@ -159,16 +108,9 @@ def check() -> list[str]:
 
 
 class ChunkAwareWorkStealing(WorkStealing):
-    """Dask's ``WorkStealing`` that leaves chunk tasks alone.
+    """Dask's ``WorkStealing``, except that tasks keyed in ``chunk_tasks`` (the
+    locator's live container) never enter the stealable sets."""
 
-    The only override is :meth:`put_key_in_stealable`: a task whose key is in
-    :attr:`chunk_tasks` never enters the stealable sets, so stock balancing
-    never picks it.  Everything else (cost levels, fast-task blocklist,
-    restriction checks, in-flight protocol, metrics, interval) is stock.
-    """
-
-    #: Keys of the tasks cacheaffinity places (a live container owned by the
-    #: placement plugin's locator); empty: behaves exactly as ``WorkStealing``.
     chunk_tasks: Container = frozenset()
 
     def put_key_in_stealable(self, ts: TaskState) -> None:
@@ -178,12 +120,11 @@ class ChunkAwareWorkStealing(WorkStealing):
 
 
 def adopt_stealing(scheduler: Scheduler, chunk_tasks: Container) -> WorkStealing | None:
-    """Make the scheduler's stealing extension leave ``chunk_tasks`` alone.
+    """Make the scheduler's stealing extension leave ``chunk_tasks`` alone (idempotent).
 
-    Returns the extension, or None when the scheduler has none
-    (``distributed.scheduler.work-stealing: false``) or has a stealing
-    extension of another kind (left as it is, with a warning: it may move chunk
-    tasks).  Idempotent.
+    The object Dask made only changes class, so it keeps its state, plugin
+    registration and ``steal-response`` handler, and plain tasks are stolen by
+    stock code. None: no extension, or one of another kind (left as it is).
     """
     ext: Any = scheduler.extensions.get("stealing")
     if ext is None:
@@ -204,9 +145,8 @@ def adopt_stealing(scheduler: Scheduler, chunk_tasks: Container) -> WorkStealing
 
 
 def release_stealing(scheduler: Scheduler, chunk_tasks: Container) -> None:
-    """Give chunk tasks back to stock stealing (the plugin is going away), if the
-    scheduler's stealing extension still leaves ``chunk_tasks`` (the same
-    container) alone; a plugin that replaced it keeps its own."""
+    """Give ``chunk_tasks`` back to stock stealing if the extension still holds this
+    very container (a plugin that replaced ours keeps its own)."""
     ext = scheduler.extensions.get("stealing")
     if isinstance(ext, ChunkAwareWorkStealing) and ext.chunk_tasks is chunk_tasks:
         ext.chunk_tasks = frozenset()
@@ -230,9 +170,8 @@ def queued(ext: WorkStealing | None, ws: WorkerState) -> int:
 
 
 def record_requests(ext: WorkStealing, moved: list[tuple[Any, ...]], now: float) -> None:
-    """Count and log steal requests of one round as stock stealing does its own:
-    ``moved`` is ``[(task, victim, thief)]``; the ``stealing`` event topic gets one
-    ``request`` entry and ``dask_stealing_request_count_total`` grows by ``len(moved)``."""
+    """Count and log one round's ``[(task, victim, thief)]`` as stock stealing does
+    (``stealing`` event topic, ``dask_stealing_request_count_total``)."""
     if not moved:
         return
     ext.metrics["request_count_total"][0] += len(moved)
@@ -243,10 +182,8 @@ def record_requests(ext: WorkStealing, moved: list[tuple[Any, ...]], now: float)
 def start_periodic(
     scheduler: Scheduler, name: str, callback: Callable[[], Any], interval: float
 ) -> PeriodicCallback:
-    """Run ``callback`` every ``interval`` seconds as ``scheduler.periodic_callbacks[name]``
-    (as distributed's own extensions register theirs; the scheduler stops them
-    when it closes).  A callback of another object under ``name`` (a plugin that
-    was replaced) is stopped and replaced; the same one again: left running."""
+    """Run ``callback`` every ``interval`` s as ``scheduler.periodic_callbacks[name]``
+    (stopped when the scheduler closes); another callback under ``name`` is replaced."""
     from tornado.ioloop import PeriodicCallback
 
     pcs = scheduler.periodic_callbacks
@@ -294,11 +231,8 @@ def stealable_from(
     thief: WorkerState,
     chunk_tasks: Container,
 ) -> list[TaskState]:
-    """The tasks processing on ``victim`` that the stealing policy may hand to
-    ``thief``: chunk tasks (key in ``chunk_tasks``) without a steal request
-    under way, not started (:func:`is_executing`) and that :func:`may_run_on`
-    ``thief``; in ``victim.processing`` order.  One pass; a task with loose
-    restrictions and neither resources nor an actor is not looked at twice."""
+    """Chunk tasks queued on ``victim``, not started nor being moved, that may run on
+    ``thief``, in ``victim.processing`` order."""
     in_flight = ext.in_flight if ext is not None else {}
     executing, long_running = victim.executing, victim.long_running
     out = []
@@ -325,10 +259,8 @@ def idle_workers(scheduler: Scheduler) -> dict[str, WorkerState]:
 def may_run_on(scheduler: Scheduler, ts: TaskState, ws: WorkerState) -> bool:
     """Whether moving ``ts`` to ``ws`` respects every restriction a user set.
 
-    Resource restrictions are always binding (a worker without the resource
-    cannot run the task).  Worker and host restrictions bind unless the task
-    allows other workers (cacheaffinity's own restrictions of chunk tasks always
-    do).  Actors never move.
+    Resources always bind; workers and hosts unless restrictions are loose (as
+    cacheaffinity's own are). Actors never move.
     """
     if ts.actor:
         return False
@@ -338,7 +270,7 @@ def may_run_on(scheduler: Scheduler, ts: TaskState, ws: WorkerState) -> bool:
             return False
     if ts.loose_restrictions:
         return True
-    # As Scheduler.valid_workers: the named workers and the workers on the named hosts.
+    # as Scheduler.valid_workers: the named workers and the workers on the named hosts
     allowed: bool | None = None
     if ts.worker_restrictions:
         allowed = ws.address in ts.worker_restrictions
@@ -353,9 +285,6 @@ def schedule_unrunnable(scheduler: Scheduler, ws: WorkerState, stimulus_id: str)
     scheduler.transitions(scheduler.bulk_schedule_unrunnable_after_adding_worker(ws), stimulus_id)
 
 
-# ---------------------------------------------------------------------------
-# The dashboard: a page of our own beside distributed's
-# ---------------------------------------------------------------------------
 def dashboard_apps(scheduler: Scheduler) -> list:
     """The Bokeh applications of ``scheduler``'s dashboard (empty: it has none)."""
     from bokeh.server.tornado import BokehTornado
@@ -370,9 +299,8 @@ def add_dashboard_pages(
     scheduler: Scheduler, pages: Mapping[str, Callable], prefix: str
 ) -> dict[str, Any]:
     """Serve Bokeh ``pages`` (``{path: f(scheduler, extra, doc)}``) under ``prefix``
-    as distributed serves its dashboard (same settings, stopped with the scheduler).
-    Returns the dashboard's template variables (one memoised dict: its ``plots``
-    list is the "More..." menu of every page)."""
+    as distributed serves its dashboard; returns its memoised template variables,
+    whose ``plots`` list is the "More..." menu of every page."""
     from distributed.dashboard.core import BokehApplication
     from distributed.dashboard.scheduler import template_variables
     from tornado.ioloop import IOLoop
@@ -389,8 +317,7 @@ def dashboard_document(
     doc: Any, view: Any, interval_ms: int, title: str, template: str | None, extra: dict
 ) -> None:
     """Fill a Bokeh ``doc`` as distributed's pages are: ``view.root``, ``view.update``
-    every ``interval_ms``, the dashboard's theme and (``template``: one of its
-    templates, e.g. ``"simple.html"``) its navigation with variables ``extra``."""
+    every ``interval_ms``, its theme and, with ``template``, its navigation."""
     from distributed.dashboard.components import add_periodic_callback
     from distributed.dashboard.components.scheduler import BOKEH_THEME, env
 
@@ -404,11 +331,11 @@ def dashboard_document(
 
 
 def serve_individual_plots(scheduler: Scheduler, prefix: str, extra: Mapping[str, str]) -> None:
-    """Answer ``<prefix>/individual-plots.json`` with distributed's list plus ``extra``
-    (``{name: path}``).  distributed lists only the ``individual-*`` pages of its own
-    Bokeh application; tornado tries routes added with ``add_handlers`` before the
-    ones the application was created with, so this answers instead (same URL).
-    tests/test_dashboard.py fetches the JSON: a change upstream fails there."""
+    """Answer ``<prefix>/individual-plots.json`` with distributed's list plus ``extra``.
+
+    distributed lists only its own application's ``individual-*`` pages; tornado
+    tries routes added by ``add_handlers`` first. ``tests/test_dashboard.py`` checks it.
+    """
     from distributed.http.scheduler.info import IndividualPlots
 
     added = dict(extra)

@@ -2,5 +2,5 @@
 
 Runs in Dask worker processes; never decides placement.  Imports nothing, so
 that importing one part of it does not import the rest: the plugin is
-:mod:`cacheaffinity.worker.plugin`, the store :mod:`cacheaffinity.worker.store`.
+:mod:`cacheaffinity.worker._plugin`, the store :mod:`cacheaffinity.worker._store`.
 """

@@ -1,4 +1,4 @@
-"""The node cache's admission and eviction policies (cacheaffinity.worker.store.admission):
+"""The node cache's admission and eviction policies (cacheaffinity.worker._store.admission):
 pure, on synthetic lookup sequences (repeated scans of chunk keys)."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import random
 
 import pytest
 
-from cacheaffinity.worker.store import admission
-from cacheaffinity.worker.store.admission import POLICIES, make_policy
+from cacheaffinity.worker._store import admission
+from cacheaffinity.worker._store.admission import POLICIES, make_policy
 
 ALL = sorted(POLICIES)
 
@@ -143,7 +143,7 @@ def test_rank_is_a_stable_hash_and_unknown_policies_are_refused():
 
 
 def test_rank_sample_heap_stays_bounded_when_sampled_keys_are_forgotten():
-    from cacheaffinity.worker.store.admission import StableRank
+    from cacheaffinity.worker._store.admission import StableRank
 
     p = StableRank(capacity=100, sample=16)
     for i in range(20000):  # ever new keys, and the sample forgets the stale ones

@@ -1,4 +1,4 @@
-"""The admission policy inside the store (cacheaffinity/worker/store/admitter.py):
+"""The admission policy inside the store (cacheaffinity/worker/_store/admitter.py):
 real directories, real SQLite, real processes."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 import cacheaffinity.config  # noqa: F401  (registers the config defaults)
-from cacheaffinity.worker.store import BLOCK, INDEX_NAME, ColumnCache
-from cacheaffinity.worker.store.admission import rank
+from cacheaffinity.worker._store import BLOCK, INDEX_NAME, ColumnCache
+from cacheaffinity.worker._store.admission import rank
 
 KEYS = [f"chunk{i:03d}" for i in range(80)]
 CAPACITY = 40 * BLOCK  # each value is 2 blocks: 20 of the 80 fit
@@ -109,8 +109,8 @@ _CRASH = textwrap.dedent(
     import os, sys
     import numpy as np
     import cacheaffinity.config
-    from cacheaffinity.worker.store import ColumnCache
-    from cacheaffinity.worker.store import admitter
+    from cacheaffinity.worker._store import ColumnCache
+    from cacheaffinity.worker._store import admitter
 
     real_save = admitter.Admitter._save
 
@@ -189,7 +189,7 @@ def test_fifo_policy_writes_no_admission_state(tmp_path):
 
 
 def test_unknown_policy_is_refused_with_the_choices():
-    from cacheaffinity.worker.store.admitter import Admitter
+    from cacheaffinity.worker._store.admitter import Admitter
 
     with pytest.raises(ValueError, match="use one of fifo, rank"):
         Admitter("lru", CAPACITY)

@@ -17,9 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from cacheaffinity.worker.node import read_or_create_node_id
-from cacheaffinity.worker.store import INDEX_NAME, LAYOUT_VERSION, SCHEMA_VERSION, ColumnCache
-from cacheaffinity.worker.store.layout import LEGACY_SETTINGS_NAME
+from cacheaffinity.worker._directory import read_or_create_node_id
+from cacheaffinity.worker._store import INDEX_NAME, LAYOUT_VERSION, SCHEMA_VERSION, ColumnCache
+from cacheaffinity.worker._store.layout import LEGACY_SETTINGS_NAME
 from helpers import fill
 
 LOGGER = "cacheaffinity.worker"
@@ -203,7 +203,7 @@ def test_a_given_capacity_needs_a_writable_open(tmp_path):
 _FOLLOWER = """
 import json, logging, sys
 import numpy as np
-from cacheaffinity.worker.store import ColumnCache
+from cacheaffinity.worker._store import ColumnCache
 logging.basicConfig(level=logging.INFO, format="%(levelname)s %(message)s")
 cache = ColumnCache(sys.argv[1], capacity="1 MiB", set_capacity=True)
 for i in range(10):

@@ -12,9 +12,9 @@ import stat
 import numpy as np
 import pytest
 
-from cacheaffinity.worker.node import read_or_create_node_id
-from cacheaffinity.worker.store import DATA_DIR, INDEX_NAME, ColumnCache
-from cacheaffinity.worker.store import capacity
+from cacheaffinity.worker._directory import read_or_create_node_id
+from cacheaffinity.worker._store import DATA_DIR, INDEX_NAME, ColumnCache
+from cacheaffinity.worker._store import capacity
 
 INDEX_FILES = (INDEX_NAME, INDEX_NAME + "-wal", INDEX_NAME + "-shm")
 
@@ -130,7 +130,7 @@ def test_a_read_only_file_system_is_named_as_such(tmp_path):
     a directory of the same mode on a writable file system still gets the mode message."""
     import subprocess
 
-    from cacheaffinity.worker.directory import (
+    from cacheaffinity.worker._directory import (
         ReadOnlyDirectory,
         UntrustedDirectory,
         trusted_directory,

@@ -10,13 +10,13 @@ import shutil
 import fsspec
 import pytest
 
-from cacheaffinity.coffea.identity import (
+from cacheaffinity.coffea._identity import (
     FileIdentity,
     IdentityUnavailable,
     file_identity,
     parquet_footer_digest,
 )
-from cacheaffinity.worker.forms import FormStore
+from cacheaffinity.worker._forms import FormStore
 
 DOC = {"kind": "TTree", "base_form": {"class": "RecordArray"}, "object_path": "Events", "num_entries": 40}
 
@@ -38,7 +38,7 @@ def test_round_trip_needs_the_same_identity(tmp_path):
 
 def test_every_get_returns_its_own_document(tmp_path):
     """The chunk task hands ``get``'s base form to coffea, which changes it in place, without
-    copying it (cacheaffinity/coffea/work.py): a change must not reach the next ``get``."""
+    copying it (cacheaffinity/coffea/_work.py): a change must not reach the next ``get``."""
     store = FormStore(str(tmp_path))
     name = FormStore.key("token-a", "Events")
     assert store.put(name, DOC)

@@ -1,9 +1,9 @@
 """The locator's fast paths give the same answers as the rule they implement.
 
-:func:`~cacheaffinity.scheduler.stealing.steal_preference` (the locator's
+:func:`~cacheaffinity.scheduler._stealing.steal_preference` (the locator's
 :meth:`Locator.holder_of_task`: one holder look-up per task, digests cached per
 task; runner-ups in one batch) against the same rule,
-:func:`~cacheaffinity.scheduler.stealing.choose_steal`, fed from scratch with
+:func:`~cacheaffinity.scheduler._stealing.choose_steal`, fed from scratch with
 :func:`holder_for`/:func:`stripe_parts` and one runner-up at a time;
 :meth:`Locator.finished` (cached digests, records rewritten without
 :func:`record_range` when nothing changes) against the holder map built with
@@ -21,7 +21,7 @@ from distributed.core import Status
 from distributed.scheduler import TaskGroup, TaskPrefix, TaskState, WorkerState
 
 from cacheaffinity.placement import TorusPlacement
-from cacheaffinity.scheduler.locator import (
+from cacheaffinity.scheduler._locator import (
     Locator,
     _count_range,
     _remember,
@@ -30,8 +30,8 @@ from cacheaffinity.scheduler.locator import (
     record_range,
     stripe_parts,
 )
-from cacheaffinity.scheduler.membership import Membership
-from cacheaffinity.scheduler.stealing import (
+from cacheaffinity.scheduler._membership import Membership
+from cacheaffinity.scheduler._stealing import (
     COLD,
     NO_CHUNK,
     THIEF_HOLDS,

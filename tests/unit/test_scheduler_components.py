@@ -16,13 +16,13 @@ from distributed.scheduler import TaskGroup, TaskPrefix, TaskState, WorkerState
 
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.protocol import WORKER_METRIC
-from cacheaffinity.scheduler.counters import NodeCounters
-from cacheaffinity.scheduler.forecast import Forecast
-from cacheaffinity.scheduler.inheritance import INHERITED_ASKED, Inheritance
-from cacheaffinity.scheduler.locator import Locator
-from cacheaffinity.scheduler.membership import Membership
-from cacheaffinity.scheduler.queries import Queries
-from cacheaffinity.scheduler.stealing import steal_preference
+from cacheaffinity.scheduler._counters import NodeCounters
+from cacheaffinity.scheduler._forecast import Forecast
+from cacheaffinity.scheduler._inheritance import INHERITED_ASKED, Inheritance
+from cacheaffinity.scheduler._locator import Locator
+from cacheaffinity.scheduler._membership import Membership
+from cacheaffinity.scheduler._queries import Queries
+from cacheaffinity.scheduler._stealing import steal_preference
 
 NODES = 6
 
@@ -127,7 +127,7 @@ def test_steal_preference_counts_unknown_chunks_on_an_inherited_victim_as_held()
 
 
 def test_node_counters_count_read_and_prune(monkeypatch):
-    from cacheaffinity.scheduler import membership as membership_mod
+    from cacheaffinity.scheduler import _membership as membership_mod
 
     monkeypatch.setattr(membership_mod, "MAX_DEPARTED", 2)
     p = Parts()

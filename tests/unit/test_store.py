@@ -1,4 +1,4 @@
-"""Tests of the worker's column store (:mod:`cacheaffinity.worker.store`).
+"""Tests of the worker's column store (:mod:`cacheaffinity.worker._store`).
 
 Real directories, real processes (killed with SIGKILL too), real mounts (a 2 MiB
 tmpfs for a full disk, read-only bind mounts): nothing of the file system is
@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import cacheaffinity.config  # noqa: F401  (registers the config defaults)
-from cacheaffinity.worker.store import (
+from cacheaffinity.worker._store import (
     BLOCK,
     DATA_DIR,
     INDEX_NAME,
@@ -232,8 +232,8 @@ def test_cache_used_across_fork(tmp_path):
 def test_every_store_says_what_it_offers(tmp_path):
     """Stores implement ColumnStore by subclassing it; a plain mapping is a store
     of plain entries and no packs (MappingStore), never a silent attribute miss."""
-    from cacheaffinity.worker.peers import PeerStore
-    from cacheaffinity.worker.store.protocol import (
+    from cacheaffinity.worker._peers import PeerStore
+    from cacheaffinity.worker._store.protocol import (
         ColumnStore, MappingStore, column_store, fetch_packs, get_many, get_packs, put_pack,
     )  # fmt: skip
 
@@ -420,7 +420,7 @@ _WORKER = textwrap.dedent(
     spec = importlib.util.spec_from_file_location("store_tests", sys.argv[1])
     tests = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tests)
-    from cacheaffinity.worker.store import ColumnCache
+    from cacheaffinity.worker._store import ColumnCache
 
     directory, (seed, ops, capacity) = sys.argv[2], map(int, sys.argv[3:6])
     keys = [tests.chunk_key(i, b) for i in range(30) for b in ("Muon_pt", "Jet_pt")]
@@ -507,7 +507,7 @@ _KILLED_WRITER = textwrap.dedent(
     """
     import sys
     import numpy as np
-    from cacheaffinity.worker.store import ColumnCache
+    from cacheaffinity.worker._store import ColumnCache
     directory, capacity, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
     values = {f"k{i}": np.full(2**21, i + seed, np.float64) for i in range(6)}  # 16 MiB each
     cache = ColumnCache(directory, capacity=capacity)
@@ -625,7 +625,7 @@ def test_read_modes_serve_the_stored_bytes_as_private_writable_arrays(tmp_path, 
     writing into one changes neither the file nor the next read; a mapped pack
     stays readable after its file is evicted (unlinked) by another process;
     ``bytes_mapped`` / ``bytes_read`` count every read's file bytes."""
-    from cacheaffinity.worker.store.files import MAP_AT_LEAST
+    from cacheaffinity.worker._store.files import MAP_AT_LEAST
 
     big = np.arange(MAP_AT_LEAST // 4, dtype=np.float64)  # a 2 MiB file
     small = np.arange(100, dtype=np.int32)  # copied in every mode
@@ -656,7 +656,7 @@ def test_read_modes_serve_the_stored_bytes_as_private_writable_arrays(tmp_path, 
 def test_a_file_system_that_cannot_map_falls_back_to_copies(tmp_path, caplog):
     """Where ``mmap`` fails (here: a pipe, which cannot be mapped: ENODEV), the cache logs
     one warning and copies from then on; reads keep working."""
-    from cacheaffinity.worker.store.files import MAP_AT_LEAST
+    from cacheaffinity.worker._store.files import MAP_AT_LEAST
 
     with ColumnCache(tmp_path, capacity="64 MiB", read="map") as cache:
         r, w = os.pipe()

@@ -19,7 +19,7 @@ from distributed import get_worker
 from distributed.utils_test import gen_cluster
 
 from cacheaffinity import CacheWorkerPlugin
-from cacheaffinity.worker.store import INDEX_NAME, ColumnCache, MemoryFront
+from cacheaffinity.worker._store import INDEX_NAME, ColumnCache, MemoryFront
 
 
 def values(n, size=1000):
@@ -50,8 +50,8 @@ def test_values_queued_one_by_one_are_committed_in_batches(tmp_path, monkeypatch
     """A task queues column after column with work in between: the writer, woken by
     the first, gathers the next ones (WRITE_COALESCE) and commits them together, not
     one index transaction per value; a flush does not wait out the gathering."""
-    from cacheaffinity.worker.store import writer as store_module
-    from cacheaffinity.worker.store import writes
+    from cacheaffinity.worker._store import writer as store_module
+    from cacheaffinity.worker._store import writes
 
     transactions = []
     store_many = writes.WritePath.store_many
@@ -158,7 +158,7 @@ def test_killed_writer_leaves_no_visible_partial_entry(tmp_path):
     script = textwrap.dedent(
         f"""
         import os, signal, numpy as np
-        from cacheaffinity.worker.store import ColumnCache
+        from cacheaffinity.worker._store import ColumnCache
         c = ColumnCache({str(tmp_path / "c")!r}, capacity="1 GiB", write_queue="512 MiB")
         for i in range(200):
             c[f"k{{i}}"] = np.full(50_000, i, dtype=np.int64)

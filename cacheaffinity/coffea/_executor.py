@@ -1,0 +1,237 @@
+"""The coffea executor: cache-affine analysis runs (runs in the client).
+
+:class:`CacheAffinityExecutor` is a ``coffea.processor.DaskExecutor`` that
+
+* gives every chunk task its chunk identity (:func:`chunk_identity`:
+  ``<file uuid>.<stamp>/<tree>/<start>-<stop>``, the stamp taken from the file's
+  size and modification time or storage checksum in every run) and every
+  preprocessing task ``file:<path>.<stamp>/<tree>``, so the scheduler plugin
+  sends it to the chunk's cache node, run after run, and a file replaced in
+  place gets new identities;
+* runs chunks through :class:`~cacheaffinity.coffea._work.ChunkTask`, which
+  keys column buffers by the identity of the file's bytes and, for plain TTree
+  chunks, builds the events from the node's stored form, so a fully cached
+  chunk opens no file (``node_cache=False`` keeps coffea's own function and
+  caching choices);
+* refuses, with a clear message, a client whose scheduler has no cacheaffinity
+  plugin, and warns (once per run) naming the cache nodes that cache nothing
+  and why;
+* gives the figures of the run it just made (:attr:`CacheAffinityExecutor.last_run_stats`;
+  with ``Runner(savemetrics=True)`` also ``metrics["cacheaffinity"]``): hits,
+  peer hits, misses, bytes served, bytes and files from storage, steals,
+  uncached chunks, added up by the scheduler from what the run's own chunk
+  tasks reported (never differences of node totals: a worker restart cannot
+  make them negative).  The scheduler keeps the last runs' figures for
+  ``cacheaffinity stats SCHEDULER``.
+
+Everything else (heavy input, compression, tree reduction, retries, progress
+bar, error mapping, ``skipbadfiles``, ``use_dataframes``) is ``DaskExecutor``'s
+own code: the executor only changes how tasks are submitted.
+
+>>> from coffea import processor  # doctest: +SKIP
+>>> run = processor.Runner(
+...     executor=CacheAffinityExecutor(client=client),
+...     schema=NanoAODSchema, chunksize=100_000,
+... )
+>>> out = run(fileset, processor_instance=MyProcessor(), treename="Events")
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass, field, fields
+
+import dask
+
+from coffea.processor import DaskExecutor
+
+from cacheaffinity import client as ca_client
+from cacheaffinity.coffea import _adapter as adapter
+from cacheaffinity import config
+from cacheaffinity.coffea._identity import (
+    chunk_identity,
+    default_stripe_entries,
+    file_identities,
+    warn_once,
+)
+from cacheaffinity.coffea._preprocess import MetadataTask
+from cacheaffinity.coffea._work import ChunkTask
+from cacheaffinity.protocol import RUN_ANNOTATION, RUN_FIGURES
+
+logger = logging.getLogger("cacheaffinity.coffea")
+
+__all__ = ["CacheAffinityExecutor", "chunk_identity"]
+
+
+@dataclass
+class CacheAffinityExecutor(DaskExecutor):
+    """coffea ``DaskExecutor`` that places chunks on their cache node.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        A client of a scheduler running the cacheaffinity plugin.
+    node_cache : bool, optional
+        Run chunks through the identity-checked node cache (default True).
+    place_preprocessing : bool, optional
+        Place preprocessing tasks by file as well (default True).
+    **kwargs
+        All other parameters are ``DaskExecutor``'s (``treereduction``,
+        ``retries``, ``priority``, ``status``, ``compression``, ``use_dataframes``
+        ...).  ``worker_affinity`` is refused: it is coffea's ``hash % n_workers``
+        placement, which this executor replaces.
+
+    Attributes
+    ----------
+    last_run_stats : dict or None
+        Figures of the last run this executor (or a ``Runner``'s copy of it)
+        made: ``run`` (its id), ``tasks`` (chunk tasks submitted) and
+        :data:`~cacheaffinity.protocol.RUN_FIGURES` (``chunks``, ``hits``,
+        ``peer_hits``, ``misses``, ``bytes_served``, ``peer_bytes``,
+        ``storage_bytes``, ``storage_opens``, ``steals``, ``uncached_chunks``).
+    """
+
+    node_cache: bool = True
+    place_preprocessing: bool = True
+    #: Shared with the copies coffea's ``Runner`` makes (``ExecutorBase.copy``):
+    #: ``{"last": figures of the last run}``.
+    run_log: dict = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def last_run_stats(self) -> dict | None:
+        """Figures of the last run (see the class docstring), or None before one."""
+        return self.run_log.get("last")
+
+    def __call__(self, items, function, accumulator):
+        if len(items) == 0:
+            return accumulator
+        if self.worker_affinity:
+            raise ValueError(
+                "CacheAffinityExecutor(worker_affinity=True): worker_affinity is coffea's "
+                "hash % n_workers placement, which CacheAffinityExecutor replaces; "
+                "drop worker_affinity=True"
+            )
+        if self.client is None:
+            raise ValueError(
+                "CacheAffinityExecutor needs a client of a scheduler running cacheaffinity: "
+                "CacheAffinityExecutor(client=Client(scheduler_address))"
+            )
+        preprocessing = self.function_name == "get_metadata"
+        ca_client.check(self.client, warn=not preprocessing)  # once per run
+        if self.node_cache and preprocessing and adapter.unwrap_metadata(function) is not None:
+            function = MetadataTask(function)
+        elif self.node_cache and not preprocessing:
+            if adapter.unwrap(function) is None:
+                warn_once(
+                    "function-shape",
+                    "cacheaffinity: the function coffea's Runner handed the executor has an "
+                    "unexpected shape (another caller or coffea version); chunks run with "
+                    "coffea's own function, uncached by cacheaffinity",
+                )
+            else:
+                function = ChunkTask(function)
+        place = self.place_preprocessing or not preprocessing
+        base = DaskExecutor(
+            **{f.name: getattr(self, f.name) for f in fields(DaskExecutor) if f.init}
+        )
+        # One run id for a Runner call: its preprocessing (if any) and its chunks.
+        if preprocessing:
+            run = self.run_log["pending"] = uuid.uuid4().hex
+        else:
+            run = self.run_log.pop("pending", None) or uuid.uuid4().hex
+        base.client = _ChunkClient(self.client, run) if place else self.client
+        result = DaskExecutor.__call__(base, items, function, accumulator)
+        if not preprocessing:
+            stats = self._run_stats(run)
+            self.run_log["last"] = stats
+            out = result[0] if isinstance(result, tuple) and result else None
+            if isinstance(out, dict) and isinstance(out.get("metrics"), dict):
+                out["metrics"]["cacheaffinity"] = dict(stats)
+        return result
+
+    def _run_stats(self, run: str) -> dict:
+        """The scheduler's figures of ``run`` (zeros if it has none, logged)."""
+        try:
+            found = ca_client.run_stats(self.client, run=run)
+        except Exception as e:  # the analysis ran: figures are not worth failing it
+            logger.warning("cacheaffinity: figures of run %s unavailable: %s", run, e)
+            found = []
+        stats = found[0] if found else {"run": run, "tasks": 0}
+        return {
+            "run": run,
+            "tasks": int(stats.get("tasks", 0)),
+            **{name: int(stats.get(name, 0)) for name in RUN_FIGURES},
+            "forecast": stats.get("forecast"),
+        }
+
+
+class _ChunkClient:
+    """The executor's client, with ``map`` attaching chunk identities.
+
+    Every other attribute is the real client's.  A ``map`` over coffea work
+    items (or ``(item, heavy input)`` pairs) goes through
+    :func:`cacheaffinity.map_chunks`, with file identities taken once per file
+    for this run; other maps (the tree reduction) pass through.
+    """
+
+    def __init__(self, client, run: str | None = None):
+        self._client = client
+        self._run = run
+
+    def __getattr__(self, name):
+        return getattr(self._client, name)
+
+    def map(self, func, *iterables, **kwargs):
+        if len(iterables) == 1:
+            items = list(iterables[0])
+            firsts = [x[0] if isinstance(x, tuple) and x else x for x in items]
+            if items and all(isinstance(x, (adapter.WorkItem, adapter.FileMeta)) for x in firsts):
+                identities = file_identities(x.filename for x in firsts)
+                stripe = self._stripe_entries(firsts)
+                ids = [chunk_identity(x, identities, stripe) for x in firsts]
+                entries = [
+                    (int(x.entrystart), int(x.entrystop))
+                    if isinstance(x, adapter.WorkItem) and 0 <= x.entrystart <= x.entrystop
+                    else None
+                    for x in firsts
+                ]
+                with dask.annotate(**({RUN_ANNOTATION: self._run} if self._run else {})):
+                    futures = ca_client.map_chunks(
+                        self._client, func, items, chunk_ids=ids, entries=entries, **kwargs
+                    )
+                if self._run and isinstance(firsts[0], adapter.WorkItem):
+                    self._warn_capacity()
+                return futures
+        return self._client.map(func, *iterables, **kwargs)
+
+    def _warn_capacity(self) -> None:
+        """Warn (once per run) when the node caches are too small for the run's chunks
+        (:func:`cacheaffinity.client.forecast_message`)."""
+        try:
+            found = ca_client.forecast(self._client, self._run)
+        except Exception as e:  # the analysis runs: a forecast is not worth failing it
+            logger.debug("cacheaffinity: forecast of run %s unavailable: %r", self._run, e)
+            return
+        msg = None if not found else ca_client.forecast_message(found, self._run)
+        if msg:
+            logger.warning(msg)
+
+    def _stripe_entries(self, items) -> int | dict[str, int] | None:
+        """``client.stripe-entries``, or when it is null ``{filename: S}``
+        with each file's default (:func:`default_stripe_entries` of the largest
+        chunk end of the run's chunks of that file)."""
+        configured = config.get("client.stripe-entries")
+        chunks = [x for x in items if hasattr(x, "entrystart")]
+        if configured is not None or not chunks:
+            return configured
+        ends: dict[str, int] = {}
+        for x in chunks:
+            ends[x.filename] = max(ends.get(x.filename, 0), int(x.entrystop))
+        stripes = {f: default_stripe_entries(n) for f, n in ends.items()}
+        logger.info(
+            "cacheaffinity: placement stripes of %s entries for %d files (set "
+            "cacheaffinity.client.stripe-entries to fix one size)",
+            "/".join(str(s) for s in sorted(set(stripes.values()))), len(stripes),
+        )  # fmt: skip
+        return stripes

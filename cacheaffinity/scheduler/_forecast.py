@@ -1,0 +1,129 @@
+"""The working-set forecast of a run (runs in the scheduler).
+
+``Forecast`` keeps the bytes each chunk task reported (``chunk_bytes``) and the
+chunks each run placed per node, and estimates per node and run ``need_bytes``,
+``hit_rate`` and ``capacity_hit_rate`` (the rate without first-run misses) against
+the capacities the workers report. It ignores steals and other users' entries.
+Event-loop only; memory: the last ``SIZES_KEPT`` sizes and ``RUNS_KEPT`` runs.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import xxhash
+
+__all__ = ["RUNS_KEPT", "SIZES_KEPT", "Forecast", "size_key"]
+
+#: Chunk sizes kept at most (about 100 bytes each).
+SIZES_KEPT = 500_000
+#: Runs whose forecast is kept at most.
+RUNS_KEPT = 20
+
+
+def size_key(chunk: str, entries: Any = None) -> int:
+    """The key of a chunk's size: its id and, when given, its entry range."""
+    text = chunk if entries is None else f"{chunk}|{entries[0]}-{entries[1]}"
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogatepass"))
+
+
+class Forecast:
+    """Chunk sizes and per-run, per-node working sets."""
+
+    def __init__(self, sizes_kept: int = SIZES_KEPT, runs_kept: int = RUNS_KEPT):
+        self.sizes_kept = int(sizes_kept)
+        self.runs_kept = int(runs_kept)
+        self.sizes: OrderedDict[int, int] = OrderedDict()
+        self._total = 0
+        # run -> node -> [chunks, bytes of known chunks, chunks of unknown size]
+        self.runs: OrderedDict[str, dict[str, list[int]]] = OrderedDict()
+
+    def submitted(self, run: str, placed: Iterable[tuple[int, str]]) -> None:
+        """Chunk tasks ``(size key, node)`` of ``run`` were placed."""
+        rec = self.runs.get(run)
+        if rec is None:
+            rec = self.runs[run] = {}
+            while len(self.runs) > self.runs_kept:
+                self.runs.popitem(last=False)
+        sizes = self.sizes
+        for sk, node in placed:
+            n = rec.get(node)
+            if n is None:
+                n = rec[node] = [0, 0, 0]
+            n[0] += 1
+            b = sizes.get(sk)
+            if b is None:
+                n[2] += 1
+            else:
+                n[1] += b
+
+    def reported(self, sk: int, nbytes: Any) -> None:
+        """A chunk task of size key ``sk`` reported the bytes of its columns."""
+        if not isinstance(nbytes, int) or nbytes <= 0:
+            return
+        old = self.sizes.pop(sk, None)
+        if old is not None:
+            self._total -= old
+        self.sizes[sk] = nbytes
+        self._total += nbytes
+        while len(self.sizes) > self.sizes_kept:
+            self._total -= self.sizes.popitem(last=False)[1]
+
+    @property
+    def mean_size(self) -> float | None:
+        """Mean bytes of the chunks whose size is known (None: none is)."""
+        return self._total / len(self.sizes) if self.sizes else None
+
+    def get(
+        self, run: str, capacity: Mapping[str, Any], policy: Mapping[str, Any] | None = None
+    ) -> dict | None:
+        """The forecast of ``run`` (None: unknown) given each node's ``capacity`` (bytes)
+        and admission ``policy`` (default ``"rank"``); rates and ``need_bytes`` are
+        None while no chunk size is known. A chunk of unknown size counts at the mean.
+        """
+        rec = self.runs.get(run)
+        if rec is None:
+            return None
+        mean = self.mean_size
+        nodes: dict[str, dict] = {}
+        for node, (chunks, known, unknown) in sorted(rec.items()):
+            cap = capacity.get(node)
+            pol = (policy or {}).get(node) or "rank"
+            entry: dict[str, Any] = {
+                "chunks": chunks, "new_chunks": unknown, "capacity": cap, "policy": pol,
+                "need_bytes": None, "hit_rate": None, "capacity_hit_rate": None,
+            }  # fmt: skip
+            nodes[node] = entry
+            if mean is None or not isinstance(cap, (int, float)):
+                continue
+            need = known + unknown * mean
+            entry["need_bytes"] = int(need)
+            if need <= 0:
+                continue
+            if need <= cap:
+                fits = 1.0
+            elif pol == "fifo":
+                fits = 0.0
+            else:  # rank keeps whole chunks: as many of the node's mean chunk as fit
+                per_chunk = need / chunks
+                fits = min(1.0, (cap // per_chunk) * per_chunk / need)
+            entry["capacity_hit_rate"] = fits
+            entry["hit_rate"] = fits * known / need
+        weighed = [e for e in nodes.values() if e["need_bytes"]]
+        total = sum(e["need_bytes"] for e in weighed)
+
+        def avg(name):
+            if not weighed or not total:
+                return None
+            return sum(e[name] * e["need_bytes"] for e in weighed) / total
+
+        return {
+            "hit_rate": avg("hit_rate"),
+            "capacity_hit_rate": avg("capacity_hit_rate"),
+            "need_bytes": int(total) if weighed else None,
+            "chunks": sum(e["chunks"] for e in nodes.values()),
+            "new_chunks": sum(e["new_chunks"] for e in nodes.values()),
+            "nodes": nodes,
+        }

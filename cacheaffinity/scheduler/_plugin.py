@@ -1,0 +1,571 @@
+"""Dask's hooks of the placement plugin (runs in the scheduler).
+
+``CacheAffinityPlugin`` (registered as ``cacheaffinity``) holds only Dask's hooks
+and delegates to ``Membership``, ``TorusPlacement``, ``Locator``,
+``LocalityStealing``, ``Retargeting``, ``Inheritance``, ``NodeCounters``,
+``RunFigures``, ``Forecast`` and ``Queries``. It never restricts, changes or moves
+tasks without a chunk identity, nor chunk tasks a user restricted (``workers=``,
+hosts, ``resources=``) or actors.
+
+Event-loop only (no locking). A hook that raises is logged by Dask and leaves the
+task to Dask's placement: a cache miss, never a wrong result.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict, deque
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from distributed.diagnostics.plugin import SchedulerPlugin
+
+from cacheaffinity import config
+from cacheaffinity._version import __version__
+from cacheaffinity.placement import TorusPlacement
+from cacheaffinity.protocol import (
+    ANNOTATION,
+    ENTRIES_ANNOTATION,
+    HOLDERS_HANDLER,
+    NODE_REPORT_TOPIC,
+    PLUGIN_NAME,
+    PREPROCESS_PREFIX,
+    RUN_ANNOTATION,
+    TASK_REPORT_TOPIC,
+)
+from cacheaffinity.scheduler import _distributed
+from cacheaffinity.scheduler._counters import NodeCounters
+from cacheaffinity.scheduler._forecast import Forecast, size_key
+from cacheaffinity.scheduler._inheritance import Inheritance
+from cacheaffinity.scheduler._locator import Locator
+from cacheaffinity.scheduler._membership import Membership
+from cacheaffinity.scheduler._metrics import register_collector
+from cacheaffinity.scheduler._queries import Queries
+from cacheaffinity.scheduler._retargeting import PENDING, Retargeting
+from cacheaffinity.scheduler._runs import RunFigures
+from cacheaffinity.scheduler._stealing import LocalityStealing
+
+if TYPE_CHECKING:
+    from distributed.scheduler import Scheduler, TaskState, WorkerState
+
+logger = logging.getLogger("cacheaffinity.scheduler")
+task_logger = logging.getLogger("cacheaffinity.scheduler.tasks")
+
+__all__ = ["CacheAffinityPlugin"]
+
+# No worker has this address: the task waits in ``no-worker`` (not in Dask's
+# root-task queue) until a cache node joins and the plugin places it.
+_NO_NODE = "cacheaffinity://no-cache-node-yet"
+# Periodic look for pending workers whose node arrived in a heartbeat.
+PENDING_CALLBACK = "cacheaffinity-pending"
+
+
+def _compute_seconds(startstops: Any) -> float | None:
+    """Seconds a finished task computed (its ``compute`` start/stop pairs), or None."""
+    t = 0.0
+    try:
+        for x in startstops or ():
+            if x["action"] == "compute":
+                t += x["stop"] - x["start"]
+    except (KeyError, TypeError):
+        return None
+    return float(t) if t > 0 else None
+
+
+class CacheAffinityPlugin(SchedulerPlugin):
+    """Scheduler plugin that restricts every chunk task loosely to its cache node.
+
+    Keyword arguments override the ``cacheaffinity.scheduler`` settings of the same
+    names (snake_case); ``None`` reads the config when the plugin is made. Tasks are
+    re-targeted when cache nodes join or leave; results never depend on placement.
+
+    Parameters
+    ----------
+    dimensions, replicas, seed, balance
+        Passed to :class:`~cacheaffinity.TorusPlacement`.
+    weights
+        ``{node_id: weight}`` overrides of node weights.
+    stealing
+        Keep chunk tasks out of Dask's stealing and steal them with
+        :class:`~cacheaffinity.LocalityStealing` (default). ``False`` leaves Dask's
+        stealing extension as it is (it then moves chunk tasks as plain tasks).
+    locator
+        Send a chunk to the node that processed it last (its holder).
+    locator_size
+        Chunk ids the locator remembers at most.
+    locator_slack
+        A holder takes chunks up to this multiple of its fair share of a batch.
+    recent_placements
+        Chunk placements the dashboard page shows at most.
+    """
+
+    name = PLUGIN_NAME
+    idempotent = True
+
+    def __init__(
+        self,
+        *,
+        dimensions: int | None = None,
+        replicas: int | None = None,
+        seed: int | None = None,
+        balance: float | None = None,
+        weights: dict[str, float] | None = None,
+        stealing: bool | None = None,
+        locator: bool | None = None,
+        locator_size: int | None = None,
+        locator_slack: float | None = None,
+        recent_placements: int | None = None,
+    ):
+        c = config.settings(
+            "scheduler",
+            dimensions=dimensions,
+            replicas=replicas,
+            seed=seed,
+            balance=balance,
+            weights=weights,
+            locator=locator,
+            locator_size=locator_size,
+            locator_slack=locator_slack,
+            recent_placements=recent_placements,
+        )
+        #: The cache node of each chunk.
+        self.placement = TorusPlacement(
+            dimensions=c["dimensions"], replicas=c["replicas"], seed=c["seed"], balance=c["balance"]
+        )
+        self.membership = Membership(dict(c["weights"] or {}))
+        self.locator = Locator(
+            self.membership,
+            self.placement,
+            size=c["locator-size"],
+            use_locator=bool(c["locator"]),
+            slack=c["locator-slack"],
+        )
+        self.manage_stealing: bool = True if stealing is None else bool(stealing)
+        #: The chunk-task stealing policy (set by ``start``).
+        self.stealing: LocalityStealing | None = None
+        self.scheduler: Scheduler | None = None
+        #: Totals over all nodes (placements, failovers, steals, ...).
+        self.counters: Counter[str] = Counter()
+        self.node_counters = NodeCounters(self.membership)
+        self.runs = RunFigures()
+        self.forecast = Forecast()
+        # chunk tasks whose node's cache refused their chunk: not made its holder
+        self.not_kept: set = set()
+        self.inheritance = Inheritance(
+            self.membership, self.placement, self.node_counters, self.locator.node_tasks
+        )
+        #: Nodes that own a part of the placement (the cached ones, if any).
+        self.owners: set[str] = set()
+        #: ``(chunk id, node)`` of the last chunks placed, newest last.
+        self.recent_placements: deque[tuple[str, str]] = deque(maxlen=c["recent-placements"])
+        self.retargeting = Retargeting(
+            self.membership, self.placement, self.locator, self.counters, self.node_counters
+        )
+        self.queries = Queries(
+            self.membership, self.placement, self.locator, self.inheritance, self.counters,
+            self.node_counters, self.forecast, self.recent_placements,
+        )  # fmt: skip
+
+    async def start(self, scheduler: Scheduler) -> None:
+        self.scheduler = scheduler
+        self.membership.bind(scheduler.workers)
+        register_collector(scheduler)
+        from cacheaffinity.scheduler._dashboard import install as install_dashboard
+
+        install_dashboard(scheduler)
+        scheduler.handlers[HOLDERS_HANDLER] = self.holders
+        if self.manage_stealing:
+            _distributed.adopt_stealing(scheduler, self.locator.chunk_of)
+            if self.stealing is None:
+                self.stealing = LocalityStealing(
+                    scheduler, self.locator, inherited=self.inheritance, on_steal=self._count_steal
+                )
+            self.stealing.start()
+        for addr in list(scheduler.workers):
+            self._learn_worker(addr)
+        self._membership_changed("plugin-start", stimulus_id="cacheaffinity-start")
+        # a worker whose plugin was set up before this one reports its node only
+        # in its metrics (next heartbeat)
+        _distributed.start_periodic(scheduler, PENDING_CALLBACK, self._check_pending, 1.0)
+        logger.info(
+            "cacheaffinity %s placement active: %d cache nodes, %s; stealing: %s",
+            __version__,
+            len(self.membership.node_workers),
+            self.describe(),
+            self._stealing_mode(),
+        )
+
+    async def close(self) -> None:
+        self._detach()
+
+    def _detach(self) -> None:
+        """Stop the periodic work, give chunk tasks back to Dask's stealing (idempotent)."""
+        if self.scheduler is not None:
+            _distributed.stop_periodic(self.scheduler, PENDING_CALLBACK, self._check_pending)
+            h = self.scheduler.handlers.get(HOLDERS_HANDLER)
+            if getattr(h, "__self__", None) is self:
+                del self.scheduler.handlers[HOLDERS_HANDLER]
+        if self.stealing is not None:
+            self.stealing.stop()
+        if self.scheduler is not None and self.manage_stealing:
+            _distributed.release_stealing(self.scheduler, self.locator.chunk_of)
+
+    def _stealing_mode(self) -> str:
+        st = self.stealing
+        if st is None:
+            return "left to Dask for all tasks"
+        if not st.dask_stealing:
+            return "off (distributed.scheduler.work-stealing: false)"
+        if st.extension is None:
+            return "unknown stealing extension: chunk tasks not protected"
+        return "Dask for plain tasks, " + (
+            "cacheaffinity policy for chunk tasks"
+            if st.enabled
+            else "none for chunk tasks (cacheaffinity.scheduler.stealing.enabled: false)"
+        )
+
+    def _check_pending(self) -> None:
+        """Pending workers whose heartbeat now carries their node become cache nodes."""
+        s = self.scheduler
+        if s is None or s.plugins.get(PLUGIN_NAME) is not self:  # removed or replaced
+            self._detach()  # Scheduler.remove_plugin does not call close()
+            return
+        for addr, _, _ in self.membership.reported_pending():
+            self._handle_node_report(addr, reported=False)
+        self.inheritance.note_pending()
+        self._prune_nodes()
+
+    def _prune_nodes(self) -> None:
+        """Keep per-node state to the live nodes and the last ``MAX_DEPARTED`` that left."""
+        self.node_counters.prune()
+        self.inheritance.prune()
+
+    def describe(self) -> str:
+        p = self.placement
+        return (
+            f"torus dimensions={p.dimensions} replicas={p.replicas} seed={p.seed} "
+            f"balance={p.balance}"
+        )
+
+    def _event(self, msg: dict) -> None:
+        if self.scheduler is not None:
+            self.scheduler.log_event(PLUGIN_NAME, msg)
+
+    def _learn_worker(
+        self, addr: str, node=None, weight=None, reported: bool = False, uncached=None
+    ) -> bool:
+        changed = self.membership.learn(
+            addr,
+            node,
+            weight,
+            reported=reported,
+            report_expected=PLUGIN_NAME in self.scheduler.worker_plugins,
+            uncached=uncached,
+        )
+        self.inheritance.note_worker(addr)
+        return changed
+
+    def add_worker(self, scheduler: Scheduler, worker: str) -> None:
+        if self._learn_worker(worker):
+            self._membership_changed(
+                "worker-added", worker=worker, stimulus_id=f"cacheaffinity-add-{worker}"
+            )
+
+    def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
+        self._sync_workers(kwargs.get("stimulus_id") or "cacheaffinity-remove")
+
+    def log_event(self, topic: str, msg: Any) -> None:
+        if topic == TASK_REPORT_TOPIC and isinstance(msg, dict):
+            self.runs.report(msg)
+            key = msg.get("key")
+            chunk = self.locator.chunk_of.get(key)
+            if chunk is not None:  # the report arrives before the task finishes
+                self.forecast.reported(size_key(chunk, self.locator.entries.get(key)), msg.get("chunk_bytes"))
+                if msg.get("chunks_not_kept"):
+                    self.not_kept.add(key)
+        elif topic == NODE_REPORT_TOPIC and isinstance(msg, dict) and msg.get("worker"):
+            self._handle_node_report(
+                msg["worker"], msg.get("node"), msg.get("weight"), msg.get("uncached")
+            )
+
+    def _handle_node_report(
+        self, worker: str, node=None, weight=None, uncached=None, reported: bool = True
+    ) -> None:
+        """A worker announced its cache node (None: its host's node) and why it caches
+        nothing, if so (``reported=False``: read both from its metrics)."""
+        stimulus_id = f"cacheaffinity-node-{worker}"
+        if not reported:
+            node = weight = uncached = None
+        elif node is not None:
+            node = str(node)
+        if self._learn_worker(worker, node, weight, reported=reported, uncached=uncached):
+            self._membership_changed("node-reported", worker=worker, stimulus_id=stimulus_id)
+            ws = self.scheduler.workers.get(worker)
+            if ws is not None and ws.status.name == "running":
+                _distributed.schedule_unrunnable(self.scheduler, ws, stimulus_id)
+
+    def _sync_workers(self, stimulus_id: str) -> None:
+        """Drop workers the scheduler no longer has."""
+        gone = self.membership.gone()
+        if not gone:
+            return
+        for addr in gone:
+            self.membership.forget(addr)
+        self._membership_changed("worker-removed", worker=gone, stimulus_id=stimulus_id)
+
+    def _membership_changed(self, reason: str, *, stimulus_id: str, worker=None) -> None:
+        """Rebuild the placement and re-target the tasks that must move."""
+        nodes = self.membership.placement_weights()
+        before = set(self.placement.nodes) if self.placement.nodes else set()
+        if nodes:
+            self.placement.set_nodes(nodes)
+        self.owners = set(nodes)
+        joined = set(nodes) - before
+        left = before - set(nodes)
+        self._event(
+            {
+                "action": "membership",
+                "reason": reason,
+                "worker": worker,
+                "nodes": len(nodes),
+                "joined": sorted(joined),
+                "left": sorted(left),
+                "stimulus_id": stimulus_id,
+            }
+        )
+        if joined or left:
+            logger.info(
+                "cache nodes changed (%s): +%s -%s, %d placing",
+                reason,
+                sorted(joined),
+                sorted(left),
+                len(nodes),
+            )
+            uncached = self.membership.uncached_nodes()
+            if uncached:
+                logger.info(
+                    "cacheaffinity: %d node(s) cache nothing%s: %s",
+                    len(uncached),
+                    "" if set(uncached) & set(nodes) else " and get no placement",
+                    "; ".join(f"{n}: {r}" for n, r in sorted(uncached.items())),
+                )
+        event = self.retargeting.retarget(
+            self.scheduler, self.stealing, self.owners, joined, left, stimulus_id
+        )
+        if event is not None:
+            self._event(event)
+
+    def update_graph(
+        self,
+        scheduler: Scheduler,
+        *,
+        keys: set,
+        tasks: list,
+        annotations: dict[str, dict],
+        stimulus_id: str,
+        **kwargs: Any,
+    ) -> None:
+        chunks = annotations.get(ANNOTATION)
+        if not chunks:
+            return
+        entries = annotations.get(ENTRIES_ANNOTATION) or {}
+        entry_of = entries.get
+        # per-task loops: attributes read into locals
+        stasks = scheduler.tasks
+        locator = self.locator
+        chunk_of = locator.chunk_of
+        track = locator.track
+        todo: list[tuple[TaskState, str]] = []
+        append = todo.append
+        restricted = 0
+        for key, chunk in chunks.items():
+            if chunk is None:
+                continue
+            ts = stasks.get(key)
+            if ts is None or ts.processing_on is not None or ts.state not in PENDING:
+                continue
+            if key not in chunk_of and (
+                ts.worker_restrictions
+                or ts.host_restrictions
+                or ts.resource_restrictions
+                or ts.actor
+            ):
+                restricted += 1
+                continue
+            if type(chunk) is not str:
+                chunk = str(chunk)
+            track(key, chunk, entry_of(key))
+            append((ts, chunk))
+        if restricted:
+            self.counters["user-restricted"] += restricted
+            self._event(
+                {
+                    "action": "skip",
+                    "tasks": restricted,
+                    "reason": "chunk tasks with workers/hosts/resources restrictions are "
+                    "left to Dask",
+                    "stimulus_id": stimulus_id,
+                }
+            )
+        if not todo:
+            return
+        node_workers = self.membership.node_workers
+        runs = annotations.get(RUN_ANNOTATION) or {}
+        graph_run = f"graph:{stimulus_id}"
+        # a run's ``tasks`` are its chunk tasks, not its preprocessing tasks
+        self.runs.submitted(
+            {
+                ts.key: runs.get(ts.key) or graph_run
+                for ts, chunk in todo
+                if not chunk.startswith(PREPROCESS_PREFIX)
+            }
+        )
+        if not node_workers:
+            for ts, _ in todo:
+                ts.worker_restrictions = {_NO_NODE}
+                ts.loose_restrictions = True
+            self._event(
+                {
+                    "action": "place",
+                    "tasks": len(todo),
+                    "reason": "no cache node yet: tasks wait for one",
+                    "stimulus_id": stimulus_id,
+                }
+            )
+            return
+        nodes = self.placement.assign([c for _, c in todo])
+        debug = task_logger.isEnabledFor(logging.DEBUG)
+        hashed = list(nodes) if debug else nodes
+        located = locator.relocate(todo, nodes)
+        per_node: Counter[str] = Counter(nodes)
+        # one set per node, shared by its tasks: Dask replaces restriction sets,
+        # never changes them in place
+        restrictions = {node: set(node_workers[node]) for node in per_node}
+        set_target = locator.set_target
+        for (ts, _), node in zip(todo, nodes):
+            set_target(ts.key, node)
+            ts.worker_restrictions = restrictions[node]
+            ts.loose_restrictions = True
+        per_run: defaultdict[str, list] = defaultdict(list)
+        for (ts, chunk), node in zip(todo, nodes):
+            if not chunk.startswith(PREPROCESS_PREFIX):
+                per_run[runs.get(ts.key) or graph_run].append((size_key(chunk, entry_of(ts.key)), node))
+        for run, placed in per_run.items():
+            self.forecast.submitted(run, placed)
+        if debug:
+            for (ts, chunk), node, h in zip(todo, nodes, hashed):
+                reason = "hash" if node == h else "locator"
+                task_logger.debug("%s: chunk %s -> node %s (%s)", ts.key, chunk, node, reason)
+        self.counters["placements"] += len(todo)
+        self.counters["located"] += located
+        m = self.recent_placements.maxlen or 0
+        if m:
+            self.recent_placements.extend(zip([c for _, c in todo[-m:]], nodes[-m:]))
+        for node, n in per_node.items():
+            self.node_counters.add(node, "placements", n)
+        self._event(
+            {
+                "action": "place",
+                "tasks": len(todo),
+                "nodes": dict(per_node),
+                "located": located,
+                "reason": "nearest cache node on the torus"
+                + ("" if self.placement.balance is None else " with bounded loads")
+                + (f"; {located} to the node that processed them last" if located else ""),
+                "stimulus_id": stimulus_id,
+            }
+        )
+
+    def transition(self, key, start, finish, *args, **kwargs) -> None:
+        # called ~4 times per task of any kind: return before any lookup
+        if finish == "forgotten":
+            locator = self.locator
+            if key in locator.chunk_of:
+                locator.forget_task(key)
+                self.runs.forget(key)
+                self.not_kept.discard(key)
+                if self.stealing is not None:
+                    self.stealing.forget(key)
+            return
+        if start != "processing":
+            return
+        locator = self.locator
+        if key not in locator.chunk_of:
+            return
+        if finish == "memory":
+            membership = self.membership
+            worker = kwargs.get("worker")
+            node = membership.worker_node.get(worker)
+            if node is not None and worker in membership.worker_uncached:
+                # keeps nothing: neither a holder nor a speed sample
+                locator.finished(key, None)
+                on_target = locator.target.get(key) == node
+            else:
+                seconds = _compute_seconds(kwargs.get("startstops"))
+                stealing = self.stealing
+                if (
+                    stealing is not None and stealing.warm_stolen and node is not None
+                    and stealing.finished(key, worker, seconds, locator.speed.smoothed.get(node))
+                ):  # fmt: skip
+                    seconds = None  # the thief's links' time, not the node's speed
+                kept = not (self.not_kept and key in self.not_kept)
+                if not kept:
+                    self.not_kept.discard(key)
+                on_target = locator.finished(key, node, seconds, kept)
+            if on_target is not None:
+                which = "on-target" if on_target else "off-target"
+                self.counters[which] += 1
+                self.node_counters.add(node, which)
+            return
+        # a worker may have died: re-target before Dask picks a new worker
+        self._sync_workers(kwargs.get("stimulus_id") or "cacheaffinity-transition")
+
+    def _count_steal(self, ts: TaskState, victim: WorkerState, thief: WorkerState) -> None:
+        """The stealing policy moved chunk task ``ts`` from ``victim`` to ``thief``."""
+        self.counters["steals"] += 1
+        self.runs.steal(ts.key)
+        node = self.membership.node_of(thief.address)
+        if node is not None:
+            self.node_counters.add(node, "steals")
+
+    def holders(
+        self,
+        chunk: str | None = None,
+        start: int | None = None,
+        stop: int | None = None,
+        worker: str | None = None,
+    ) -> list[str]:
+        """Handler ``cacheaffinity_holders``: a worker per other live node holding
+        entries ``[start, stop)`` of ``chunk``, most likely first."""
+        return self.queries.holders(chunk, start, stop, worker)
+
+    def where(self, chunks: Iterable[str]) -> dict[str, dict]:
+        """Home node and live workers of each chunk under the current membership."""
+        return self.queries.where(chunks)
+
+    def info(self) -> dict:
+        """A summary for clients, the dashboard and the command line."""
+        return self.queries.info(self.stealing, self.owners)
+
+    def run_stats(self, run: str | None = None, last: int = 1) -> list[dict]:
+        """Figures of run ``run`` (``[]`` if unknown), or of the ``last`` runs, newest last."""
+        out = self.runs.get(run, last)
+        for rec in out:
+            rec["forecast"] = self.forecast_of(rec["run"])
+        return out
+
+    def forecast_of(self, run: str) -> dict | None:
+        """The working-set forecast of ``run`` with the capacities and admission
+        policies the nodes' workers report now (None: unknown run)."""
+        return self.queries.forecast_of(run)
+
+    def latest_forecast(self) -> dict | None:
+        """The forecast of the newest run that has one, with its ``run`` id, or None."""
+        return self.queries.latest_forecast()
+
+    def snapshot(self) -> dict:
+        """:meth:`info` plus what the dashboard page and the Prometheus collector read.
+
+        Calls :meth:`info` as a method, so a subclass or a test may replace it.
+        """
+        return self.queries.snapshot(self.info())
