@@ -1,10 +1,7 @@
-"""Logging once per condition: the project's one policy for repeated problems (runs anywhere).
+"""Logging once per condition: the project's one policy for repeated problems (any process).
 
-Defines :class:`LogOnce`.  A cache problem is a miss plus a log line, never a
-failed analysis (STYLE.md), and one line per *condition*, not per file or per
-chunk: the first occurrence of a condition is logged at its level (WARNING by
-default), every later one at DEBUG.  Imports nothing of the project, so every
-part of it may use it.
+A cache problem is a miss plus one log line per *condition*, not per file or chunk: the first
+occurrence at its level (WARNING by default), later ones at DEBUG. Imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -21,33 +18,19 @@ __all__ = ["LogOnce"]
 class LogOnce:
     """Log a message at its level the first time its condition occurs, at DEBUG after.
 
-    A module-level object logs once per process (the coffea chunk tasks'
-    conditions); an attribute of an object once per that object (each
-    :class:`~cacheaffinity.worker._store.ColumnCache`, each
-    :class:`~cacheaffinity.worker._forms.FormStore`).
-
-    Parameters
-    ----------
-    logger : logging.Logger
-        Where the lines go.
-
-    Notes
-    -----
-    Thread-safe; the lock is replaced in a forked child (a thread of the parent
-    may have held it at the fork).  Conditions are remembered for the object's
-    lifetime: keep them few (an error class, never a file name).
+    A module-level object logs once per process, an attribute once per object (each
+    ``ColumnCache``, each ``FormStore``). Thread-safe; the lock is replaced in a forked child.
+    Conditions are kept for the object's lifetime: keep them few (an error class, never a file).
     """
 
     def __init__(self, logger: logging.Logger):
         self.logger = logger
-        #: Conditions logged so far.
         self.seen: set[str] = set()
         self._lock = threading.Lock()
         _INSTANCES.add(self)
 
     def __call__(self, condition: str, msg: str, *args: Any, level: int = logging.WARNING) -> bool:
-        """Log ``msg % args`` at ``level`` if ``condition`` is new, else at DEBUG;
-        returns whether it was new."""
+        """Log ``msg % args`` at ``level`` if ``condition`` is new, else at DEBUG; True if new."""
         with self._lock:
             first = condition not in self.seen
             self.seen.add(condition)

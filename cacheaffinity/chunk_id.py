@@ -1,15 +1,9 @@
-"""The chunk-id grammar: ``<file>/<tree>/s<S>:<k>`` (client, workers, scheduler).
+"""The chunk-id grammar ``<file>/<tree>/s<S>:<k>``, the one place that knows it (any process).
 
-A coffea chunk id names a placement *stripe*: entries ``[k*S, (k+1)*S)`` of a
-file's tree.  The client builds it (:func:`cacheaffinity.coffea._identity.chunk_identity`
-calls :func:`format_chunk_id`); the scheduler's locator reads it back
-(:func:`parse_stripe`) to remember a task's entries under each stripe they fall in.
-This module is the one place that knows the format; it imports nothing of
-cacheaffinity.
-
-Grammar: ``file`` is any text (a UUID and stamp, a path, a URL); ``tree`` is any
-text with ``%`` and ``/`` written as ``%25`` and ``%2F`` (so the last ``/``
-before ``s<S>:<k>`` ends the file part); ``S >= 1`` and ``k >= 0`` in decimal.
+A coffea chunk id names a placement *stripe*: entries ``[k*S, (k+1)*S)`` of a file's tree. The
+client formats it, the scheduler's locator parses it back. ``file`` is any text; ``tree`` is any
+text with ``%`` and ``/`` written ``%25`` and ``%2F`` (so the last ``/`` before ``s<S>:<k>``
+ends the file part); ``S >= 1`` and ``k >= 0`` in decimal. Imports nothing of cacheaffinity.
 """
 
 from __future__ import annotations
@@ -35,7 +29,7 @@ def _escape_tree(tree: str) -> str:
 
 
 def _unescape_tree(text: str) -> str | None:
-    """The tree of an escaped tree part; None if it has a ``%`` that escapes nothing."""
+    """The tree of an escaped tree part; None if a ``%`` escapes nothing."""
     if "%" not in text:
         return text
     if text.count("%") != len(_UNESCAPE.findall(text)):
@@ -62,8 +56,7 @@ class ChunkId(NamedTuple):
 
 
 class Stripe(NamedTuple):
-    """The stripe part of a chunk id, as written: what the locator needs to name
-    the neighbouring stripes of the same file and tree."""
+    """The stripe part of a chunk id, as written (the locator names neighbouring stripes by it)."""
 
     #: ``<file>/<tree>/s<S>:``, the id without its stripe number
     prefix: str
@@ -76,8 +69,7 @@ class Stripe(NamedTuple):
 
 
 def format_chunk_id(file: str, tree: str, stripe_entries: int, k: int) -> str:
-    """The chunk id of stripe ``k`` (entries ``[k*S, (k+1)*S)``, ``S = stripe_entries``)
-    of ``file``'s ``tree``."""
+    """The chunk id of stripe ``k`` (entries ``[k*S, (k+1)*S)``, ``S = stripe_entries``) of ``file``'s ``tree``."""
     if isinstance(stripe_entries, bool) or not isinstance(stripe_entries, int) or stripe_entries < 1:
         raise ValueError(f"stripe_entries={stripe_entries!r} must be an integer >= 1")
     if isinstance(k, bool) or not isinstance(k, int) or k < 0:
@@ -86,10 +78,8 @@ def format_chunk_id(file: str, tree: str, stripe_entries: int, k: int) -> str:
 
 
 def parse_stripe(chunk: str) -> Stripe | None:
-    """The stripe part of ``chunk`` (``...s<S>:<k>`` after its last ``/s``), or None.
-
-    Lenient about what comes before (any text, no file/tree split needed):
-    every id whose tail reads ``/s<S>:<k>`` with ``S >= 1`` is a stripe."""
+    """The stripe part of ``chunk``, or None: every id whose tail after its last ``/s`` reads
+    ``<S>:<k>`` with ``S >= 1`` is a stripe, whatever comes before."""
     head, sep, tail = chunk.rpartition(STRIPE_SEP)
     if not sep:
         return None

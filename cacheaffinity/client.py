@@ -1,32 +1,10 @@
 """Client-side API: give tasks a chunk identity, ask where chunks go, check the plugin.
 
-Runs in the client process (a script, a notebook, the coffea executor).
-
-A *chunk identity* is a stable string naming the data a task reads, e.g.
-``"<file uuid>/Events/0-100000"``: the same data gives the same string for
-every user and run.  The scheduler plugin places every task that carries one
-on the chunk's cache node.  Three ways to attach it:
-
->>> with cacheaffinity.chunk("run2018A/file7.root/Events/0-100000"):  # doctest: +SKIP
-...     fut = client.submit(process, "file7.root", 0, 100000)
-...     lazy = dask.delayed(process)("file7.root", 0, 100000)
-
->>> futs = cacheaffinity.map_chunks(client, process, items,  # doctest: +SKIP
-...                                 chunk_ids=[chunk_id(i) for i in items])
-
-Chunk identities travel as the task annotation ``cacheaffinity`` (see
-:mod:`cacheaffinity.protocol`), so they reach the scheduler with the graph,
-before its first placement decision, and survive graph optimisation.  When
-several tasks share one identity (a placement stripe), ``map_chunks(...,
-entries=[(start, stop), ...])`` adds each task's entry range as the annotation
-``cacheaffinity-entries``: the scheduler then remembers per range which node
-processed it and sends a later task where most of its entries were processed.
-
-Identities are checked when tasks are created, before anything reaches the
-scheduler: each must be a non-empty ``str`` (``None``, numbers, bytes are
-refused rather than turned into ``"None"``, which would make every task one
-chunk) of at most ``cacheaffinity.client.max-chunk-id-length`` UTF-8 bytes
-(default 1 KiB), which bounds what the scheduler keeps per chunk.
+Runs in the client process. A *chunk identity* is a stable string naming the data a task reads
+(e.g. ``"<file uuid>/Events/0-100000"``); it travels as the task annotation ``cacheaffinity``
+(:mod:`cacheaffinity.protocol`) to the scheduler plugin, which places the task on the chunk's
+cache node. Identities are checked when tasks are created: a non-empty ``str`` (``None`` is not
+turned into ``"None"``) of at most ``cacheaffinity.client.max-chunk-id-length`` UTF-8 bytes.
 """
 
 from __future__ import annotations
@@ -99,15 +77,8 @@ def _refuse(chunk_id: Any, where: str, limit: int) -> Exception:
 
 
 def check_chunk_ids(chunk_ids: Iterable[Any], what: str = "") -> list[str]:
-    """The chunk identities as a list, each checked (see the module docstring).
-
-    Raises
-    ------
-    TypeError
-        For an id that is not a ``str`` (``None`` included).
-    ValueError
-        For an empty id or one longer than ``cacheaffinity.client.max-chunk-id-length``.
-    """
+    """The chunk identities as a list; ``TypeError`` for an id that is not a ``str``,
+    ``ValueError`` for an empty one or one over ``cacheaffinity.client.max-chunk-id-length``."""
     limit = max_chunk_id_length()
     quick = limit // 4  # UTF-8 takes at most 4 bytes per character
     out = list(chunk_ids)
@@ -124,29 +95,17 @@ def check_chunk_ids(chunk_ids: Iterable[Any], what: str = "") -> list[str]:
 
 
 def chunk(chunk_id: str) -> contextlib.AbstractContextManager:
-    """Context manager: tasks created inside carry ``chunk_id``.
-
-    Works for ``client.submit``, ``client.map`` (all mapped tasks get the same
-    id; use :func:`map_chunks` for one id per task) and ``dask.delayed``.
-
-    Raises
-    ------
-    TypeError, ValueError
-        For an id that is not a non-empty ``str`` of at most
-        ``cacheaffinity.client.max-chunk-id-length`` bytes.
-    """
+    """Context manager: tasks created inside (``client.submit``, ``client.map``, ``dask.delayed``)
+    carry ``chunk_id`` (``TypeError``/``ValueError`` if invalid, see :mod:`cacheaffinity.client`);
+    :func:`cacheaffinity.map_chunks` gives one id per task."""
     check_chunk_ids([chunk_id])
     return dask.annotate(**{ANNOTATION: chunk_id})
 
 
 class ChunkIds(dict):
-    """Annotation value that maps task keys to chunk identities.
-
-    The scheduler calls it with each task key of a submitted graph; keys it
-    does not know get ``None`` (not a chunk task).  A ``dict`` whose call is
-    ``dict.get``: the scheduler calls it once per task of the graph, and this
-    way no Python frame runs per call.  Picklable.
-    """
+    """Annotation value mapping task keys to chunk identities (``None``: not a chunk task).
+    Its call is ``dict.get``: the scheduler calls it for every task of a graph, and no Python
+    frame runs per call. Picklable."""
 
     __slots__ = ()
     __call__ = dict.get
@@ -188,15 +147,8 @@ def _check_entries(entries: Iterable[Any], n: int) -> list[tuple[int, int] | Non
 def chunks(
     mapping: Mapping[Any, str], entries: Mapping[Any, tuple[int, int]] | None = None
 ) -> contextlib.AbstractContextManager:
-    """Context manager: the tasks with these keys carry these chunk identities
-    (and, optionally, ``entries``: their ``(start, stop)`` entry ranges within
-    the identity, see :func:`map_chunks`).
-
-    Raises
-    ------
-    TypeError, ValueError
-        As :func:`chunk`, naming the task key whose id is refused.
-    """
+    """Context manager: the tasks with these keys carry these chunk identities (and
+    ``entries``, see :func:`cacheaffinity.map_chunks`); errors name the refused key."""
     keys = list(mapping)
     try:
         check_chunk_ids(mapping.values())
@@ -222,29 +174,13 @@ def map_chunks(
     entries: Iterable[tuple[int, int] | None] | None = None,
     **kwargs: Any,
 ) -> list:
-    """``client.map`` with one chunk identity per task.
+    """``client.map`` with one chunk identity per task (``chunk_ids``, in the order of the
+    iterables); returns the futures.
 
-    Parameters
-    ----------
-    client
-        A :class:`distributed.Client`.
-    func, iterables, pure, kwargs
-        As for ``client.map`` (``workers=``, ``retries=``, ``priority=`` ...).
-    chunk_ids
-        One identity per task, in the order of the iterables: non-empty
-        strings of at most ``cacheaffinity.client.max-chunk-id-length`` bytes.
-    key
-        Key prefix (default: the function name).
-    entries
-        Optional, one per task: the task's ``(start, stop)`` entry range
-        within its chunk id (or None), for ids that several tasks share (a
-        placement stripe): the scheduler then remembers per range which node
-        processed it, and sends a later task where most of its entries were
-        processed.
-
-    Returns
-    -------
-    list of Future
+    ``key`` is the key prefix (default: the function name); the other arguments are as for
+    ``client.map``. ``entries`` (optional, one per task: its ``(start, stop)`` range within
+    its chunk id, or None) is for ids several tasks share: the scheduler then sends a later
+    task where most of its entries ran.
     """
     columns = [list(it) for it in iterables]
     ids = check_chunk_ids(chunk_ids, what="chunk_ids")
@@ -344,11 +280,8 @@ def uncached_message(info: dict) -> str | None:
 def check(client, warn: bool = True) -> dict:
     """Raise a clear ``RuntimeError`` unless the scheduler runs the plugin.
 
-    Returns the plugin's :meth:`~cacheaffinity.scheduler.CacheAffinityPlugin.info`
-    (a coroutine to await with an asynchronous client).  With ``warn``, logs a
-    warning (logger ``cacheaffinity.client``) naming every node that caches
-    nothing and why (:func:`uncached_message`): its ``info()["nodes"][node]["uncached"]``.
-    """
+    Returns the plugin's :meth:`~cacheaffinity.CacheAffinityPlugin.info` (a coroutine with an
+    asynchronous client); with ``warn``, logs :func:`cacheaffinity.client.uncached_message`."""
 
     def warned(info):
         msg = uncached_message(info) if warn else None
@@ -360,24 +293,15 @@ def check(client, warn: bool = True) -> dict:
 
 
 def run_stats(client, run: str | None = None, last: int = 1) -> list[dict]:
-    """Figures of run ``run``, or of the ``last`` runs the scheduler kept (newest last).
-
-    Each is ``{"run", "started", "updated", "tasks", "chunks", "hits",
-    "peer_hits", "misses", "bytes_served", "peer_bytes", "storage_bytes",
-    "storage_opens", "steals", "uncached_chunks"}``, added up from what the
-    run's chunk tasks reported about themselves (see
-    :mod:`cacheaffinity.scheduler._runs`).  A coroutine to await with an
-    asynchronous client.
-    """
+    """Figures of run ``run``, or of the ``last`` runs the scheduler kept (newest last): ``run``,
+    ``started``, ``updated``, ``tasks``, ``forecast`` and :data:`cacheaffinity.protocol.RUN_FIGURES`
+    as the run's chunk tasks reported them. A coroutine with an asynchronous client."""
     return _call(client, _scheduler_run_stats, {"run": run, "last": int(last)})
 
 
 def forecast(client, run: str, wait: float = 2.0) -> dict | None:
-    """The working-set forecast of run ``run`` (:mod:`cacheaffinity.scheduler._forecast`):
-    ``{"hit_rate", "capacity_hit_rate", "need_bytes", "chunks", "new_chunks", "nodes":
-    {node: {...}}}``, or None if the scheduler has no such run (waits at most ``wait``
-    seconds for a run just submitted).  A coroutine to await with an asynchronous client.
-    """
+    """The working-set forecast of run ``run`` (``hit_rate``, ``capacity_hit_rate``, ``need_bytes``,
+    ``nodes`` ...), or None after waiting ``wait`` seconds for it. A coroutine if asynchronous."""
     return _call(
         client, _scheduler_forecast, {"run": run, "wait": float(wait)}, then=lambda out: out["forecast"]
     )
@@ -414,12 +338,8 @@ def forecast_message(forecast: Mapping[str, Any], run: str | None = None) -> str
 
 
 def where(client, chunk_ids: Iterable[str]) -> dict[str, dict]:
-    """Where chunk identities map now: ``{chunk: {"node": id, "workers": [...]}}``.
-
-    Answers with each chunk's nearest cache node under the current membership
-    (what a task of that chunk submitted now gets, bounded loads aside).  A
-    coroutine to await with an asynchronous client.
-    """
+    """Each chunk's cache node under the current membership (bounded loads aside):
+    ``{chunk: {"node": id, "workers": [...]}}``. A coroutine with an asynchronous client."""
     return _call(client, _scheduler_where, {"chunk_ids": [str(c) for c in chunk_ids]})
 
 
@@ -464,19 +384,12 @@ def _worker_stats(dask_worker=None) -> dict | None:
 
 
 def cache_stats(client) -> dict[str, dict]:
-    """Cache statistics per cache node, asked from every worker now.
+    """Cache statistics per cache node, asked from every worker now (each first stores its
+    queued writes, at most 60 s): ``{node_id: {"workers", "directory", "uncached", <counters>}}``.
 
-    Returns ``{node_id: {"workers": [...], "directory": ..., "uncached": ...,
-    <counters>}}``: per-process counters (hits, misses, bytes served,
-    evictions, storage reads) are summed over a node's workers; directory-wide
-    values (bytes, entries, capacity: the one in force, at most what the disk
-    holds) are the node's.  ``forecast_need_bytes`` and ``forecast_hit_rate``: what
-    the newest run with a forecast (``forecast_run``) needs on the node and the hit
-    rate its cache allows once every chunk was read (see :func:`forecast`).
-    ``uncached`` is None, or why none of the node's workers caches: workers
-    without a usable cache directory or without the worker plugin are their
-    host's node ``host:<ip>``, listed so.  Each
-    worker first stores its queued cache writes (at most 60 s).
+    Per-process counters are summed over the node's workers; directory-wide values (bytes,
+    entries, capacity in force) are the node's; ``forecast_*`` come from the newest run's
+    :func:`cacheaffinity.forecast`. ``uncached``: None, or why no worker of the node caches.
     """
     from distributed.comm import get_address_host
 
@@ -514,12 +427,8 @@ def cache_stats(client) -> dict[str, dict]:
 
 
 def cache_totals(client) -> dict[str, int]:
-    """Per-process cache counters summed over every node (see :func:`cache_stats`).
-
-    ``hits``, ``misses``, ``bytes_served``, ``storage_bytes``, ``storage_opens``,
-    ``evictions`` ... since the workers started: take the difference of two calls
-    around a run for that run's figures.
-    """
+    """Per-process cache counters since the workers started, summed over every node
+    (:func:`cacheaffinity.cache_stats`); a run's figures are the difference of two calls."""
     out: dict[str, int] = {}
     for node in cache_stats(client).values():
         for k, v in node.items():

@@ -1,20 +1,10 @@
-"""The ``cacheaffinity`` Dask configuration namespace.
+"""The ``cacheaffinity`` Dask configuration namespace (every process).
 
-Runs in every process (client, scheduler, worker): importing :mod:`cacheaffinity`
-adds the defaults from ``cacheaffinity.yaml`` beside this file to ``dask.config``.
-Values are read when an object is constructed, never at import time, so
-``dask.config.set`` and ``DASK_CACHEAFFINITY__...`` environment variables work.
-
-Values are validated where they are read, against ``cacheaffinity-schema.yaml``
-(:func:`validate` for a whole section, :func:`get` and :func:`check` for one
-key): an invalid value raises :class:`~cacheaffinity.exceptions.InvalidSetting`
-(a ``ValueError``) naming the key, the value, what is allowed and an example to
-copy, before any work starts.  The validator covers
-the part of JSON Schema the schema file uses (``type``, ``minimum``,
-``exclusiveMinimum``, ``maximum``, ``enum``, ``properties``,
-``additionalProperties``) plus two formats of its own: ``bytes`` (a size, parsed
-by :func:`dask.utils.parse_bytes`, bounds apply to the parsed number) and
-``duration`` (parsed by :func:`dask.utils.parse_timedelta`, in seconds).
+Importing :mod:`cacheaffinity` adds the defaults of ``cacheaffinity.yaml`` to ``dask.config``.
+Values are read when an object is constructed, never at import, and validated there against
+``cacheaffinity-schema.yaml`` (the JSON Schema keywords it uses, and the formats ``bytes`` and
+``duration``): an invalid value raises :class:`~cacheaffinity.exceptions.InvalidSetting` (a
+``ValueError``) naming the key, the value, what is allowed and an example.
 """
 
 from __future__ import annotations
@@ -56,8 +46,7 @@ dask.config.update_defaults(_defaults)
 with open(SCHEMA_PATH) as _f:
     _schema = yaml.safe_load(_f)["properties"]["cacheaffinity"]
 
-#: Formats of keys whose schema predates the ``format`` annotation (scheduler
-#: keys are owned by the scheduler; the schema's own ``format`` wins).
+#: Formats of scheduler keys whose schema has no ``format`` (the schema's own wins).
 _IMPLIED_FORMATS = {
     "scheduler.stealing.idle-time": "duration",
     "scheduler.stealing.interval": "duration",
@@ -86,17 +75,9 @@ def _raw(key: str) -> Any:
 
 
 def get(key: str, value: Any = None) -> Any:
-    """``value`` if it is not None, else the config value of ``cacheaffinity.<key>``.
-
-    Falls back to the packaged default when the key is missing from
-    ``dask.config`` (e.g. a config that was reset after cacheaffinity was imported).
-
-    Raises
-    ------
-    InvalidSetting
-        If the value does not match the key's schema; the message names the
-        key, the value, what is allowed and an example.
-    """
+    """``value`` if not None, else ``cacheaffinity.<key>`` from the Dask config (the packaged
+    default if a config reset dropped it); :class:`~cacheaffinity.exceptions.InvalidSetting`
+    if it does not match the key's schema."""
     if value is not None:
         check(key, value, source="argument")
         return value
@@ -133,7 +114,6 @@ def get_seconds(key: str, value: Any = None) -> float:
     return out
 
 
-# ====================================================================== validation
 def _subschema(key: str) -> dict | None:
     node: Any = _schema
     for part in key.split("."):
@@ -270,11 +250,9 @@ def _error(problems: list, argument: str | None = None) -> InvalidSetting:
 
 
 def check(key: str, value: Any, *, source: str = "config") -> None:
-    """Raise :class:`~cacheaffinity.exceptions.InvalidSetting` unless ``value`` is valid for ``cacheaffinity.<key>``.
-
-    Keys the schema does not describe are not checked.  ``source="argument"``
-    names the keyword argument (``capacity=...``) in the message too.
-    """
+    """Raise :class:`~cacheaffinity.exceptions.InvalidSetting` unless ``value`` is valid for
+    ``cacheaffinity.<key>`` (keys outside the schema pass); ``source="argument"`` names the
+    keyword argument (``capacity=...``) in the message too."""
     schema = _subschema(key)
     if schema is None:
         return
@@ -285,24 +263,9 @@ def check(key: str, value: Any, *, source: str = "config") -> None:
 
 
 def validate(section: str | None = None) -> dict:
-    """Validate ``cacheaffinity.<section>`` (default: the whole namespace) of the
-    current Dask config against the schema.
-
-    Parameters
-    ----------
-    section : str, optional
-        ``"scheduler"``, ``"worker"``, ``"client"``, or a dotted sub-key.
-
-    Returns
-    -------
-    dict
-        The section's values (packaged defaults filled in for missing keys).
-
-    Raises
-    ------
-    InvalidSetting
-        Naming every invalid key with its value, what is allowed and an example
-        to copy (a key of the Dask config file and its environment variable).
+    """Validate ``cacheaffinity.<section>`` of the current Dask config (``"scheduler"``,
+    ``"worker"``, ``"client"``, a dotted sub-key; default: all) and return its values, packaged
+    defaults filled in; :class:`~cacheaffinity.exceptions.InvalidSetting` names every invalid key.
     """
     key = section or ""
     values = dask.config.get("cacheaffinity" + (f".{key}" if key else ""), default=_MISSING)
@@ -330,30 +293,11 @@ def validate(section: str | None = None) -> dict:
 
 
 def settings(section: str, **options: Any) -> dict:
-    """Validate ``cacheaffinity.<section>`` together with keyword overrides.
+    """Validate ``cacheaffinity.<section>`` with snake_case keyword overrides (None: not given).
 
-    The one check a process makes before it does any work: the scheduler
-    (``section="scheduler"``), a worker (``"worker"``) and the command-line
-    preload call it with their options (``cache_capacity=`` is given as
-    ``capacity=``); ``None`` means "not given".
-
-    Parameters
-    ----------
-    section : str
-        ``"scheduler"``, ``"worker"`` or ``"client"``.
-    **options
-        Overrides in snake_case (``write_queue=``); None values are ignored.
-
-    Returns
-    -------
-    dict
-        The section's values (kebab-case keys) with the overrides applied.
-
-    Raises
-    ------
-    InvalidSetting
-        Naming every invalid key (config problems first, then arguments) with
-        its value, what is allowed and an example to copy.
+    The one check a scheduler, a worker or the command-line preload makes before any work.
+    Returns the section's values (kebab-case keys) with the overrides;
+    :class:`~cacheaffinity.exceptions.InvalidSetting` names every invalid key, config first.
     """
     # environment variables give snake_case keys (DASK_..._SHARED_GROUP -> shared_group)
     values = {**default(section), **{str(k).replace("_", "-"): v for k, v in validate(section).items()}}

@@ -1,14 +1,9 @@
-"""Every exception cacheaffinity raises, in one module.
+"""Every exception cacheaffinity raises (any process); all derive from :class:`CacheAffinityError`
+and from the built-in exception a caller would catch without knowing cacheaffinity.
 
-Users meet three of them: :class:`InvalidSetting` (a setting, an argument or an
-option that is not valid: the server refuses to start, the call raises),
-:class:`UntrustedDirectory` and :class:`ReadOnlyDirectory` (a worker's cache is
-disabled, with one warning naming the fix), and :class:`NewerLayout` (a cache
-written by a newer version).  The others stay inside the worker's store, where each
-becomes a cache miss or a skipped write.
-
-All derive from :class:`CacheAffinityError`, and from the built-in exception a
-caller would catch without knowing cacheaffinity (``ValueError``, ``OSError``).
+Users meet :class:`InvalidSetting`, :class:`UntrustedDirectory` and :class:`ReadOnlyDirectory`
+(the worker's cache is disabled with one warning) and :class:`NewerLayout`; the others become a
+cache miss or a skipped write inside the worker's store.
 """
 
 from __future__ import annotations
@@ -36,13 +31,11 @@ class CacheAffinityError(Exception):
     """Base of cacheaffinity's exceptions."""
 
 
-# ------------------------------------------------------------------ settings
 @dataclass(frozen=True)
 class SettingProblem:
-    """One invalid value: ``cacheaffinity.<key>`` is ``value``, which ``reason``
-    (e.g. "must be one of rank, fifo"); ``example`` is a valid value to copy
-    (None if there is none to give); ``argument`` is the keyword argument or command-line
-    option the value came from, if not from the Dask config."""
+    """One invalid value: ``cacheaffinity.<key>`` is ``value``, which ``reason`` (e.g. "must be
+    one of rank, fifo"); ``example``: a valid value to copy, or None; ``argument``: the keyword
+    argument or option the value came from, None for the Dask config."""
 
     key: str
     value: Any
@@ -68,12 +61,8 @@ class SettingProblem:
 
 
 class InvalidSetting(CacheAffinityError, ValueError):
-    """Settings that are not valid, each a :class:`SettingProblem`.
-
-    ``str()`` is one line: ``invalid cacheaffinity setting: `` and every problem
-    (:attr:`detail`).  :attr:`key`, :attr:`value` and :attr:`example` are the first
-    problem's.
-    """
+    """Settings that are not valid, each a :class:`SettingProblem`; ``str()`` is one line (the
+    prefix and :attr:`detail`); ``key``, ``value`` and ``example`` are the first problem's."""
 
     PREFIX = "invalid cacheaffinity setting: "
 
@@ -103,12 +92,8 @@ class InvalidSetting(CacheAffinityError, ValueError):
         return self.problems[0].example
 
 
-# ------------------------------------------------------------------ cache directories
 class UntrustedDirectory(CacheAffinityError, PermissionError):
-    """A cache directory that others could have written: not used.
-
-    The message names the path, its owner and mode, and what to do.
-    """
+    """A cache directory others could have written: not used (the message says what to do)."""
 
 
 class ReadOnlyDirectory(CacheAffinityError, OSError):
@@ -128,12 +113,9 @@ class ReadOnlyDirectory(CacheAffinityError, OSError):
         return self.strerror
 
 
-# ------------------------------------------------------------------ the node store
 class Corrupt(CacheAffinityError):
-    """A data file that does not read back as its index row says (a miss; the
-    row is removed).  ``kind`` names the damage (``"name"``, ``"size"``,
-    ``"link"``, ``"owner"``, ``"checksum"``, ``"toc"``): one warning per kind
-    and cache, the rest at debug level."""
+    """A data file that does not read back as its index row says (a miss; the row is removed);
+    ``kind`` names the damage (``"size"``, ``"checksum"``, ``"toc"`` ...): one warning per kind."""
 
     def __init__(self, message: str, kind: str = "other"):
         super().__init__(message)
@@ -153,13 +135,10 @@ class OlderLayout(CacheAffinityError):
 
 
 class NewerLayout(CacheAffinityError):
-    """The index was written by a newer cacheaffinity: refused, never changed.
-
-    The message names both versions and the fix (upgrade, or ``cacheaffinity
-    cache clear DIR``, which sets the index aside and keeps the node id)."""
+    """The index was written by a newer cacheaffinity: refused, never changed (the message
+    names both versions and the fix: upgrade, or ``cacheaffinity cache clear DIR``)."""
 
 
-# ------------------------------------------------------------------ input files
 class IdentityUnavailable(CacheAffinityError, OSError):
     """Storage cannot prove a file's bytes unchanged (no size, or neither a
     modification time nor a checksum); the file is then read uncached."""

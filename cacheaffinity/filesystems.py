@@ -1,18 +1,9 @@
-"""Which file system holds a path, and whether it is shared between machines (runs anywhere).
+"""Which file system holds a path, and whether it is shared between machines (any process).
 
-Defines :func:`filesystem_of` and :data:`NETWORK_FILESYSTEMS`, read from this
-machine's ``/proc/mounts``.  Used where a cache directory is chosen or checked:
-by workers (:func:`cacheaffinity.worker._directory.default_directory`, the
-plugin's start-up line) and by the client-side dask-jobqueue recipes
-(:mod:`cacheaffinity.jobqueue`), which is why it belongs to neither: the
-worker side never imports ``jobqueue`` and ``jobqueue`` never imports the
-worker side (``tests/test_import_graph.py``).  Imports nothing of the project.
-
-Notes
------
-Whether a path is on a shared file system can only be known on the machine
-that mounts it; a missing ``/proc/mounts`` gives ``fstype`` ``"unknown"``
-(not shared).
+Read from this machine's ``/proc/mounts`` (missing: ``fstype`` ``"unknown"``, not shared): only
+the machine that mounts a path can tell. Used by workers and by the client-side
+:mod:`cacheaffinity.jobqueue`, hence a module of its own: neither side imports the other
+(``tests/test_import_graph.py``). Imports nothing of the project.
 """
 
 from __future__ import annotations
@@ -48,12 +39,8 @@ def _mounts() -> list[tuple[str, str]]:
 
 
 def filesystem_of(path: str | os.PathLike, mounts: Sequence[tuple[str, str]] | None = None) -> dict:
-    """The file system holding ``path`` (or its nearest existing ancestor) on this machine.
-
-    Returns ``{"path", "mount", "fstype", "shared"}``; ``shared`` is True for the network file
-    systems in :data:`NETWORK_FILESYSTEMS`.  ``mounts`` (``(mount point, type)`` pairs, later
-    entries winning as in ``/proc/mounts``) defaults to this machine's.
-    """
+    """``{"path", "mount", "fstype", "shared"}`` of ``path`` (or its nearest existing ancestor) on this
+    machine, or in ``mounts`` (``(mount point, type)`` pairs, later ones winning as in /proc/mounts)."""
     p = os.path.abspath(os.fspath(path))
     # resolve symbolic links in the part that exists, keep the rest as written
     head, rest = p, ""

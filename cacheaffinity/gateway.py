@@ -1,41 +1,10 @@
 """cacheaffinity on dask-gateway: the administrator's configuration and the user's cluster.
 
-Defines :func:`configure` and :func:`environment`, run by **dask-gateway-server**
-while it reads its ``dask_gateway_config.py`` (they only set traitlets values:
-no Dask cluster runs there), and :func:`new_cluster`, run in the **client**
-(a Jupyter kernel) to get a gateway cluster with cacheaffinity.
-
-What a gateway-managed cluster needs
-    * The scheduler runs :class:`~cacheaffinity.scheduler.CacheAffinityPlugin`.
-      dask-gateway appends its own click-configurable preload
-      (``dask_gateway.scheduler_preload``) to every scheduler command, and
-      distributed refuses a second click preload, so the scheduler loads the
-      click-free ``--preload cacheaffinity.preload`` (:mod:`cacheaffinity.preload`),
-      which takes its settings from the Dask config.
-    * Workers run :class:`~cacheaffinity.worker._plugin.CacheWorkerPlugin` (the same
-      preload) with a cache directory on node-local disk.  Gateway worker names
-      are random per launch (32 hex digits), so the directory must not
-      contain ``{name}``: the default (``~/.cache/cacheaffinity`` when local) or a
-      path keyed by host (``/scratch/cacheaffinity-{host}``) keeps a node's cache,
-      and its node id, across clusters.
-    * Settings travel as ``DASK_CACHEAFFINITY__*`` environment variables in
-      ``c.ClusterConfig.environment``, which the gateway passes to the scheduler
-      and every worker.
-
-``dask_gateway_config.py``::
-
-    import cacheaffinity.gateway
-    cacheaffinity.gateway.configure(c, directory="/scratch/cacheaffinity-{host}",
-                                    capacity="200 GiB")
-
-In a notebook::
-
-    cluster = cacheaffinity.gateway.new_cluster(workers=4)
-    client = cluster.get_client()
-
-``dask_gateway`` (the client package, extra ``gateway``) is
-imported only by :func:`new_cluster`; :func:`configure` needs nothing but the
-gateway server's config object.
+:func:`configure` and :func:`environment` run in dask-gateway-server while it reads its
+``dask_gateway_config.py`` (they only set traitlets values); :func:`new_cluster` runs in the
+client. Clusters load the click-free ``--preload cacheaffinity.preload`` (the gateway adds a click
+preload of its own) with settings as ``DASK_CACHEAFFINITY__*`` variables. Only :func:`new_cluster`
+and its two helpers import ``dask_gateway``.
 """
 
 from __future__ import annotations
@@ -70,28 +39,9 @@ _SETTINGS = {
 
 
 def environment(**settings: Any) -> dict[str, str]:
-    """``DASK_CACHEAFFINITY__*`` environment variables for the given settings.
-
-    Parameters
-    ----------
-    **settings
-        ``directory``, ``capacity``, ``memory``, ``weight``, ``shared_group``
-        (worker settings, resolved on each worker) and ``balance`` (scheduler);
-        None or absent leaves the default.
-
-    Returns
-    -------
-    dict
-        Variable name -> value, e.g.
-        ``{"DASK_CACHEAFFINITY__WORKER__CAPACITY": "200 GiB"}``.
-
-    Raises
-    ------
-    ValueError
-        For an unknown keyword or an invalid value, naming the setting, the
-        value and what is allowed (raised while the gateway reads its config, so
-        a bad value stops the gateway at start, not every cluster later).
-    """
+    """``DASK_CACHEAFFINITY__*`` variables for ``directory``, ``capacity``, ``memory``, ``weight``,
+    ``shared_group`` and ``balance`` (None: the default); ``ValueError`` for an unknown keyword or
+    an invalid value, raised while the gateway reads its config, i.e. at its start."""
     env: dict[str, str] = {}
     for name, value in settings.items():
         if name not in _SETTINGS:
@@ -134,29 +84,11 @@ def configure(
 ) -> None:
     """Configure dask-gateway-server so every cluster it starts runs cacheaffinity.
 
-    Call in ``dask_gateway_config.py`` (``c`` is the config object the gateway
-    gives that file).  Sets ``c.ClusterConfig.scheduler_cmd`` and
-    ``worker_cmd`` (``dask scheduler`` / ``dask worker`` with ``--preload
-    cacheaffinity.preload``) and adds the settings to
-    ``c.ClusterConfig.environment`` (keeping variables already set there).
-
-    Parameters
-    ----------
-    c : traitlets.config.Config
-        The gateway's configuration.
-    dask_command : sequence of str
-        The ``dask`` command of the environment the clusters run in, e.g.
-        ``["/opt/conda/envs/analysis/bin/dask"]``.
-    scheduler_options, worker_options : sequence of str
-        Further options of ``dask scheduler`` / ``dask worker`` (the gateway adds
-        its own after them), e.g. ``["--host", "127.0.0.1"]``.
-    **settings
-        As for :func:`environment`.
-
-    Notes
-    -----
-    The gateway's default ``scheduler_cmd`` is ``dask-scheduler``, a command
-    that current distributed no longer installs; this sets ``dask scheduler``.
+    Call in ``dask_gateway_config.py`` with its config object ``c``. Sets
+    ``c.ClusterConfig.scheduler_cmd``/``worker_cmd`` to ``dask_command`` (the clusters' ``dask``),
+    ``scheduler``/``worker``, the ``*_options`` and the preload (the gateway's default
+    ``dask-scheduler`` is gone from current distributed), and merges :func:`environment` into
+    ``c.ClusterConfig.environment``.
     """
     env = environment(**settings)
     cluster = c.ClusterConfig
@@ -168,15 +100,9 @@ def configure(
 
 
 def quiet_double_close() -> None:
-    """Make ``dask_gateway.Gateway.close`` do nothing on a closed gateway (idempotent).
-
-    A ``GatewayCluster`` closes its own ``Gateway`` when it is closed, and
-    ``Gateway.__del__`` closes it again when it is garbage-collected; with
-    distributed 2026.8 the second close reads the stopped loop and prints
-    ``Exception ignored in: <function Gateway.__del__ ...>`` with a traceback
-    (dask-gateway 2026.3).  Applied once per process, to the class, by
-    :func:`new_cluster` and :func:`ensure_gateway_defaults`; a first close is
-    unchanged.
+    """Make ``dask_gateway.Gateway.close`` do nothing on a closed gateway (once per process):
+    ``Gateway.__del__`` closes a gateway its ``GatewayCluster`` closed, and with distributed 2026.8
+    and dask-gateway 2026.3 that reads the stopped loop and prints ``Exception ignored in: ...``.
     """
     from dask_gateway import Gateway
 
@@ -202,14 +128,8 @@ def quiet_double_close() -> None:
 
 
 def ensure_gateway_defaults() -> None:
-    """Put dask-gateway's config defaults back if the Dask config lost them.
-
-    dask-gateway adds its defaults (``gateway.*``) once, when ``dask_gateway`` is
-    first imported; code that later replaces the Dask config wholesale (test
-    harnesses such as ``distributed.utils_test``, ``dask.config.config = {...}``)
-    drops them, and ``Gateway()`` then fails with ``KeyError: 'gateway'``.
-    Values the user set are kept (``update_defaults``).
-    """
+    """Put dask-gateway's config defaults back (user values kept) where code that replaced the
+    Dask config wholesale dropped them (``Gateway()`` then fails with ``KeyError: 'gateway'``)."""
     import dask
 
     try:
@@ -223,29 +143,11 @@ def ensure_gateway_defaults() -> None:
 
 
 def new_cluster(workers: int = 2, *, gateway: Any = None, **cluster_options: Any):
-    """A dask-gateway cluster with ``workers`` workers and cacheaffinity checked.
+    """A dask-gateway cluster scaled to ``workers`` connected workers, cacheaffinity checked.
 
-    Parameters
-    ----------
-    workers : int
-        Workers to scale to (the call returns once they are connected).
-    gateway : dask_gateway.Gateway, optional
-        Default: ``Gateway()``, i.e. the ``gateway.address`` Dask config
-        (``DASK_GATEWAY__ADDRESS``) a portal sets for its users.
-    **cluster_options
-        The site's cluster options (``gateway.cluster_options()``).
-
-    Returns
-    -------
-    dask_gateway.GatewayCluster
-
-    Raises
-    ------
-    ImportError
-        Without the ``dask-gateway`` package (install hint in the message).
-    RuntimeError
-        If the cluster's scheduler has no cacheaffinity plugin (the gateway is not
-        configured with :func:`configure`); the cluster is shut down.
+    ``gateway`` defaults to ``Gateway()`` (the ``gateway.address`` a portal sets). Raises
+    ``ImportError`` without dask-gateway, ``RuntimeError`` (the cluster shut down) if its
+    scheduler has no cacheaffinity plugin.
     """
     try:
         from dask_gateway import Gateway

@@ -1,57 +1,11 @@
 """dask-jobqueue recipes: batch-system workers that are cacheaffinity cache nodes (client side).
 
-:func:`slurm_cluster` and :func:`htcondor_cluster` (and :func:`jobqueue_cluster` for any other
-``dask_jobqueue`` cluster class: PBS, SGE, LSF ...) return ordinary dask-jobqueue clusters with
-
-* the cacheaffinity scheduler plugin: dask-jobqueue runs the scheduler inside the client
-  process, and the recipe adds ``preload=["cacheaffinity"]`` to its ``scheduler_options``;
-* workers started as ``dask worker ... --preload cacheaffinity --cache-directory DIR``
-  (appended to ``worker_extra_args``), DIR on the node's local disk.
-
->>> from cacheaffinity.jobqueue import slurm_cluster            # doctest: +SKIP
->>> cluster = slurm_cluster(cores=8, memory="32 GiB", processes=2,
-...                         cache_directory="/scratch/$USER/cacheaffinity",
-...                         cache_capacity="500 GiB")
->>> cluster.scale(jobs=10)
->>> client = Client(cluster)    # then CacheAffinityExecutor(client=client)
-
-The cache directory
--------------------
-A cache node *is* its directory: the ``node-id`` file inside it names the node, so a worker
-restarted by the batch system on the same node with the same directory is the same cache node
-(and finds its columns again), whatever its job id, port or address.  Hence the directory must
-
-* be on **node-local disk**: a directory on the shared file system would be one "node" for every
-  machine (each worker would open every other worker's cache over the network);
-* **outlive the job**: not the per-job scratch directory that HTCondor (``$TMPDIR`` =
-  ``$_CONDOR_SCRATCH_DIR``) or Slurm's ``job_container/tmpfs`` delete when the job ends;
-* **not depend on the job** (no ``$SLURM_JOB_ID`` in it) nor on the worker name, so that every
-  job that lands on a node uses that node's one cache.  A path with a per-job variable
-  (``$SLURM_JOB_ID``, ``$SLURM_TMPDIR``, ``$PBS_JOBID``, ``$LSB_JOBID``, ``$JOB_ID`` ...) is
-  refused.
-
-The default, ``/tmp/cacheaffinity-<user>`` (user name taken where the cluster object is
-created), is right on plain nodes; sites with a large local ``/scratch`` should point there.
-Shell variables in the path (``$USER``, ``$LOCAL_SCRATCH`` ...) are expanded on the node when
-the job starts (the worker command line runs in the job's shell; the worker plugin expands
-whatever is left).  ``{name}`` is replaced by the Dask worker name: only useful to emulate
-several nodes on one machine (tests), since dask-jobqueue resubmits a lost job under its old
-name but not necessarily on its old node.
-
-Whether a path is on a shared file system can only be known on the node; the recipe refuses
-paths under ``~`` and paths that are on a network file system where the cluster object is
-created (login nodes mount the shared file systems that the worker nodes mount), and
-:func:`cache_filesystems` asks the running workers.
-
-Restarts
---------
-``cluster.scale(n)`` resubmits jobs that the batch system ended (walltime, preemption,
-``scancel``) under their old names once Dask has noticed that their workers left
-(``distributed.deploy.lost-worker-timeout``, 15 s); a new job on the same node reads the same
-``node-id``, so the scheduler sends it the same chunks as before.
-
-dask-jobqueue is an optional dependency: ``pip install dask-jobqueue`` (or the
-``jobqueue`` extra, ``pip install ".[jobqueue]"`` from a checkout).
+:func:`slurm_cluster`, :func:`htcondor_cluster` and :func:`jobqueue_cluster` (other classes)
+return dask-jobqueue clusters whose scheduler (in the client process) loads the plugin and whose
+workers run ``dask worker ... --preload cacheaffinity --cache-directory DIR``. DIR must be on
+node-local disk, outlive the job and not depend on it: relative, home and per-job paths, and
+paths on a network file system where the cluster object is created, raise ``ValueError``;
+:func:`cache_filesystems` asks the running workers. Needs ``dask-jobqueue``.
 """
 
 from __future__ import annotations
@@ -86,11 +40,9 @@ _INSTALL = (
 )
 # Our own worker options: refused in worker_extra_args (pass them as arguments instead).
 _OURS = ("--preload", "--cache-directory", "--cache-capacity", "--cache-memory", "--node-weight")
-# Characters that would break out of the double quotes in the job script or the HTCondor
-# submit file, or run commands: a cache path needs none of them.
+# Characters that break out of the job script's double quotes or run commands.
 _FORBIDDEN = ('"', "`", "\\", "\n", "\r", "$(")
-#: Variables that batch systems set per job (or per job step / array task): a cache path
-#: containing one is a new, empty cache node with every job.
+#: Variables batch systems set per job, step or array task: a new, empty cache node per job.
 _PER_JOB = re.compile(
     r"\$\{?(SLURM_JOB_?ID|SLURM_ARRAY_JOB_ID|SLURM_ARRAY_TASK_ID|SLURM_STEP_ID|SLURM_PROCID"
     r"|SLURM_TMPDIR|PBS_JOBID|PBS_ARRAYID|PBS_JOBDIR|LSB_JOBID|LSB_JOBINDEX|JOB_ID|SGE_TASK_ID"
@@ -179,12 +131,9 @@ def worker_extra_args(
     node_weight: float | None = None,
     allow_shared_filesystem: bool = False,
 ) -> list[str]:
-    """The ``dask worker`` arguments that make a job's workers cacheaffinity cache nodes.
-
-    ``["--preload", "cacheaffinity", "--cache-directory", '"DIR"', ...]``; the quotes keep a
-    path with spaces in one argument and let the job's shell expand ``$VARS``.  They must come
-    last on the ``dask worker`` command line (the preload takes the remaining options).
-    """
+    """The ``dask worker`` arguments that make a job's workers cache nodes:
+    ``["--preload", "cacheaffinity", "--cache-directory", '"DIR"', ...]``, to come last on the
+    command line (the preload takes the options after it)."""
     d = _check_directory(
         default_cache_directory() if cache_directory is None else cache_directory,
         allow_shared_filesystem,
@@ -258,11 +207,10 @@ def cluster_kwargs(
 ) -> dict[str, Any]:
     """Keyword arguments for any ``dask_jobqueue`` cluster class, with cacheaffinity added.
 
-    ``kwargs`` are the cluster's own (``cores``, ``memory``, ``queue``, ``walltime`` ...);
-    ``worker_extra_args`` given there are kept, before ours.  ``jobqueue_config`` (``"slurm"``,
-    ``"htcondor"`` ...) names the ``jobqueue.<name>`` config section whose
-    ``worker-extra-args`` and ``scheduler-options`` apply when the arguments are not given
-    (passing them explicitly would otherwise hide the user's dask-jobqueue config).
+    ``kwargs`` are the cluster's own (``worker_extra_args`` kept, before ours);
+    ``jobqueue_config`` (``"slurm"`` ...) names the ``jobqueue.<name>`` section whose
+    ``worker-extra-args`` and ``scheduler-options`` apply when those arguments are not given
+    (passing ours explicitly would otherwise hide the user's dask-jobqueue config).
     """
     if jobqueue_config:
         for arg, key in (
@@ -302,12 +250,8 @@ def jobqueue_cluster(cluster_cls, **kwargs: Any):
 
 
 def _ensure_jobqueue_defaults(config_name: str | None) -> None:
-    """Put dask-jobqueue's defaults back if the Dask config lost them.
-
-    dask-jobqueue adds its defaults once, when it is imported; code that later replaces
-    the Dask config wholesale (test harnesses, ``dask.config.config = {...}``) drops them,
-    and every jobqueue cluster then fails with ``KeyError: 'jobqueue'``.
-    """
+    """Put dask-jobqueue's defaults (added once, at import) back where code that replaced the
+    Dask config wholesale dropped them (clusters then fail with ``KeyError: 'jobqueue'``)."""
     if config_name and dask.config.get(f"jobqueue.{config_name}.cores", None) is None:
         from dask_jobqueue.config import reconfigure
 
@@ -320,11 +264,8 @@ def slurm_cluster(**kwargs: Any):
 
 
 def htcondor_cluster(**kwargs: Any):
-    """``dask_jobqueue.HTCondorCluster`` with cacheaffinity (arguments: :func:`cluster_kwargs`).
-
-    HTCondor runs jobs with ``$TMPDIR`` set to the job's scratch directory, which it deletes
-    when the job ends: never put the cache there.
-    """
+    """``dask_jobqueue.HTCondorCluster`` with cacheaffinity (arguments: :func:`cluster_kwargs`);
+    refuses ``$TMPDIR`` (``$_CONDOR_SCRATCH_DIR``), which HTCondor deletes with the job."""
     d = kwargs.get("cache_directory")
     if d is not None and re.search(r"\$\{?(TMPDIR|_CONDOR_SCRATCH_DIR)\b", os.fspath(d)):
         raise ValueError(
@@ -349,9 +290,6 @@ def _worker_filesystem(dask_worker=None) -> dict | None:
 
 
 def cache_filesystems(client) -> dict[str, dict]:
-    """Ask every worker where its cache directory is: ``{worker address: {"path", "node",
-    "mount", "fstype", "shared"}}`` (workers without the plugin are left out).
-
-    >>> bad = {w: f for w, f in cache_filesystems(client).items() if f["shared"]}  # doctest: +SKIP
-    """
+    """Ask every worker with the plugin where its cache directory is:
+    ``{worker address: {"path", "node", "mount", "fstype", "shared"}}``."""
     return {a: v for a, v in client.run(_worker_filesystem).items() if v is not None}

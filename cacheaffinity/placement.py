@@ -1,34 +1,13 @@
 """Placement of chunks on cache nodes: nearest node on a periodic unit cube (torus).
 
-This module defines :class:`TorusPlacement`. It is pure math: no dask import, no disk,
-no network, no clock. The scheduler plugin runs it on every submitted graph and on every
-membership change, but it runs anywhere (client, tests, benchmarks) and gives the same
-answer everywhere, because the answer depends only on
+Pure math (no dask, disk, network or clock): the scheduler plugin runs it, and any process
+gets the same answer, which depends only on the chunk ids, the node ids and weights and
+``dimensions``, ``replicas``, ``seed`` and ``balance`` (not on input order, addresses or
+restarts). A node joining, leaving or changing weight moves only chunks to or from it.
 
-    (chunk ids, node ids, node weights, dimensions, replicas, seed, balance)
-
-and not on the order of the input, on worker addresses, on restarts, on the process or
-on the machine.
-
-Geometry
---------
-Every chunk and every *replica* of a cache node gets a point in the periodic unit cube
-[0, 1)^D. Coordinate ``i`` (``0 <= i < D``) of the identity ``b`` (a ``bytes`` string) is ::
-
-    h_i = xxhash.xxh3_64_intdigest(b, seed=(seed * 1000003 + i) % 2**64)
-    x_i = (h_i >> 11) * 2**-53
-
-i.e. the top 53 bits of a 64-bit xxh3 digest with a per-dimension seed, which is exactly
-representable as a float64 in [0, 1). A chunk id ``str`` is encoded as UTF-8 (so ``"a"``
-and ``b"a"`` are the same chunk); replica ``j`` of node ``n`` has the identity
-``f"{n}\\x00{j}".encode()`` (UTF-8; lone surrogates pass through, as in chunk ids).
-
-A chunk belongs to the node of the replica point at the smallest periodic L1 (torus)
-distance, ``sum_i min(|c_i - w_i|, 1 - |c_i - w_i|)``, found in batch with
-``scipy.spatial.cKDTree(points, boxsize=1.0).query(chunks, p=1)``. A node of weight ``w``
-has ``max(1, round(replicas * w))`` replicas, ``j = 0, 1, ...``; since a replica's point
-depends only on (node id, j, seed, D), a node joining or leaving (or changing weight)
-moves only chunks to or from that node: nothing moves between the other nodes.
+Coordinate ``i < D`` of an identity ``b`` (a chunk id as UTF-8; ``f"{n}\\x00{j}"`` for
+replica ``j`` of node ``n``) is ``(xxh3_64(b, seed=(seed * 1000003 + i) % 2**64) >> 11) *
+2**-53``; a chunk goes to the node of the replica point at the smallest periodic L1 distance.
 """
 
 from __future__ import annotations
@@ -45,20 +24,16 @@ from scipy.spatial import cKDTree
 
 __all__ = ["TorusPlacement"]
 
-#: Multiplier of the user seed in the per-dimension xxh3 seed (a prime).
 _SEED_STRIDE = 1000003
 _MASK64 = (1 << 64) - 1
-#: Batches at least this large are sorted along a space-filling order before the tree
-#: query (better cache locality) and queried on all cores (``workers=-1``).
+#: Batches this large are sorted by grid cell (memory locality) and queried on all cores.
 _LARGE_BATCH = 10_000
-#: When a ranking would need this fraction of all replica points from the tree, the
-#: distances to all points are computed directly instead.
+#: A ranking needing this fraction of all points (and more than _BRUTE_FORCE_MIN) is brute force.
 _BRUTE_FORCE_FRACTION = 0.125
-#: ... but the tree is always used for up to this many points.
 _BRUTE_FORCE_MIN = 256
-#: Bound on the number of float64 distances held at once by the brute-force ranking.
+#: float64 distances held at once by the brute-force ranking.
 _BRUTE_FORCE_BLOCK = 4_000_000
-#: Upper bound of the replica points of all nodes (memory, tree build time).
+#: Bound on all nodes' replica points (memory, tree build time).
 _MAX_POINTS = 20_000_000
 #: Rankings of at most this many chunks are computed row by row (less overhead).
 _SMALL_BATCH = 16
@@ -136,13 +111,8 @@ def _as_bytes(chunk_ids: Iterable[str | bytes], what: str) -> list[bytes]:
 
 
 def _torus_l1(x: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """Periodic L1 distance of every row of ``x`` (m, D) to every point (P, D).
-
-    Computed with the same floating-point operations, in the same order, as
-    ``cKDTree(boxsize=1.0)`` (wrap the difference into [-1/2, 1/2], take the absolute
-    value, add the dimensions left to right), so the values agree bit for bit with the
-    tree's distances; mathematically it is ``sum_i min(|c_i - w_i|, 1 - |c_i - w_i|)``.
-    """
+    """Periodic L1 distances of rows ``x`` (m, D) to ``points`` (P, D), bit for bit the
+    tree's: the float operations of ``cKDTree(boxsize=1.0)``, in its order."""
     total = None
     for i in range(x.shape[1]):
         d = x[:, i, None] - points[None, :, i]
@@ -167,58 +137,15 @@ def _check_k(k) -> int:
 class TorusPlacement:
     """Deterministic, weighted, optionally load-bounded placement of chunks on nodes.
 
-    Chunks and node replicas are hashed to points of the periodic unit cube [0, 1)^D
-    (see the module docstring for the exact derivation); a chunk goes to the node of
-    the nearest replica point by periodic L1 distance. The ``cacheaffinity.scheduler``
-    config section holds the scheduler's values of the four arguments.
+    A node of weight ``w`` has ``max(1, round(replicas * w))`` replica points on the torus of
+    ``dimensions`` D >= 1 (1 is a consistent-hash ring); a chunk goes to the node of the nearest
+    one. Changing ``seed`` reshuffles everything. ``balance`` (None or > 1) caps every node at
+    ``ceil(balance * C * w_n / W)`` chunks of an :meth:`assign` batch of ``C`` distinct chunks
+    (``W``: total weight). A concurrent :meth:`assign` sees the old or the new node set of
+    :meth:`set_nodes`, never a mixture; callers serialise :meth:`set_nodes`. Raises only for
+    invalid arguments (``ValueError``/``TypeError`` naming the value) and for placing chunks
+    with no nodes.
 
-    Parameters
-    ----------
-    dimensions : int, default 3
-        Dimension D of the torus, >= 1. ``1`` is a classic consistent-hash ring
-        (with L1 = arc distance); higher D evens out the load: max/mean load ~1.1 at
-        100 nodes and 100 replicas for D = 3 and 4 alike, and D = 3 costs half of
-        D = 4 (the k-d tree query grows fast with D), hence the default.
-    replicas : int, default 32
-        Points per unit of node weight, >= 1. A node of weight ``w`` gets
-        ``max(1, round(replicas * w))`` points (Python's ``round``: halves to even).
-    seed : int, default 0
-        Seed of the per-dimension hashes, >= 0. Changing it reshuffles everything.
-    balance : float or None, default None
-        Bounded loads: ``None`` places every chunk on its nearest node. A number
-        ``> 1`` caps every node, per :meth:`assign` batch of ``C`` distinct chunks,
-        at ``ceil(balance * C * w_n / W)`` chunks (``W`` is the total weight); see
-        :meth:`assign` for how overflow is spilled.
-
-    Notes
-    -----
-    *Ties.* :meth:`ranking` and :meth:`rankings` order nodes by (distance of the
-    node's nearest replica, node id as a ``str``), exactly, including ties.
-    :meth:`assign` (and the first choice of a chunk under bounded loads) takes the node
-    of the replica point the k-d tree reports as nearest; an exact tie between two
-    nodes' points (distinct 53-bit random positions at bit-identical float distances,
-    probability ~1e-15 per chunk) is then decided by the tree's traversal order: still
-    a deterministic function of the node set, but it may differ from ``ranking()[0]``.
-
-    *Cost.* Coordinates cost D xxh3 calls per chunk (Python level); the tree query is
-    C++. Batches of at least 10 000 chunks are first sorted by grid cell (better memory
-    locality) and queried on all CPU cores (scipy ``workers=-1``, the GIL is released);
-    neither changes the result. About 2 µs per chunk at 1000 nodes x 100 replicas, 4
-    dimensions, 2 cores (``benchmarks/placement.py``); bounded loads cost 2-3x that.
-    :meth:`set_nodes` keeps the replica points of current nodes, so a membership change
-    hashes only the new replicas and rebuilds the tree (~40 ms for 100 000 points).
-
-    *Threads.* :meth:`set_nodes` builds the new state completely and then swaps it in
-    with one attribute assignment, so a concurrent :meth:`assign` sees either the old
-    or the new node set, never a mixture. Concurrent :meth:`set_nodes` calls must be
-    serialised by the caller.
-
-    *Failure.* Nothing here does I/O; the only exceptions are for invalid arguments
-    (``ValueError``/``TypeError`` naming the value) and for placing chunks while there
-    are no nodes.
-
-    Examples
-    --------
     >>> p = TorusPlacement(dimensions=4, replicas=32)
     >>> p.set_nodes({"node-a": 1, "node-b": 2, "node-c": 1})
     >>> p.assign(["file-1/Events/0-100000", "file-1/Events/100000-200000"])
@@ -227,15 +154,10 @@ class TorusPlacement:
     ['node-b', 'node-c', 'node-a']
     """
 
-    #: Dimension D of the torus.
     _dimensions: int
-    #: Replica points per unit of node weight.
     _replicas: int
-    #: User seed of the per-dimension hash seeds.
     _seed: int
-    #: Bounded-load factor, or None.
     _balance: float | None
-    #: xxh3 seed of every dimension.
     _seeds: list[int]
     #: Replica points already computed, per current node: rows j = 0, 1, ...
     _cache: dict[str, np.ndarray]
@@ -280,7 +202,6 @@ class TorusPlacement:
             f"seed={self._seed}, balance={self._balance}) with {len(self._state.names)} nodes"
         )
 
-    # ------------------------------------------------------------------ properties
     @property
     def dimensions(self) -> int:
         """Dimension D of the torus."""
@@ -306,24 +227,12 @@ class TorusPlacement:
         """Current nodes and their weights (a copy; change them with :meth:`set_nodes`)."""
         return dict(self._state.weights)
 
-    # ------------------------------------------------------------------ membership
     def set_nodes(self, weights: Mapping[str, float]) -> None:
-        """Replace the set of cache nodes.
+        """Replace the cache nodes by ``weights``: node id -> finite weight > 0 (e.g. threads).
 
-        Parameters
-        ----------
-        weights : mapping of str to float
-            Every cache node id and its weight (a finite number > 0, e.g. its total
-            threads). Nodes not in the mapping are removed. An empty mapping is
-            allowed (then :meth:`assign` raises until nodes are set again).
-
-        Raises
-        ------
-        ValueError
-            If a weight is not a finite number > 0 (the message names the node), or
-            the weights would need more than 20 million replica points in total.
-        TypeError
-            If ``weights`` is not a mapping or a node id is not a ``str``.
+        An empty mapping is allowed (:meth:`assign` raises until nodes are set again). Only
+        new replica points are hashed. Raises ``TypeError`` for a non-mapping or a non-str
+        id, ``ValueError`` for a bad weight or more than 20 million replica points in all.
         """
         if not isinstance(weights, Mapping):
             raise TypeError(
@@ -393,41 +302,21 @@ class TorusPlacement:
         self._state = state
 
     def capacities(self, n_chunks: int) -> dict[str, int]:
-        """Cap of every node for a batch of ``n_chunks`` distinct chunks.
-
-        ``ceil(balance * n_chunks * w_n / W)`` (float arithmetic, in that order), or
-        ``n_chunks`` for every node when ``balance`` is None.
-        """
+        """Cap of every node for a batch of ``n_chunks`` distinct chunks:
+        ``ceil(balance * n_chunks * w_n / W)`` (float arithmetic, in that order), or ``n_chunks``."""
         st = self._nodes_or_raise()
         caps = self._caps(st, int(n_chunks))
         return dict(zip(st.names, caps.tolist()))
 
-    # ------------------------------------------------------------------ queries
     def assign(self, chunk_ids: Iterable[str | bytes]) -> list[str]:
-        """Node id of every chunk, in input order.
+        """Node id of every chunk of one batch (e.g. one submitted graph), in input order.
 
-        Parameters
-        ----------
-        chunk_ids : iterable of str or bytes
-            The chunks of one batch (e.g. one submitted graph).
-
-        Returns
-        -------
-        list of str
-            ``result[i]`` is the node of ``chunk_ids[i]``.
-
-        Notes
-        -----
-        Without ``balance``: the node of the nearest replica point.
-
-        With ``balance``: duplicates are one chunk (same node); with ``C`` distinct
-        chunks, node ``n`` takes at most ``ceil(balance * C * w_n / W)``. Chunks are
-        considered in order of increasing distance to their nearest node (ties: by
-        coordinates, i.e. by hash digest, then by id), and each takes the first node of
-        its :meth:`ranking` that still has room. This serial order is computed in
-        vectorised rounds (deferred acceptance with one priority list shared by all
-        nodes, whose unique stable outcome is exactly that serial result), so the
-        result is independent of the order of ``chunk_ids``.
+        Without ``balance``: the node of the nearest replica point as the k-d tree reports it
+        (an exact tie of two nodes, ~1e-15 per chunk, may differ from ``ranking()[0]``). With
+        ``balance``: duplicates are one chunk; chunks in order of increasing distance to their
+        nearest node (ties: by coordinates, then id) each take the first node of their
+        :meth:`ranking` with room, computed in vectorised rounds of deferred acceptance whose
+        unique stable outcome is that serial result (independent of the input order).
         """
         bs = _as_bytes(chunk_ids, "assign(chunk_ids)")
         st = self._nodes_or_raise()
@@ -438,9 +327,10 @@ class TorusPlacement:
         return st.names_arr[self._nearest_nodes(st, bs)].tolist()
 
     def layout(self) -> _Nodes:
-        """The current node set: an immutable snapshot (node names, weights,
-        replica counts, replica ``points`` and their ``point_node``), replaced as
-        a whole by :meth:`set_nodes`, so ``is`` tells whether it changed."""
+        """The node set: an immutable snapshot replaced by :meth:`set_nodes` (``is`` tells a change).
+
+        :rtype: ``_Nodes`` (a named tuple)
+        """
         return self._state
 
     def coordinates(self, chunk_ids: Iterable[str | bytes]) -> np.ndarray:
@@ -448,11 +338,8 @@ class TorusPlacement:
         return _points(_as_bytes(chunk_ids, "coordinates(chunk_ids)"), self._seeds)
 
     def nearest(self, chunk_ids: Iterable[str | bytes]) -> list[str]:
-        """Node of the nearest replica point of every chunk (its *home*), in input order.
-
-        ``balance`` is ignored: this is :meth:`assign` without bounded loads, the
-        node a chunk goes back to when nodes join or leave.
-        """
+        """Node of the nearest replica point of every chunk (its *home*): :meth:`assign`
+        without bounded loads, in input order."""
         bs = _as_bytes(chunk_ids, "nearest(chunk_ids)")
         st = self._nodes_or_raise()
         if not bs:
@@ -460,20 +347,10 @@ class TorusPlacement:
         return st.names_arr[self._nearest_nodes(st, bs)].tolist()
 
     def ranking(self, chunk_id: str | bytes, k: int) -> list[str]:
-        """The ``k`` nearest distinct nodes of one chunk, nearest first.
+        """The ``k >= 1`` nearest distinct nodes of one chunk (all if fewer), nearest first.
 
-        Parameters
-        ----------
-        chunk_id : str or bytes
-        k : int
-            Number of nodes, >= 1; all nodes if there are fewer than ``k``.
-
-        Returns
-        -------
-        list of str
-            Nodes ordered by (distance of their nearest replica point, node id).
-            ``balance`` is ignored: this is the preference list, and the spill order
-            of bounded loads.
+        Ordered by (distance of the node's nearest replica point, node id), ties included;
+        ``balance`` is ignored: this is the preference list and the spill order of bounded loads.
         """
         if not isinstance(chunk_id, (str, bytes, bytearray, memoryview)):
             raise TypeError(
@@ -491,7 +368,6 @@ class TorusPlacement:
         node_idx, _ = self._rank(st, _points(bs, self._seeds), k)
         return st.names_arr[node_idx].tolist()
 
-    # ------------------------------------------------------------------ internals
     def _nodes_or_raise(self) -> _Nodes:
         st = self._state
         if not st.names:
@@ -511,9 +387,7 @@ class TorusPlacement:
 
     @staticmethod
     def _grid_order(x: np.ndarray) -> np.ndarray:
-        """Permutation sorting points by grid cell (row-major, 16-bit cell key), so that
-        consecutive tree queries touch nearby tree nodes. A stable sort of 16-bit keys is
-        a radix sort in numpy: O(m)."""
+        """Permutation sorting points by grid cell (16-bit key; numpy's stable sort of it is a radix sort)."""
         d = x.shape[1]
         bits = max(1, 16 // d)
         key = np.zeros(len(x), dtype=np.uint16)
@@ -543,15 +417,8 @@ class TorusPlacement:
         return st.point_node[self._query(st, x, 1)[1][:, 0]]
 
     def _rank(self, st: _Nodes, x: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-        """Exact rankings: ``(node index, distance)``, each ``(m, min(k, n))``.
-
-        Nodes are ordered by (distance of their nearest point, node index); node
-        indices are in lexicographic order of the ids, so this is the documented order.
-        The tree is asked for more and more points until each row has ``k`` distinct
-        nodes *and* every point at a distance <= the k-th node's distance has been seen
-        (so ties at the boundary are decided by node id too); a row that would need a
-        large fraction of all points gets distances to all points instead.
-        """
+        """Exact rankings ``(node index, distance)``, each ``(m, min(k, n))``: the tree is asked for
+        more points until a row has ``k`` nodes and no unseen point can tie the k-th."""
         n, total = len(st.names), len(st.points)
         k = min(k, n)
         m = len(x)
@@ -640,7 +507,6 @@ class TorusPlacement:
         n = len(st.names)
         caps = self._caps(st, c)
 
-        # first choice: the nearest point (one tree query; deeper rankings on demand)
         d0, i0 = self._query(st, x, 1)
         tab_n = st.point_node[i0]
         # priority: nearest-node distance, then coordinates (the digests), then id
@@ -658,8 +524,7 @@ class TorusPlacement:
         prio = np.empty(c, dtype=np.int64)
         prio[order] = np.arange(c)
 
-        # rankings by level: level 0 is the nearest node of every chunk; a chunk that
-        # runs out of nodes gets a deeper ranking (whose prefix is the same ranking)
+        # level 0: nearest node; a chunk refused by all its nodes gets a deeper ranking
         tables = [tab_n]
         level = np.zeros(c, dtype=np.int64)
         row = np.arange(c)
@@ -667,7 +532,6 @@ class TorusPlacement:
         assigned = np.full(c, n, dtype=np.int64)  # n = unassigned
         active = np.arange(c)
         while active.size:
-            # widen exhausted rankings
             widths = np.array([t.shape[1] for t in tables])
             exhausted = active[ptr[active] >= widths[level[active]]]
             if exhausted.size:

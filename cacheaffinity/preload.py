@@ -1,29 +1,11 @@
-"""The preloads of ``dask scheduler``/``dask worker``: ``--preload cacheaffinity``
-and ``--preload cacheaffinity.preload``.
+"""The preloads ``--preload cacheaffinity`` and ``--preload cacheaffinity.preload`` (run in the
+scheduler or worker process that loads them).
 
-Runs in the **scheduler** or **worker** process that loads it.  Two entry points:
-
-* :func:`command_line_setup`, a click command with ``--cache-directory`` and
-  friends: what ``--preload cacheaffinity`` runs (the package's
-  ``dask_setup`` is this command);
-* :func:`dask_setup` of this module, ``--preload cacheaffinity.preload``: a
-  plain coroutine function taking every setting from the Dask config
-  (``cacheaffinity.*``; in the environment
-  ``DASK_CACHEAFFINITY__WORKER__DIRECTORY=/scratch/cache`` and so on).
-  Distributed accepts only one click-configurable preload per process
-  ("Multiple --preload modules with click-configurable setup"); a site whose
-  scheduler already has one (dask-gateway adds ``dask_gateway.scheduler_preload``
-  to every scheduler it starts) loads this one, which composes with any other.
-
-Both share :func:`setup`, so they do the same thing:
-
-* on a scheduler, add :class:`~cacheaffinity.scheduler.CacheAffinityPlugin`
-  (and with it the dashboard page);
-* on a worker, add :class:`~cacheaffinity.worker._plugin.CacheWorkerPlugin` before the
-  worker registers;
-* invalid settings never leave a server running without its plugin (Dask only
-  logs a failing preload): :func:`refuse` ends a ``dask`` process with one
-  line and status 1, and makes an in-process worker's start fail.
+:data:`command_line_setup` (the package's ``dask_setup``) is a click command taking
+``--cache-directory`` and friends; :func:`dask_setup` here takes every setting from the Dask
+config and composes with other click preloads (distributed allows one per process). Both run
+:func:`setup`. Invalid settings never leave a server running without its plugin (Dask only logs
+a failing preload): the server does not start.
 """
 
 from __future__ import annotations
@@ -51,26 +33,9 @@ async def setup(
     cache_shared_group: Any = None,
     balance: float | None = None,
 ) -> None:
-    """Add cacheaffinity's plugin to a Dask scheduler or worker.
-
-    Parameters
-    ----------
-    server : distributed.Scheduler or distributed.Worker
-        The process's server, as a preload receives it.
-    cache_directory, cache_capacity, cache_memory, node_weight, cache_shared_group
-        Worker settings; None reads ``cacheaffinity.worker.*`` on the worker.
-    balance
-        Scheduler setting; None reads ``cacheaffinity.scheduler.balance``.
-
-    Raises
-    ------
-    TypeError
-        If ``server`` is neither a scheduler nor a worker.
-
-    Notes
-    -----
-    Invalid settings (checked by :func:`cacheaffinity.config.settings`) never
-    leave a server running without its plugin: see :func:`refuse`.
+    """Add cacheaffinity's plugin to ``server``, a :class:`distributed.Scheduler` or a
+    :class:`distributed.Worker` (before it registers). Settings left None come from the Dask
+    config; invalid ones stop the server; another server raises ``TypeError``.
     """
     from distributed import Scheduler, Worker
 
@@ -109,8 +74,7 @@ async def setup(
 
 
 def _refused(error: ValueError):
-    """A worker plugin whose setup raises ``error``: added to the worker's
-    start-up plugins, it makes ``Worker.start`` fail with it."""
+    """A worker plugin whose setup raises ``error``: ``Worker.start`` fails with it."""
     from distributed.diagnostics.plugin import WorkerPlugin
 
     class Refused(WorkerPlugin):
@@ -123,20 +87,10 @@ def _refused(error: ValueError):
 
 
 def refuse(server: Any, error: ValueError) -> None:
-    """Stop ``server`` from starting because its cacheaffinity settings are invalid.
-
-    Dask only logs a failing preload and starts the server anyway, so:
-
-    * in a process started by ``dask scheduler``/``dask worker`` (no nanny),
-      print the one line (:func:`cacheaffinity.config.refusal`) to stderr and
-      end the process with status 1 at once: nothing has started yet (preloads
-      run before a server listens or registers), and unwinding Dask's start-up
-      would add screens of tracebacks to the one line;
-    * anywhere else (an in-process cluster, a worker process of a nanny), make
-      the server's start fail with the error, which reaches the caller (an
-      in-process ``LocalCluster`` raises ``RuntimeError("Worker failed to
-      start.")`` caused by it) without touching the process or its event loop.
-    """
+    """Stop ``server`` from starting because its cacheaffinity settings are invalid: in a
+    ``dask scheduler``/``dask worker`` process, print the one line and exit with status 1 before
+    anything listens (unwinding Dask's start-up adds screens of tracebacks); elsewhere, make
+    the server's start fail with the error, leaving the process and its event loop alone."""
     role = type(server).__name__.lower()
     role = "scheduler" if "scheduler" in role else "worker"
     line = config.refusal(role, error)
@@ -153,9 +107,8 @@ def refuse(server: Any, error: ValueError) -> None:
 
 
 def _log_like_distributed() -> None:
-    """In a ``dask scheduler``/``dask worker`` process (or a worker process of
-    its nanny), log ``cacheaffinity.*`` at INFO where Dask logs, unless the
-    ``cacheaffinity`` logger was configured (``distributed.logging``)."""
+    """In a ``dask`` process (or its nanny's worker), log ``cacheaffinity.*`` at INFO where
+    Dask logs, unless the ``cacheaffinity`` logger was configured (``distributed.logging``)."""
     import multiprocessing
 
     ours = logging.getLogger("cacheaffinity")
@@ -171,8 +124,7 @@ def _log_like_distributed() -> None:
 
 
 def _command_line_process() -> bool:
-    """Whether this process is ``dask scheduler``/``dask worker`` itself (the
-    command's click context is current while its server runs)."""
+    """Whether this is a ``dask scheduler``/``dask worker`` process (its click context is current)."""
     import click
 
     ctx = click.get_current_context(silent=True)
@@ -180,20 +132,13 @@ def _command_line_process() -> bool:
 
 
 async def dask_setup(server: Any) -> None:
-    """Preload entry point without command-line options (settings from the Dask config).
-
-    ``dask scheduler --preload cacheaffinity.preload`` and ``dask worker
-    --preload cacheaffinity.preload``; also ``distributed.scheduler.preload`` /
-    ``distributed.worker.preload`` in the Dask config.  Composes with other
-    preloads, click-configurable ones included.
-    """
+    """``--preload cacheaffinity.preload``: :func:`setup` with every setting from the Dask
+    config, composing with other preloads (click-configurable ones included)."""
     await setup(server)
 
 
 class _Setting(click.ParamType):
-    """An option standing for ``cacheaffinity.<key>``, checked by
-    :func:`cacheaffinity.config.check` when the command line is parsed (a usage
-    error naming the option, the key, what is allowed and an example)."""
+    """An option for ``cacheaffinity.<key>``, checked when parsed (a usage error naming both)."""
 
     def __init__(self, key: str, convert=str):
         self.key = key
@@ -214,7 +159,7 @@ class _Setting(click.ParamType):
         return out
 
 
-#: Options of :func:`dask_setup` that take a value: command-line name -> (keyword, config key).
+#: Options of command_line_setup that take a value: command-line name -> (keyword, config key).
 _VALUED_OPTIONS = {
     "--cache-directory": ("cache_directory", "worker.directory"),
     "--cache-capacity": ("cache_capacity", "worker.capacity"),
@@ -230,30 +175,12 @@ def _is_ours(token) -> bool:
 
 
 def _command_line(ctx, param, values):
-    """Check the whole command line of ``dask scheduler``/``dask worker`` while
-    Dask parses it, and recover the options its parser took as the address.
+    """Callback of ``split``, run when Dask parses its command line and when the preload runs.
 
-    Runs twice: when Dask parses its command line (Dask checks a click
-    preload's arguments then), and when the server runs the preload.
-
-    At parse time, in the ``dask`` process:
-
-    * ``dask worker --scheduler-file F --preload cacheaffinity
-      --cache-directory=D`` (or ``--cache-directory D``, or without an address
-      at all): Dask's parser does not know the option and keeps the first one
-      as its positional scheduler address (ignored next to a scheduler file),
-      so the preload never sees it.  It is taken back (the address is unset)
-      and applied as the config key it stands for
-      (``cacheaffinity.worker.directory``), which this process and the worker
-      processes of its nannies read;
-    * the process's ``cacheaffinity.<scheduler or worker>`` settings (yaml,
-      environment, options) are checked with :func:`cacheaffinity.config.settings`:
-      an invalid one prints one line and ends the command with status 1
-      before anything starts (a bad option value is a usage error, status 2).
-
-    When the preload runs, a value left over by that split (``D`` of
-    ``--cache-directory D``) is the value its option now has in the config, and
-    is dropped; any other stray value is refused.
+    Dask's parser keeps our first option (with a scheduler file or no address) as its
+    scheduler address: at parse time it is taken back into its config key and the process's
+    settings are checked (one line, status 1); at run time a leftover value equal to its
+    option's config value is dropped, any other stray value refused.
     """
     outer = click.get_current_context(silent=True)
     if outer is not None and outer is not ctx and outer.command.name in ("worker", "scheduler"):
@@ -322,17 +249,9 @@ def _parse_time(ctx, outer, values: list) -> dict:
 
 
 class _PreloadCommand(click.Command):
-    """The preload's click command, named in its errors as the program that parses it.
-
-    Distributed parses a click preload's arguments in a context of its own making,
-    without a name (``click.Context(command)`` while it parses its command line;
-    ``"dask_setup"`` when the server runs the preload), so a usage error read
-    ``Usage:  [OPTIONS]`` and ``Try ' --help'``.  Here the context gets the command
-    line's name, ``dask worker --preload cacheaffinity`` (or ``dask scheduler ...``),
-    and a line after the usage lists the options.  There is no ``Try '... --help'`` line:
-    ``--help`` after ``--preload cacheaffinity`` is taken by ``dask worker`` itself,
-    so no command shows this help.
-    """
+    """The preload's click command, named in usage errors as ``dask worker --preload
+    cacheaffinity`` (distributed's context has no name), listing its options after the usage
+    and offering no ``--help`` (``dask worker`` takes ``--help`` itself: no one sees it)."""
 
     def parse_args(self, ctx: click.Context, args: list) -> list:
         if not ctx.info_name or ctx.info_name == "dask_setup":
@@ -349,8 +268,7 @@ class _PreloadCommand(click.Command):
 
 
 def _program() -> str:
-    """``dask worker``/``dask scheduler``: the command line being parsed (its click
-    context is current then), else the process's role when known, else both."""
+    """``dask worker``/``dask scheduler`` while its command line is parsed, else both."""
     outer = click.get_current_context(silent=True)
     if outer is not None and outer.command.name in ("worker", "scheduler"):
         return outer.command_path or f"dask {outer.command.name}"
@@ -391,25 +309,10 @@ async def command_line_setup(
     balance=None,
     split=None,
 ):
-    """Preload entry point for ``dask scheduler``/``dask worker --preload cacheaffinity``.
-
-    On a scheduler, adds :class:`CacheAffinityPlugin`; on a worker, adds
-    :class:`CacheWorkerPlugin` before the worker registers, so its cache node is
-    known from the first placement on.
-
-    A scheduler or worker whose cacheaffinity settings are invalid does not
-    start (Dask only logs a failing preload): the command line and the process's
-    config section are checked while Dask parses its command line (one line,
-    status 1; a bad option value is a usage error, status 2), and what can only
-    be checked on the worker is refused by :func:`refuse`.
-    Options Dask's parser took as its scheduler address are recovered (see
-    :func:`_command_line`).
-
-    This is a click command, and distributed allows only one click-configurable
-    preload per process: next to another one (dask-gateway's scheduler preload,
-    for instance) use ``--preload cacheaffinity.preload``, which takes its
-    settings from the Dask config (:mod:`cacheaffinity.preload`).
-    """
+    """Preload entry point for ``dask scheduler``/``dask worker --preload cacheaffinity``: adds
+    :class:`cacheaffinity.CacheAffinityPlugin` on a scheduler, :class:`cacheaffinity.CacheWorkerPlugin`
+    on a worker before it registers. Settings are checked while Dask parses its command line
+    (status 1; a bad option value is a usage error, status 2)."""
     options = dict(
         cache_directory=cache_directory,
         cache_capacity=cache_capacity,

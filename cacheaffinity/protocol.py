@@ -1,54 +1,39 @@
-"""Names shared by the client, scheduler and worker sides of cacheaffinity.
-
-Nothing here runs; it is the vocabulary the three processes agree on.
-"""
+"""Names the client, scheduler and worker sides agree on (constants only)."""
 
 from __future__ import annotations
 
-#: Task annotation that carries a task's chunk identity (a string).
+#: Task annotation carrying a task's chunk identity (a string).
 ANNOTATION = "cacheaffinity"
-#: Task annotation that carries a chunk task's ``(start, stop)`` entry range
-#: within its chunk identity, when several tasks share one identity (coffea
-#: chunks of one placement stripe): the scheduler remembers per range which node
-#: processed it.  Optional.
+#: Optional task annotation carrying a chunk task's ``(start, stop)`` entry range within its chunk
+#: identity, when several tasks share one (a stripe): the scheduler remembers which node ran it.
 ENTRIES_ANNOTATION = "cacheaffinity-entries"
 #: Name of the scheduler plugin, the worker plugin and the event topic.
 PLUGIN_NAME = "cacheaffinity"
-#: Key of the worker metric (sent at registration and with every heartbeat)
-#: that carries the worker's cache-node id, weight and cache statistics.
+#: Worker metric with the cache-node id, weight and statistics, sent at registration and every heartbeat.
 WORKER_METRIC = "cacheaffinity"
-#: Event topic a worker plugin logs its cache node to at once (when the plugin
-#: is set up after the worker registered).  An event, not a custom stream op,
-#: so that a scheduler without the plugin just stores it.
+#: Event topic of a worker plugin set up after registration reporting its cache node (an event,
+#: not a stream op, so that a scheduler without the plugin just stores it).
 NODE_REPORT_TOPIC = "cacheaffinity-node"
 #: Prefix of the fallback node id of a worker that reports no cache node.
 HOST_NODE_PREFIX = "host:"
-#: Worker statistics that describe a node's shared cache directory (the same
-#: for every worker of the node), as opposed to per-process counters.
+#: Worker statistics of the node's shared cache directory (not per-process counters).
 DIRECTORY_WIDE = frozenset({"bytes", "entries", "capacity", "configured_capacity"})
-#: Scheduler handler naming the nodes that processed a chunk task's entries
-#: (asked by a worker whose task missed columns; see cacheaffinity.worker._peers).
+#: Scheduler handler naming the nodes that processed a chunk task's entries (asked on a miss).
 HOLDERS_HANDLER = "cacheaffinity_holders"
 #: Worker handler that sends the chunk packs of a tree overlapping an entry range.
 PACKS_HANDLER = "cacheaffinity_packs"
 #: Worker handler that sends a stored NanoEvents form document (JSON) of a file.
 FORM_HANDLER = "cacheaffinity_form"
-#: Prefix of the chunk identity of a coffea preprocessing task
-#: (``file:<path>.<stamp>/<tree>``): placed like a chunk, counted in its run's
-#: preprocessing figures, not in its ``tasks``.
+#: Chunk-identity prefix of a coffea preprocessing task, ``file:<path>.<stamp>/<tree>``, placed
+#: like a chunk and counted in its run's preprocessing figures, not in its ``tasks``.
 PREPROCESS_PREFIX = "file:"
-#: Task annotation that carries the run a chunk task belongs to (set by the
-#: coffea executor, one id per ``Runner`` call): the scheduler adds up the
-#: per-task figures of each run.  Optional: tasks without it count in a run
-#: named after the graph that submitted them.
+#: Optional task annotation carrying a chunk task's run (one per coffea ``Runner`` call); tasks
+#: without it count in a run named after the graph that submitted them.
 RUN_ANNOTATION = "cacheaffinity-run"
-#: Event topic a chunk task logs its own figures to when it ends (one message
-#: per task: ``{"key", "run", <figure>: n}``), collected per run by the
-#: scheduler plugin.
+#: Event topic a chunk task reports its own figures to when it ends, ``{"key", "run", <figure>: n}``.
 TASK_REPORT_TOPIC = "cacheaffinity-task"
-#: The per-run figures (see :meth:`CacheAffinityPlugin.run_stats`): counted by
-#: the chunk tasks themselves (``steals`` by the scheduler), never differences
-#: of node totals, so a worker restart cannot make them negative.
+#: The per-run figures (:func:`cacheaffinity.run_stats`), counted by the chunk tasks themselves
+#: (``steals`` by the scheduler), not node totals: a worker restart cannot make them negative.
 RUN_FIGURES = (
     "chunks",  # chunk tasks that reported (a task run twice counts twice)
     "hits",  # column buffers read from the node's own disk cache

@@ -317,6 +317,7 @@ def test_a_node_without_the_files_form_gets_it_from_a_peer(files, tmp_path):
         client.run_on_scheduler(name_others, others=others)
         got, d = counted(client, lambda: run(ours, files, C))
         assert canonical(got) == expected
-        assert d["misses"] == 0 and d["storage_opens"] == 0, d
+        # the whole record on failure (an open under load was once seen here, cause unknown)
+        assert d["misses"] == 0 and d["storage_opens"] == 0, json.dumps(d, default=str)
         assert cacheaffinity.cache_totals(client)["peer_forms"] >= 1
         assert sorted(os.listdir(plugins[0].forms.directory))  # stored locally again

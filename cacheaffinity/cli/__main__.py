@@ -2,5 +2,5 @@
 
 from cacheaffinity.cli import main
 
-if __name__ == "__main__":  # importing the module (e.g. walking the package) runs nothing
+if __name__ == "__main__":
     main()

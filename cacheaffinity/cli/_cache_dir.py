@@ -1,21 +1,14 @@
 """``cacheaffinity cache info|verify|clear [DIR]``: a node's cache directory, opened directly.
 
-A cache directory is node-local, so these run on the node (no cluster needed).  A wrong
-path is never turned into a cache: they refuse a path that does not exist, is not a
-directory, or holds neither a ``node-id`` nor a column index, before anything is opened.
-
-``info`` changes nothing.  Where this process cannot write the directory (a read-only
-file system, or another user's directory) it reads the index read-only (SQLite
-``mode=ro``, else ``immutable=1``) and says so; ``verify`` and ``clear`` need write
-access, and their error says which kind is missing: a read-only file system (mount it
-read-write) or permission (run the command as the workers' user).
+A path holding neither a ``node-id`` nor a column index is refused before anything
+is opened: a wrong path never becomes a cache.  ``info`` changes nothing and reads a
+directory it cannot write read-only; ``verify`` and ``clear`` need write access.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import socket
 import sqlite3
 import sys
 import urllib.parse
@@ -27,13 +20,13 @@ from dask.utils import format_bytes, parse_bytes
 from cacheaffinity import config
 from cacheaffinity.cli._common import JSON, CommandError, echo_json, logger, when
 from cacheaffinity.worker._directory import (
+    NODE_ID_FILE,
+    CacheDirectory,
     ReadOnlyDirectory,
     UntrustedDirectory,
-    trusted_directory,
     user_name,
 )
 from cacheaffinity.worker._forms import FormStore
-from cacheaffinity.worker._directory import NODE_ID_FILE, read_node_id
 from cacheaffinity.worker._store import INDEX_NAME, ColumnCache
 from cacheaffinity.worker._store.layout import LAYOUT_VERSION, SCHEMA_VERSION
 
@@ -45,9 +38,8 @@ _OPTIONAL_DIR = click.argument(
 )
 
 
-# ====================================================================== helpers
 def _cache_directory(path: str) -> str:
-    """``path`` as an absolute cache directory, or a :class:`CommandError` saying why not."""
+    """``path`` as an absolute cache directory, or a ``CommandError`` saying why not."""
     directory = os.path.abspath(os.path.expanduser(path))
     if not os.path.exists(directory):
         raise CommandError(
@@ -61,11 +53,8 @@ def _cache_directory(path: str) -> str:
         )
     if _is_cache(directory):
         try:
-            # a shared-group cache is checked as such when this machine's config says so
-            # (as for its workers: cacheaffinity.worker.shared-group)
-            trusted_directory(
-                directory, create=False, shared_group=config.get("worker.shared-group")
-            )
+            # as the workers check it (cacheaffinity.worker.shared-group)
+            CacheDirectory(directory, shared_group=config.get("worker.shared-group")).trust(create=False)
         except (UntrustedDirectory, ReadOnlyDirectory, ValueError) as e:
             raise CommandError(str(e)) from e
         return directory
@@ -89,24 +78,15 @@ def _is_cache(directory: str) -> bool:
 
 
 def _configured_directory() -> str:
-    """This machine's ``cacheaffinity.worker.directory`` (or the default), for a command
-    given no DIR."""
-    from cacheaffinity.worker._directory import default_directory
-
-    configured = config.get("worker.directory")
-    directory = os.path.expanduser(os.path.expandvars(str(configured or default_directory())))
-    directory = directory.replace("{host}", socket.gethostname())
-    if "{name}" in directory:
-        raise CommandError(
-            f"cacheaffinity.worker.directory={configured!r} names one directory per worker "
-            "({name}); give DIR, e.g. " + directory.replace("{name}", "<worker name>")
-        )
-    return directory
+    """This machine's ``cacheaffinity.worker.directory`` (or the default)."""
+    try:
+        return CacheDirectory.for_worker(config.get("worker.directory"), None).path
+    except ValueError as e:  # one directory per worker: the command needs DIR
+        raise CommandError(str(e)) from None
 
 
 def read_only_reason(directory: str) -> str | None:
-    """Why this process cannot write ``directory``: ``"read-only file system"``, ``"no
-    write permission"``, or None (it can)."""
+    """``"read-only file system"``, ``"no write permission"`` or None (this process can write)."""
     try:
         if os.statvfs(directory).f_flag & os.ST_RDONLY:
             return "read-only file system"
@@ -120,7 +100,7 @@ def read_only_reason(directory: str) -> str | None:
 def _node_id(directory: str) -> tuple[str | None, str | None]:
     """(node id, None), or (None, why there is none); never creates one."""
     try:
-        return read_node_id(os.path.join(directory, NODE_ID_FILE)), None
+        return CacheDirectory(directory).node_id(create=False), None
     except FileNotFoundError:
         return (
             None,
@@ -162,11 +142,7 @@ def _cannot_write(directory: str, why: str, what: str) -> CommandError:
 
 
 def _open(directory: str, capacity: int, *, heal: bool = False, what: str = "open") -> ColumnCache | None:
-    """The directory's column cache; None if it has no index yet (nothing cached).
-
-    ``heal=False`` refuses a damaged index (with the command that repairs it)
-    instead of rebuilding it.
-    """
+    """The directory's column cache, None without an index; ``heal=False`` refuses a damaged one."""
     if not os.path.lexists(os.path.join(directory, INDEX_NAME)):
         return None
     # The store's own warning about an unusable directory would repeat the
@@ -202,9 +178,8 @@ def _open(directory: str, capacity: int, *, heal: bool = False, what: str = "ope
 
 
 def _index_read_only(directory: str) -> dict[str, Any] | None:
-    """Entries, size, store times and recorded capacity from the index, opened read-only
-    (``mode=ro``; ``immutable=1`` where SQLite cannot even create its shared-memory
-    file); None without an index."""
+    """Entries, size, store times and capacity from the index opened read-only; None without one
+    (``immutable=1`` where SQLite cannot even create its shared-memory file)."""
     path = os.path.join(directory, INDEX_NAME)
     if not os.path.lexists(path):
         return None
@@ -261,7 +236,6 @@ def _summary_read_only(directory: str) -> tuple[dict[str, Any], int | None]:
     return index, index["capacity"]
 
 
-# ====================================================================== commands
 @click.group()
 def cache() -> None:
     """A node's cache directory (run these on the node: the directory is local)."""

@@ -1,10 +1,6 @@
 """``cacheaffinity where|check|stats SCHEDULER``: questions to a scheduler's cacheaffinity plugin.
 
-They run anywhere a Dask client can reach the scheduler.  Each gives up after its
-``--timeout`` against any address (a closed port, a port that speaks HTTP, one that
-accepts and never answers): the connection and the question run under
-``asyncio.wait_for``, and a watchdog ends the process shortly after the deadline should
-anything still hang.
+Each gives up after its ``--timeout`` whatever answers at the address (see ``_ask``).
 """
 
 from __future__ import annotations
@@ -66,10 +62,8 @@ def _ask(scheduler: str, timeout: str, question: Callable[[Any], Awaitable[Any]]
     """The answer of ``question(client)`` from the scheduler at SCHEDULER, within ``--timeout``.
 
     ``distributed.Client(address, timeout=...)`` to a port that speaks HTTP, or
-    one that accepts and never answers, waits past its timeout: connecting and
-    asking each run under ``asyncio.wait_for``, and a watchdog thread ends the
-    process (exit status 2, one line) :data:`WATCHDOG_GRACE` seconds after the
-    deadline if anything still hangs.
+    that never answers, waits past its timeout: hence ``asyncio.wait_for`` and a
+    watchdog ending the process (status 2) ``WATCHDOG_GRACE`` s after the deadline.
     """
     from distributed import Client
 
@@ -126,9 +120,8 @@ def _ask(scheduler: str, timeout: str, question: Callable[[Any], Awaitable[Any]]
 
 
 def _chunks_of_file(path: str, chunksize: int, treename: str) -> list[tuple[int, int, str]]:
-    """``(start, stop, chunk id)`` of the coffea chunks of ``path`` at ``chunksize``,
-    as :class:`~cacheaffinity.coffea.CacheAffinityExecutor` names them (no
-    cluster alignment, the ``Runner``'s default)."""
+    """``(start, stop, chunk id)`` of coffea's chunks of ``path``, as the executor names
+    them (no cluster alignment, the ``Runner``'s default)."""
     try:
         import uproot
         from coffea.processor.executor import FileMeta
@@ -305,8 +298,7 @@ def _percent(v: float | None) -> str:
 
 
 def _forecast_lines(r: dict) -> list[str]:
-    """The forecast of run ``r``: one line per node whose cache is smaller than the
-    run's share of it ("needs ~X on node N, which holds Y: expect ~Z% hits")."""
+    """One line per node whose cache is smaller than run ``r``'s share of it."""
     f = r.get("forecast") or {}
     out = []
     for node, e in sorted((f.get("nodes") or {}).items()):

@@ -1,19 +1,11 @@
 """cacheaffinity for coffea: the executor and everything that knows coffea.
 
-Submodules, by the process they run in:
-
-- :mod:`cacheaffinity.coffea._executor` (client): :class:`CacheAffinityExecutor`,
-  a ``coffea.processor.DaskExecutor`` placing chunks on their cache node;
-- :mod:`cacheaffinity.coffea._work` (workers): :class:`ChunkTask`, coffea's work
-  function behind identity-checked node caches;
-- :mod:`cacheaffinity.coffea._identity` (both): :class:`FileIdentity`,
-  :func:`file_identity`, :func:`chunk_identity`;
-- :mod:`cacheaffinity.coffea._buffer_cache` (workers): :func:`cachestrategy`, the
-  ``Runner(cachestrategy=...)`` hook for coffea's own executors, and
-  :class:`IdentifiedKeys`, which parses coffea's buffer keys;
-- :mod:`cacheaffinity.coffea._adapter` (both): the only module that uses coffea
-  names that are private or undocumented, listed at its top, checked by
-  :func:`cacheaffinity.coffea._adapter.check`.
+:class:`~cacheaffinity.CacheAffinityExecutor` (client) places coffea's chunks on
+their cache node; :class:`ChunkTask` (workers) runs coffea's work function behind
+the identity-checked node caches; :class:`FileIdentity`, :func:`file_identity` and
+:func:`chunk_identity` (both) name a file's bytes and a chunk;
+:func:`cacheaffinity.cachestrategy` (workers) is the hook for coffea's own
+executors.  Only the private ``_adapter`` module uses coffea's private names.
 """
 
 from __future__ import annotations
@@ -27,10 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = ["CacheAffinityExecutor", "ChunkTask", "FileIdentity", "chunk_identity", "file_identity"]
 
-#: Where each name of :data:`__all__` is defined.  Imported on first use: the
-#: executor and the chunk task import coffea and uproot, which workers running
-#: plain Dask tasks with :func:`cacheaffinity.cachestrategy` (in
-#: :mod:`._buffer_cache`, which imports neither) need not pay for.
+#: Imported on first use: workers running only plain Dask tasks with
+#: ``cachestrategy`` need not import coffea and uproot.
 _HOMES = {
     "CacheAffinityExecutor": "_executor",
     "ChunkTask": "_work",

@@ -1,67 +1,55 @@
-"""Everything that knows coffea's internals, in one place (imported by client and workers).
+"""Everything that knows coffea's internals, in one place (client and workers).
 
-coffea has no public seam for what :class:`~cacheaffinity.coffea.CacheAffinityExecutor`
-needs: building a chunk's events from a stored form without opening the file,
-and learning which work function and options the ``Runner`` handed to the
-executor (docs/coffea-seam.md proposes one).  This module uses the following
-coffea names that are private or undocumented;
-``tests/test_coffea_inputs.py::test_adapter_matches_installed_coffea`` fails
-when any of them changes (:func:`check` is what it runs, and what the workers
-run once before using the private names: on a mismatch they log it once and
-run coffea's own work function instead):
+coffea has no public seam for building a chunk's events from a stored form
+without opening the file, nor for reading which work function and options the
+``Runner`` handed the executor (docs/coffea-seam.md proposes one), so this
+module uses the private or undocumented coffea names below.  ``check()``
+verifies them against the installed coffea: ``tests/test_coffea_inputs.py``
+runs it, and workers run it once before using them (on a mismatch they log
+once and run coffea's own work function).
 
 Private names (leading underscore)
-    - ``coffea.processor.Runner._work_function`` and its parameter names
-      ``format, xrootdtimeout, schema, use_dataframes, savemetrics, item,
-      processor_instance, uproot_options, iteritems_options, checkpointer,
-      cache_function``: recognised in the function the ``Runner`` hands to the
-      executor, to read the options and replace ``cache_function``.
-    - ``coffea.nanoevents.mapping.UprootSourceMapping._extract_base_form``:
-      the NanoEvents base form of a TTree (stored per file).
-    - ``coffea.nanoevents.NanoEventsFactory._from_mapping``: events from a
-      stored form and a mapping (called with keywords: coffea 2026.7 has an
-      extra ``buffer_cache`` parameter).
-    - ``BaseSchema._form`` (the schema's form dict, whose top-level
-      ``parameters["metadata"]`` the schema fills) and
-      ``NanoEventsFactory(schema, mapping, partition_key, mode=...)``:
-      :class:`SchemaCache` builds a file's schema once per process and gives
-      each chunk a copy with the chunk's metadata, as ``_from_mapping`` would
-      have built it.
-    - ``coffea.nanoevents.mapping.base.BaseSourceMapping._column_source(uuid,
-      path_in_source)``: overridden by
-      :class:`cacheaffinity.coffea._packs.PackSourceMapping` (so that a
-      fully cached chunk opens no file) and called for the tree on a miss.
+    - ``Runner._work_function`` and its parameter names (``SIGNATURES``):
+      recognised in the function the ``Runner`` hands the executor, to read
+      the options and replace ``cache_function``.
+    - ``UprootSourceMapping._extract_base_form``: a TTree's NanoEvents base
+      form (stored per file).
+    - ``NanoEventsFactory._from_mapping``: events from a stored form and a
+      mapping (called with keywords: coffea 2026.7 has an extra
+      ``buffer_cache`` parameter).
+    - ``BaseSchema._form`` (its top-level ``parameters["metadata"]`` is filled
+      by the schema) and ``NanoEventsFactory(schema, mapping, partition_key,
+      mode=...)``: ``SchemaCache`` copies a built schema per chunk.
+    - ``BaseSourceMapping._column_source(uuid, path_in_source)``: overridden
+      by ``PackSourceMapping`` (a fully cached chunk opens no file), called
+      for the tree on a miss.
 
 Undocumented shapes of public names
     - ``Runner.automatic_retries(retries, skipbadfiles, func, *args,
       use_result_type=...)``: the outer partial the executor receives.
     - ``Runner.metadata_fetcher_root(xrootdtimeout, align_clusters,
-      uproot_options, item)``: the inner partial of a preprocessing run
-      (:func:`unwrap_metadata`), whose result is a ``set_accumulator`` of
-      ``FileMeta`` with ``numentries``, ``uuid`` (16 bytes) and, with
-      ``align_clusters``, ``clusters``.
+      uproot_options, item)``: the inner partial of preprocessing, returning
+      a ``set_accumulator`` of ``FileMeta`` with ``numentries``, ``uuid`` (16
+      bytes) and, with ``align_clusters``, ``clusters``.
     - ``coffea.processor.executor.WorkItem`` / ``FileMeta``: the items.
     - ``DaskExecutor.__call__`` submits chunk tasks with one
-      ``self.client.map(function, items, ...)`` call (the executor's client
-      wrapper attaches chunk identities there).
+      ``self.client.map(function, items, ...)`` (where identities are attached).
     - ``UprootSourceMapping.get_column_handle(columnsource, name,
       allow_missing)``, ``extract_column(columnhandle, start, stop,
-      allow_missing, use_ak_forth)`` and its ``decompression_executor`` /
-      ``interpretation_executor`` attributes: overridden/used by
-      ``PackSourceMapping``; every ``!load`` of a form key goes through them.
-      Like coffea's ``extract_column`` it sets uproot's private
+      allow_missing, use_ak_forth)``, ``decompression_executor`` and
+      ``interpretation_executor``: overridden/used by ``PackSourceMapping``
+      (every ``!load`` goes through them); like coffea it sets uproot's private
       ``interpretation._forth`` before ``TBranch.array``.
     - ``UprootSourceMapping(fileopener, start, stop, cache=, access_log=,
       file_handle=, use_ak_forth=, virtual=, buffer_cache=)`` with a
-      ``coffea.nanoevents.mapping.base.UUIDOpener`` subclass, and
-      ``BaseSourceMapping.interpret_key`` / ``coffea.nanoevents.util.key_to_tuple``
-      (buffer keys ``<uuid>/<tree>/<start>-<stop>/<attribute>/<form key>``).
-    - A processor sent compressed is ``lz4.frame.compress(cloudpickle.dumps(p))``
-      (``Runner(processor_compression=...)``).
+      ``UUIDOpener`` subclass; ``BaseSourceMapping.interpret_key`` and
+      ``coffea.nanoevents.util.key_to_tuple`` (buffer keys
+      ``<uuid>/<tree>/<start>-<stop>/<attribute>/<form key>``).
+    - ``Runner(processor_compression=...)`` sends ``lz4.frame.compress(cloudpickle.dumps(p))``.
 
-Public seams used as documented: ``Runner(cachestrategy=...)`` (the
-``buffer_cache`` mapping), ``ExecutorBase.copy``/``function_name``,
-``DaskExecutor`` fields, ``NanoEventsFactory.events()``.
+Public seams used as documented: ``Runner(cachestrategy=...)``,
+``ExecutorBase.copy``/``function_name``, ``DaskExecutor`` fields,
+``NanoEventsFactory.events()``.
 """
 
 from __future__ import annotations
@@ -169,7 +157,6 @@ SIGNATURES = {
 
 #: Parameters each callable must have, in any order (it is called with keywords).
 KEYWORD_SIGNATURES = {
-    # coffea 2026.7 has an extra (unused) ``buffer_cache`` parameter after base_form
     "NanoEventsFactory._from_mapping": (
         NanoEventsFactory._from_mapping,
         ("mapping", "partition_key", "base_form", "schemaclass", "metadata", "mode"),
@@ -207,17 +194,8 @@ def check() -> list[str]:
 
 @dataclass
 class RunnerCall:
-    """What the ``Runner`` asked the executor to run per chunk.
-
-    Attributes
-    ----------
-    retries, skipbadfiles, use_result_type
-        ``Runner.automatic_retries`` arguments.
-    work : dict
-        ``Runner._work_function`` arguments by name, without ``item``.
-    inner : functools.partial
-        The ``Runner._work_function`` partial as the Runner built it.
-    """
+    """What the ``Runner`` asked the executor to run per chunk: ``automatic_retries``
+    arguments, and the ``_work_function`` partial (``inner``) and its arguments but ``item``."""
 
     retries: int
     skipbadfiles: Any
@@ -243,12 +221,8 @@ class RunnerCall:
 
 
 def unwrap(function) -> RunnerCall | None:
-    """The :class:`RunnerCall` in the function a ``Runner`` hands its executor.
-
-    ``None`` if ``function`` is not ``partial(Runner.automatic_retries, retries,
-    skipbadfiles, partial(Runner._work_function, ..., cache_function=...))``
-    (another caller, or a coffea release that changed it).
-    """
+    """The ``RunnerCall`` in ``partial(Runner.automatic_retries, retries, skipbadfiles,
+    partial(Runner._work_function, ..., cache_function=...))``; else ``None``."""
     if not (
         isinstance(function, partial)
         and function.func is Runner.automatic_retries
@@ -282,15 +256,7 @@ def unwrap(function) -> RunnerCall | None:
 
 @dataclass
 class MetadataCall:
-    """What the ``Runner`` asked the executor to run per file when preprocessing.
-
-    Attributes
-    ----------
-    align_clusters : bool
-        Whether coffea wants each file's cluster boundaries (``clusters``).
-    function : functools.partial
-        The whole function as the Runner built it (retries included).
-    """
+    """What the ``Runner`` asked the executor to run per file when preprocessing."""
 
     align_clusters: bool
     function: partial
@@ -302,11 +268,8 @@ class MetadataCall:
 
 
 def unwrap_metadata(function) -> MetadataCall | None:
-    """The :class:`MetadataCall` in a preprocessing function a ``Runner`` hands its
-    executor: ``partial(Runner.automatic_retries, retries, skipbadfiles,
-    partial(Runner.metadata_fetcher_root, xrootdtimeout, align_clusters,
-    uproot_options), use_result_type=...)``; ``None`` for anything else (parquet,
-    another caller, a coffea release that changed it)."""
+    """The ``MetadataCall`` in a ROOT preprocessing function a ``Runner`` hands its
+    executor (``Runner.metadata_fetcher_root`` under ``automatic_retries``); else ``None``."""
     if not (
         isinstance(function, partial)
         and function.func is Runner.automatic_retries
@@ -349,12 +312,8 @@ def events_from_form(
     packs: dict | None = None,
     schema_instance: Any = None,
 ):
-    """Virtual NanoEvents of a chunk from a stored base form (what
-    ``NanoEventsFactory.from_root(mode="virtual")`` builds, without reading the
-    file's metadata).  With ``packs`` (keyword arguments of
-    :class:`~cacheaffinity.coffea._packs.PackSourceMapping`) columns come from the
-    node's chunk packs and ``buffer_cache`` is not used.  Returns the factory
-    and its mapping."""
+    """``(factory, mapping)`` of a chunk's virtual NanoEvents from a stored base form, without
+    reading the file; with ``packs`` (``PackSourceMapping`` arguments) columns come from packs."""
     common = dict(
         cache={},
         access_log=access_log,
@@ -370,7 +329,7 @@ def events_from_form(
         mapping = UprootSourceMapping(opener, start, stop, buffer_cache=buffer_cache, **common)
     if tree is not None:
         mapping.preload_column_source(file_uuid, object_path, tree)
-    if schema_instance is not None:  # built by SchemaCache: no schema build per chunk
+    if schema_instance is not None:
         factory = NanoEventsFactory(
             schema_instance, mapping, tuple_to_key((file_uuid, object_path, f"{start}-{stop}")),
             mode="virtual",
@@ -392,16 +351,11 @@ def events_from_form(
 
 
 class SchemaCache:
-    """A file's NanoEvents schema, built once per process, copied per chunk.
+    """A form's NanoEvents schema, built once per process, copied per chunk.
 
-    coffea builds the schema (``NanoAODSchema(base_form)``: every collection of a
-    ~1,500-branch form zipped anew; ~40 ms and some 10^4 objects) for every
-    chunk; only the top-level ``metadata`` parameter differs between the chunks
-    of a file.  :meth:`schema` builds it once per (``key``, schema class), with a
-    probe metadata dict to learn what the schema adds to it (NanoAOD: its
-    ``version``), and gives each chunk a shallow copy whose form has the chunk's
-    own top-level parameters: the form dicts below are shared, read-only.
-    Thread-safe; at most ``size`` schemas are kept (least recently used go).
+    Built with a probe ``metadata`` dict to learn what the schema adds (NanoAOD:
+    ``version``); each chunk's shallow copy has its own top-level parameters, the
+    form dicts below are shared read-only.  Thread-safe; keeps ``size`` (LRU).
     """
 
     def __init__(self, size: int = 64):
@@ -410,8 +364,7 @@ class SchemaCache:
         self._lock = threading.Lock()
 
     def schema(self, key: str, schemaclass, base_form, metadata: dict | None):
-        """The chunk's schema instance; ``base_form()`` gives a fresh base form
-        (called on the first chunk of ``key`` only: the schema may change it)."""
+        """The chunk's schema; ``base_form()`` gives a fresh copy (the schema may change it)."""
         with self._lock:
             entry = self._schemas.get((key, schemaclass))
             if entry is not None:
@@ -437,8 +390,7 @@ class SchemaCache:
 
 
 def accessed_columns(buffer_keys) -> set[str]:
-    """``metrics["columns"]`` entries (``"<branch>-<attribute>"``) of buffer keys,
-    as ``Runner._work_function`` derives them from its access log."""
+    """``metrics["columns"]`` entries (``"<branch>-<attribute>"``) of buffer keys."""
     out = set()
     for key in buffer_keys:
         try:
@@ -453,6 +405,5 @@ def accessed_columns(buffer_keys) -> set[str]:
 
 
 def logged_columns(access_log) -> set[str]:
-    """``metrics["columns"]`` entries of a mapping's access log, exactly as
-    ``Runner._work_function`` computes them."""
+    """``metrics["columns"]`` entries of an access log, as ``Runner._work_function`` computes them."""
     return {f"{x.branch}-{key_to_tuple(x.buffer_key)[3]}" for x in access_log}

@@ -1,39 +1,12 @@
-"""The coffea executor: cache-affine analysis runs (runs in the client).
+"""The coffea executor: cache-affine analysis runs (client).
 
-:class:`CacheAffinityExecutor` is a ``coffea.processor.DaskExecutor`` that
-
-* gives every chunk task its chunk identity (:func:`chunk_identity`:
-  ``<file uuid>.<stamp>/<tree>/<start>-<stop>``, the stamp taken from the file's
-  size and modification time or storage checksum in every run) and every
-  preprocessing task ``file:<path>.<stamp>/<tree>``, so the scheduler plugin
-  sends it to the chunk's cache node, run after run, and a file replaced in
-  place gets new identities;
-* runs chunks through :class:`~cacheaffinity.coffea._work.ChunkTask`, which
-  keys column buffers by the identity of the file's bytes and, for plain TTree
-  chunks, builds the events from the node's stored form, so a fully cached
-  chunk opens no file (``node_cache=False`` keeps coffea's own function and
-  caching choices);
-* refuses, with a clear message, a client whose scheduler has no cacheaffinity
-  plugin, and warns (once per run) naming the cache nodes that cache nothing
-  and why;
-* gives the figures of the run it just made (:attr:`CacheAffinityExecutor.last_run_stats`;
-  with ``Runner(savemetrics=True)`` also ``metrics["cacheaffinity"]``): hits,
-  peer hits, misses, bytes served, bytes and files from storage, steals,
-  uncached chunks, added up by the scheduler from what the run's own chunk
-  tasks reported (never differences of node totals: a worker restart cannot
-  make them negative).  The scheduler keeps the last runs' figures for
-  ``cacheaffinity stats SCHEDULER``.
-
-Everything else (heavy input, compression, tree reduction, retries, progress
-bar, error mapping, ``skipbadfiles``, ``use_dataframes``) is ``DaskExecutor``'s
-own code: the executor only changes how tasks are submitted.
-
->>> from coffea import processor  # doctest: +SKIP
->>> run = processor.Runner(
-...     executor=CacheAffinityExecutor(client=client),
-...     schema=NanoAODSchema, chunksize=100_000,
-... )
->>> out = run(fileset, processor_instance=MyProcessor(), treename="Events")
+``CacheAffinityExecutor`` changes only how ``DaskExecutor`` submits tasks:
+chunk and preprocessing tasks carry their chunk identity, so the scheduler
+plugin sends them to their cache node run after run, and run as ``ChunkTask``
+/ ``MetadataTask`` behind the identity-checked node caches.  It refuses a
+client whose scheduler lacks the cacheaffinity plugin, warns once per run about
+nodes that cache nothing, and keeps the figures its chunk tasks reported.  Retries, tree reduction, compression,
+``skipbadfiles`` and the rest are ``DaskExecutor``'s own code.
 """
 
 from __future__ import annotations
@@ -73,34 +46,30 @@ class CacheAffinityExecutor(DaskExecutor):
     client : distributed.Client
         A client of a scheduler running the cacheaffinity plugin.
     node_cache : bool, optional
-        Run chunks through the identity-checked node cache (default True).
+        Run chunks through the identity-checked node cache (default True);
+        False keeps coffea's own work function.
     place_preprocessing : bool, optional
         Place preprocessing tasks by file as well (default True).
     **kwargs
-        All other parameters are ``DaskExecutor``'s (``treereduction``,
-        ``retries``, ``priority``, ``status``, ``compression``, ``use_dataframes``
-        ...).  ``worker_affinity`` is refused: it is coffea's ``hash % n_workers``
-        placement, which this executor replaces.
+        ``DaskExecutor``'s other parameters; ``worker_affinity`` (coffea's
+        ``hash % n_workers`` placement) is refused.
 
     Attributes
     ----------
     last_run_stats : dict or None
-        Figures of the last run this executor (or a ``Runner``'s copy of it)
-        made: ``run`` (its id), ``tasks`` (chunk tasks submitted) and
-        :data:`~cacheaffinity.protocol.RUN_FIGURES` (``chunks``, ``hits``,
-        ``peer_hits``, ``misses``, ``bytes_served``, ``peer_bytes``,
-        ``storage_bytes``, ``storage_opens``, ``steals``, ``uncached_chunks``).
+        Figures of the last run (also ``metrics["cacheaffinity"]`` with
+        ``Runner(savemetrics=True)``): ``run`` (its id), ``tasks`` and
+        :data:`~cacheaffinity.protocol.RUN_FIGURES`.
     """
 
     node_cache: bool = True
     place_preprocessing: bool = True
-    #: Shared with the copies coffea's ``Runner`` makes (``ExecutorBase.copy``):
-    #: ``{"last": figures of the last run}``.
+    #: ``{"last": figures}``, shared with the copies coffea's ``Runner`` makes.
     run_log: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def last_run_stats(self) -> dict | None:
-        """Figures of the last run (see the class docstring), or None before one."""
+        """Figures of the last run, or None before one."""
         return self.run_log.get("last")
 
     def __call__(self, items, function, accumulator):
@@ -167,13 +136,7 @@ class CacheAffinityExecutor(DaskExecutor):
 
 
 class _ChunkClient:
-    """The executor's client, with ``map`` attaching chunk identities.
-
-    Every other attribute is the real client's.  A ``map`` over coffea work
-    items (or ``(item, heavy input)`` pairs) goes through
-    :func:`cacheaffinity.map_chunks`, with file identities taken once per file
-    for this run; other maps (the tree reduction) pass through.
-    """
+    """The executor's client; a ``map`` over coffea items (not the tree reduction) gets chunk identities."""
 
     def __init__(self, client, run: str | None = None):
         self._client = client
@@ -206,8 +169,7 @@ class _ChunkClient:
         return self._client.map(func, *iterables, **kwargs)
 
     def _warn_capacity(self) -> None:
-        """Warn (once per run) when the node caches are too small for the run's chunks
-        (:func:`cacheaffinity.client.forecast_message`)."""
+        """Warn (once per run) when the node caches are too small for the run's chunks."""
         try:
             found = ca_client.forecast(self._client, self._run)
         except Exception as e:  # the analysis runs: a forecast is not worth failing it
@@ -218,9 +180,7 @@ class _ChunkClient:
             logger.warning(msg)
 
     def _stripe_entries(self, items) -> int | dict[str, int] | None:
-        """``client.stripe-entries``, or when it is null ``{filename: S}``
-        with each file's default (:func:`default_stripe_entries` of the largest
-        chunk end of the run's chunks of that file)."""
+        """``client.stripe-entries``, or if null each file's default ``{filename: S}``."""
         configured = config.get("client.stripe-entries")
         chunks = [x for x in items if hasattr(x, "entrystart")]
         if configured is not None or not chunks:

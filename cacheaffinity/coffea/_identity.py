@@ -1,39 +1,12 @@
-"""Identity of a file's bytes and of a coffea chunk (runs in the client and in workers).
+"""Identity of a file's bytes and of a coffea chunk (client and workers).
 
-A column cache entry must never outlive the bytes it came from, and a chunk must
-be placed by what it reads.  This module defines
-
-- :class:`FileIdentity`: what proves a file's bytes unchanged, as storage offers
-  it: the size plus a checksum when the storage reports one without reading the
-  file (an S3/HTTP ``ETag``, a ``checksum`` field), else the modification time;
-  plus what the file says about itself (the ROOT file UUID; for parquet a digest
-  of the footer, which holds the schema, row-group offsets, sizes and
-  statistics);
-- :func:`file_identity`: the :class:`FileIdentity` of a path or URL, now
-  (``os.stat`` for local files, ``fsspec`` ``info`` for URLs such as
-  ``root://``); :class:`IdentityUnavailable` when storage cannot tell;
-- :func:`chunk_identity`: the placement identity of a coffea work item,
-  ``<file uuid>.<stamp>/<tree>/s<S>:<stripe>``;
-- :func:`default_stripe_entries`: the stripe size ``S`` used when
-  ``cacheaffinity.client.stripe-entries`` is null (the default).
-
-Nothing here imports coffea: work items are read by attribute.
-
-Notes
------
-The identity is taken again for every run (client: once per file and run;
-worker: once per chunk), never kept across runs: a file replaced in place
-between two runs of one client session has a new size or modification time
-(or checksum), hence new chunk identities and new cache keys.  A replacement
-that keeps size *and* modification time to the nanosecond *and* the ROOT UUID
-is not detected; for parquet the footer digest covers that case too.
-
-One digest function, two names: :attr:`FileIdentity.token` (all three parts:
-the cache-key prefix, taken by workers after reading the file's UUID or footer)
-and :attr:`FileIdentity.stamp_token` (size and stamp only: the placement
-identity's stamp, taken by the client from storage metadata without opening the
-file).  They differ on purpose: the client must not open every file of a run,
-and a cache key must cover what the file says about itself.
+``FileIdentity`` is what proves a file's bytes unchanged (size; a storage
+checksum, else the modification time; the ROOT UUID or parquet footer digest);
+``file_identity`` takes it now, ``chunk_identity`` names a work item's
+placement stripe, ``default_stripe_entries`` sizes the stripes.  Identities
+are taken again in every run, never kept across runs, so a file replaced in
+place gets new chunk identities and cache keys.  Imports no coffea (work items
+are read by attribute).
 """
 
 from __future__ import annotations
@@ -66,9 +39,7 @@ __all__ = [
     "parquet_footer_digest",
 ]
 
-#: fsspec ``info`` fields that carry a content checksum reported by the storage.
 CHECKSUM_FIELDS = ("checksum", "ETag", "etag", "md5", "md5Hash", "crc32c", "sha256")
-#: fsspec ``info`` fields that carry a modification time.
 MTIME_FIELDS = ("mtime", "LastModified", "last_modified", "modified", "updated", "mtime_ns")
 
 
@@ -84,8 +55,7 @@ class FileIdentity:
     stamp : str
         ``"checksum:<field>:<value>"`` or ``"mtime:<value>"``.
     content : str
-        What the file says about itself: the ROOT UUID, a parquet footer
-        digest, or ``""`` if not read.
+        The ROOT UUID, a parquet footer digest, or ``""`` if not read.
     """
 
     size: int
@@ -97,25 +67,12 @@ class FileIdentity:
 
     @property
     def token(self) -> str:
-        """A short hex digest of all three parts: the cache-key prefix (workers).
-
-        The column cache, the chunk packs and the stored forms are keyed by it,
-        so an entry never outlives the bytes it came from; workers take it with
-        the ``content`` read from the file (:func:`cacheaffinity.coffea._work`).
-        """
+        """Digest of all three parts: the prefix of cache keys, packs and forms (workers)."""
         return _token(self.content, self.size, self.stamp)
 
     @property
     def stamp_token(self) -> str:
-        """The digest of ``size`` and ``stamp`` only: the placement identity's
-        stamp part (client, :func:`chunk_identity`).
-
-        Storage metadata alone, so the client takes it for every file of a run
-        without opening one; the file's UUID is a readable part of the chunk
-        identity beside it.  The same function as :attr:`token` without the
-        content (equal to the ``token`` of an identity whose ``content`` is
-        ``""``: chunk identities are those of earlier releases).
-        """
+        """Digest of ``size`` and ``stamp`` only (no file opened): the stamp in chunk identities."""
         return _token("", self.size, self.stamp)
 
     def as_dict(self) -> dict[str, Any]:
@@ -123,7 +80,7 @@ class FileIdentity:
 
 
 def _token(content: str, size: int, stamp: str) -> str:
-    """xxh3-64 hex digest of a file's identity parts (:attr:`FileIdentity.token`)."""
+    """xxh3-64 hex digest of a file's identity parts (``FileIdentity.token``)."""
     return xxhash.xxh3_64_hexdigest(f"{content}|{size}|{stamp}".encode())
 
 
@@ -143,9 +100,8 @@ def file_identity(path: str, storage_options: dict | None = None) -> FileIdentit
     ------
     FileNotFoundError
         The file does not exist.
-    IdentityUnavailable
-        Storage reports no size, or neither a checksum nor a modification
-        time, or no fsspec implementation handles the URL's protocol.
+    cacheaffinity.exceptions.IdentityUnavailable
+        Storage reports no size, no checksum or time, or has no fsspec implementation.
     """
     local = _local_path(path)
     if local is not None:
@@ -177,13 +133,7 @@ def file_identity(path: str, storage_options: dict | None = None) -> FileIdentit
 
 
 def parquet_footer_digest(path: str, storage_options: dict | None = None) -> str:
-    """xxh3-128 digest of a parquet file's footer (metadata + length + magic).
-
-    The footer describes every column chunk (offsets, sizes, encodings,
-    statistics) and the schema with its key-value metadata, so two files with
-    different data have different footers in practice; the cache key adds
-    size and modification time.
-    """
+    """xxh3-128 digest of a parquet file's footer (metadata + length + magic)."""
     local = _local_path(path)
     if local is not None:
         f = open(local, "rb")
@@ -209,11 +159,7 @@ def parquet_footer_digest(path: str, storage_options: dict | None = None) -> str
 
 
 def file_identities(paths, storage_options: dict | None = None, threads: int = 16) -> dict:
-    """``{path: FileIdentity or None}`` for many files, remote ones in parallel.
-
-    ``None`` where the identity is unavailable (missing file, storage that
-    cannot tell): such chunks are placed by UUID only and run uncached.
-    """
+    """``{path: FileIdentity or None (unavailable)}`` for many files, remote ones in parallel."""
     paths = list(dict.fromkeys(paths))
 
     def one(p):
@@ -233,8 +179,7 @@ def file_identities(paths, storage_options: dict | None = None, threads: int = 1
     return out
 
 
-#: ``warn_once(condition, msg, *args)``: ``msg`` at warning level once per process
-#: and ``condition`` (at debug level after), for every module of the chunk tasks.
+#: ``warn_once(condition, msg, *args)``: a warning once per process and condition.
 warn_once = LogOnce(logger)
 
 
@@ -247,8 +192,7 @@ def _uuid_text(fileuuid: Any) -> str:
 
 
 def stripe_of(start: int, stop: int, stripe_entries: int) -> int:
-    """The stripe (``[k*S, (k+1)*S)``, ``S = stripe_entries``) holding most of
-    the entries ``[start, stop)``; the lower one on a tie."""
+    """The stripe ``k`` (entries ``[k*S, (k+1)*S)``) holding most of ``[start, stop)``; lower on a tie."""
     start, stop = int(start), int(stop)
     if stop <= start:
         return max(start, 0) // stripe_entries
@@ -260,11 +204,8 @@ def stripe_of(start: int, stop: int, stripe_entries: int) -> int:
     return best
 
 
-#: Stripes the default stripe size aims for per file (placement balance).
 STRIPES_PER_FILE = 4
-#: Smallest default stripe (entries).
 MIN_STRIPE_ENTRIES = 1_000
-#: Largest default stripe (entries): above common chunksizes.
 MAX_STRIPE_ENTRIES = 200_000
 
 
@@ -293,26 +234,8 @@ def _round_ceil(n: int) -> int:
 def default_stripe_entries(file_entries: int) -> int:
     """Entries per placement stripe of a file when ``client.stripe-entries`` is null.
 
-    ``S = min(MAX_STRIPE_ENTRIES, max(MIN_STRIPE_ENTRIES, floor125(file_entries /
-    STRIPES_PER_FILE)))``, rounded down in the 1-2-5 series (1,000, 2,000, 5,000,
-    10,000, ...): files of 800,000 entries or more get 200,000-entry stripes,
-    smaller files about :data:`STRIPES_PER_FILE` stripes each, so that a small
-    dataset still has several placement units per node.
-
-    ``S`` depends on the file alone: not on the chunksize, the number of
-    workers, or which other files a run reads, so every analysis and every
-    chunking of a file places its stripes alike, and a node joining or leaving
-    moves only the stripes consistent hashing moves.  Round numbers keep stripe
-    boundaries on the boundaries of the round chunksizes people use (a chunk
-    crossing a stripe boundary caches part of the other stripe's clusters on
-    its own node, which a re-chunked run then misses).  A chunk larger than a
-    stripe goes to the stripe holding most of its entries.
-
-    Parameters
-    ----------
-    file_entries : int
-        Entries of the file's tree (the executor takes the largest chunk end
-        of the run's chunks of that file).
+    ``file_entries / STRIPES_PER_FILE`` rounded down in the 1-2-5 series, clipped to
+    [``MIN_STRIPE_ENTRIES``, ``MAX_STRIPE_ENTRIES``]: the file alone decides it.
     """
     per_file = _round_floor(max(int(file_entries), 1) // STRIPES_PER_FILE)
     return int(min(MAX_STRIPE_ENTRIES, max(MIN_STRIPE_ENTRIES, per_file)))
@@ -326,29 +249,21 @@ def chunk_identity(
     Parameters
     ----------
     item
-        A ``coffea.processor.executor.WorkItem`` (chunk task) or ``FileMeta``
-        (preprocessing task), or a tuple whose first element is one.
+        A coffea ``WorkItem`` or ``FileMeta``, or a tuple whose first element is one.
     identities
-        ``{filename: FileIdentity or None}`` already taken for this run (the
-        executor passes them); files not in it are looked up now.
+        ``{filename: FileIdentity or None}`` already taken; others are taken now.
     stripe_entries
-        Entries per placement stripe, or ``{filename: entries}`` (the executor
-        passes :func:`default_stripe_entries` of each file of its run when the
-        setting is null); ``None`` (or a file missing from the mapping) reads
-        ``cacheaffinity.client.stripe-entries`` (null there:
-        :data:`MAX_STRIPE_ENTRIES`).
+        Entries per stripe, or ``{filename: entries}``; ``None`` (or a file not
+        in the mapping) reads ``cacheaffinity.client.stripe-entries`` (null:
+        ``MAX_STRIPE_ENTRIES``).
 
     Returns
     -------
     str or None
-        ``<file uuid>.<stamp token>/<tree>/s<S>:<k>`` for a chunk
-        (:func:`cacheaffinity.chunk_id.format_chunk_id`), where ``k``
-        is the stripe of ``S`` entries holding most of the chunk's entries
-        (:func:`stripe_of`): chunks of any chunksize that fall in one stripe
-        get one identity, hence one node, whose cache holds the stripe's
-        clusters;
-        ``file:<path>.<stamp token>/<tree>`` for preprocessing; the stamp part
-        is left out when the storage cannot tell it; ``None`` for anything else.
+        ``<file uuid>.<stamp token>/<tree>/s<S>:<k>`` for a chunk (``k``: the
+        stripe holding most of its entries, so every chunking of a stripe gets
+        one node), ``file:<path>.<stamp token>/<tree>`` for preprocessing (no
+        stamp where storage cannot tell one), ``None`` for anything else.
     """
     if isinstance(item, tuple) and item:
         item = item[0]

@@ -1,43 +1,13 @@
-"""A chunk's columns from the node's chunk packs, whatever the chunking (runs in workers).
+"""A chunk's columns from the node's chunk packs, whatever the chunking (workers).
 
-coffea's ``UprootSourceMapping`` reads each column of a chunk from the file.
-:class:`PackSourceMapping` replaces only its ``!load`` step: the branch array of
-the chunk's ``[start, stop)`` comes from the *chunk packs* the node holds for that
-tree of that file's bytes (:meth:`~cacheaffinity.worker._store.ColumnCache.get_packs`):
-
-- the packs overlapping the chunk are found with **one** index query and read
-  with one verified read each, when the chunk asks for its first column; every
-  column is then a view into a pack (a slice; a jagged column's offsets are
-  re-based when the chunk starts inside a pack), so a re-run with the same
-  chunking copies nothing after the read;
-- a chunk of another chunking is assembled from the packs that cover it (a
-  concatenation where it straddles two);
-- what no pack covers is asked of the nodes that hold it, once per chunk and in
-  one batch (:class:`~cacheaffinity.worker._peers.PeerStore`), then read from
-  storage for exactly the chunk's range, as coffea reads it; at the end of the
-  task (:meth:`PackSourceMapping.finish`) the columns read from storage are
-  stored as **one** new pack (written behind, off the task's critical path,
-  from the very arrays uproot decompressed: no copy).
-
-coffea then derives its buffers (``!offsets``, ``!content``, ...) from that
-array exactly as from a fresh read, so results are identical.  Those final
-buffers are kept too (the mapping is its own ``buffer_cache``) and stored in the
-chunk's pack, most of them as views of the branch arrays (stored once, see
-:func:`cacheaffinity.worker._store.files.toc_of`), under coffea's version: a
-re-run with the same chunking takes every buffer straight from its pack, with
-no ``!load`` and no transform, as coffea's own ``buffer_cache`` would serve it
-from memory.  Branches of any
-other layout (nested jagged, strings, objects) are read from storage as coffea
-does, uncached.  An empty range (a file with 0 entries) is answered from the
-form, without opening the file.
-
-Trade-offs (measured in ``benchmarks/warm_run_profile.py``): a pack is read
-whole, so a re-run that reads fewer columns than the run that wrote the pack
-still reads all of its bytes (from the page cache or SSD: cheap next to LZMA);
-a run that reads new columns adds a pack holding only those, so a chunk may
-read several packs; and the first run of a new chunking stores its final
-buffers once more (copies, for ranges no pack matches exactly).  Member names and the group key are defined in
-:mod:`cacheaffinity.worker._store.layout`.
+``PackSourceMapping`` replaces only the ``!load`` step of coffea's
+``UprootSourceMapping``: a branch's array for the chunk's ``[start, stop)`` is
+taken from the packs covering it (one index query, views where one pack covers
+it), else from peers, else read from storage and stored as one new pack when
+the task ends.  coffea derives its buffers from that array as from a fresh
+read, so results are identical; its final buffers go into the pack too.
+Branches of other layouts (nested jagged, strings, objects) are read as coffea
+reads them, uncached.  Member names and the group key: ``worker/_store/layout.py``.
 """
 
 from __future__ import annotations
@@ -105,34 +75,12 @@ class _Handle:
 class PackSourceMapping(UprootSourceMapping):
     """``UprootSourceMapping`` whose ``!load`` reads the node's chunk packs.
 
-    Parameters
-    ----------
-    fileopener
-        A ``UUIDOpener`` (opens the file on the first miss only).
-    start, stop : int
-        The chunk's entry range.
-    store
-        The chunk's store (a memory front or a peer store over the node's
-        :class:`~cacheaffinity.worker._store.ColumnCache`; see
-        :mod:`cacheaffinity.worker._store.protocol`), or None.
-    token : str
-        :attr:`FileIdentity.token` of the file's bytes.
-    treepath : str
-        Object path of the tree in the file.
-    kinds : dict
-        :func:`branch_kinds` of the file's base form.
-    forms : dict, optional
-        ``{branch: form dict}`` of the base form (answers empty ranges).
-    **kwargs
-        Passed to ``UprootSourceMapping`` (not ``buffer_cache``).
-
-    Attributes
-    ----------
-    hits, misses : int
-        Column parts served from packs / read from storage by this chunk.
-    bytes_served, bytes_copied : int
-        Bytes of the parts served from packs, and bytes the serving copied after
-        the store's one read (concatenations across packs, re-based offsets).
+    ``store`` is the chunk's store (memory front or peer store; None: read as
+    coffea does), ``token`` the ``FileIdentity.token`` of the file's bytes,
+    ``kinds`` the ``branch_kinds`` of its base form and ``forms`` its
+    ``{branch: form}`` (answers empty ranges without opening the file).
+    ``hits``/``misses`` count column parts served from packs/read from storage;
+    ``bytes_copied`` what serving copied (concatenations, re-based offsets).
     """
 
     def __init__(self, fileopener, start, stop, *, store, token, treepath, kinds, forms=None, **kwargs):
@@ -148,12 +96,11 @@ class PackSourceMapping(UprootSourceMapping):
         self._forms = forms or {}
         self._packs: list | None = None
         self._asked_peers = False
-        #: Column parts read from storage by this chunk: stored as one pack by :meth:`finish`.
+        #: Column parts read from storage by this chunk: stored as one pack by ``finish``.
         self._new: dict[str, np.ndarray] = {}
         self._new_range: tuple[int, int] | None = None
         self.hits = self.misses = self.bytes_served = self.bytes_copied = 0
-        #: coffea buffer keys served from packs without a ``!load`` (coffea's access
-        #: log misses them: they go into ``metrics["columns"]`` like its buffer cache hits).
+        #: Buffer keys served without a ``!load``: coffea's access log misses them.
         self.served_keys: list[str] = []
 
     # file access is deferred to the first miss
@@ -212,10 +159,9 @@ class PackSourceMapping(UprootSourceMapping):
         return BUFFER_PREFIX + parts[3]
 
     def buffer(self, key: str, default, count: bool = True):
-        """coffea's final buffer ``key`` of this chunk: computed earlier in this
-        task, or stored in a pack of exactly this chunk's range (a view: no
-        ``!load``, no transform); else ``default``.  ``count``: a lookup of the
-        chunk (False for coffea 2026.7's ``key in cache`` before ``cache[key]``)."""
+        """coffea's final buffer ``key``: computed earlier in this task, or from a pack
+        of exactly this chunk's range; else ``default``.  ``count=False`` for
+        coffea 2026.7's ``key in cache`` before ``cache[key]``."""
         name = self._buffer_name(key)
         if name is None:
             return default
@@ -272,8 +218,7 @@ class PackSourceMapping(UprootSourceMapping):
         return out
 
     def finish(self) -> None:
-        """Count this chunk's lookups and store what it read from storage as one
-        pack (written behind).  Called once, when the chunk task ends."""
+        """Count this chunk's lookups and store what it read as one pack (at task end)."""
         protocol.count_served(self._store, hits=self.hits, misses=self.misses, nbytes=self.bytes_served)
         arrays = dict(self._new) if self._new_range in (None, (self._start, self._stop)) else {}
         arrays.update(self._final)  # views of the branch arrays are stored once
@@ -291,8 +236,7 @@ class PackSourceMapping(UprootSourceMapping):
         return super().extract_column(handle, start, stop, allow_missing, use_ak_forth=use_ak_forth)
 
     def _read(self, h: _Handle, a: int, b: int, use_ak_forth, kind):
-        """Parts of ``[a, b)`` of a branch as NumPy arrays (jagged offsets int64 from
-        0), or None if its layout is not ``kind``."""
+        """Parts of ``[a, b)`` of a branch as NumPy arrays, or None if its layout is not ``kind``."""
         tree = self._tree(h.tree)
         if h.allow_missing and h.name not in tree:
             return None
@@ -326,9 +270,8 @@ class PackSourceMapping(UprootSourceMapping):
 
 
 class _ChunkBuffers:
-    """The ``buffer_cache`` coffea's mapping consults before computing a buffer:
-    the chunk's final buffers (coffea >= 2026.9 calls ``get`` and
-    ``__setitem__``; 2026.7 asks ``key in cache`` and then ``cache[key]``)."""
+    """The chunk's final buffers as coffea's ``buffer_cache`` (coffea >= 2026.9 calls
+    ``get``/``__setitem__``; 2026.7 asks ``key in cache``, then ``cache[key]``)."""
 
     mapping: PackSourceMapping
 
@@ -352,8 +295,7 @@ _ABSENT = object()
 
 
 def _slice(pack, names: list[str], a: int, b: int) -> tuple:
-    """Entries ``[a, b)`` (relative to the pack) of its parts ``names``: views
-    (a jagged part's offsets are left as they are: not re-based)."""
+    """Entries ``[a, b)`` (pack-relative) of parts ``names``: views, offsets not re-based."""
     if len(names) == 1:
         return (pack.members[names[0]][a:b],)
     offsets, content = pack.members[names[0]], pack.members[names[1]]
@@ -361,8 +303,7 @@ def _slice(pack, names: list[str], a: int, b: int) -> tuple:
 
 
 def _as_array(parts: tuple, kind: str) -> tuple:
-    """The awkward layout of a branch's parts (offsets re-based to 0 if needed)
-    and the bytes that copied (the re-based offsets; the rest are views)."""
+    """The awkward layout of a branch's parts (offsets re-based to 0) and the bytes copied."""
     if kind == "flat":
         return awkward.contents.NumpyArray(parts[0]), 0
     offsets, content = parts

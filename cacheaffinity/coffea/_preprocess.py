@@ -1,31 +1,10 @@
-"""The preprocessing task: coffea's per-file metadata kept in the node cache (runs in workers).
+"""The preprocessing task: coffea's per-file metadata kept in the node cache (workers).
 
-coffea's ``Runner`` preprocesses every file it has no metadata for: it opens the
-file for its entry count, ROOT UUID and (with ``align_clusters``) cluster
-boundaries.  It remembers them only in the process (``Runner.metadata_cache``),
-so a re-run in a new Python process opens every file again.
-:class:`MetadataTask` is what :class:`~cacheaffinity.coffea.CacheAffinityExecutor`
-submits in place of coffea's preprocessing function: it keeps each file's
-metadata as a JSON document in the node's :class:`~cacheaffinity.worker._forms.FormStore`,
-keyed by the file's path, tree and identity stamp (size and modification time
-or storage checksum, taken with a ``stat``, not an open), and answers from it
-when the stamp still matches.  The preprocessing task of a file is placed by
-the file (its chunk identity is ``file:<path>.<stamp>/<tree>``), so it runs on
-the node that stored the document.
-
-Each task reports ``files_preprocessed``, ``metadata_hits``, ``preprocess_ms``
-and the files it opened (``storage_opens``) to the scheduler, in the run of the
-chunk tasks that follow (see :class:`~cacheaffinity.coffea.CacheAffinityExecutor`).
-
-Notes
------
-Only ROOT files go through the store (coffea's ``metadata_fetcher_root``);
-parquet preprocessing, and any function of another shape, runs unchanged.
-A stamp is not proof against a file rewritten with the same size and
-modification time to the nanosecond; the chunk tasks then still check the
-ROOT UUID against the file before using stored columns.  The bytes a missed
-preprocessing task reads are coffea's own open's and are not counted
-(``storage_bytes`` covers the chunk tasks); its open is.
+``MetadataTask`` replaces coffea's ROOT preprocessing function (parquet and
+functions of other shapes run unchanged): it answers from a JSON document in
+the node's form store, keyed by path, tree and identity stamp (a ``stat``, not
+an open), and stores coffea's result there on a miss.  A missed task counts its
+open in ``storage_opens`` but not the bytes coffea's open reads.
 """
 
 from __future__ import annotations
@@ -43,8 +22,7 @@ logger = logging.getLogger("cacheaffinity.coffea")
 
 __all__ = ["MetadataTask"]
 
-#: Reading option under which metadata documents are keyed in the form store
-#: (a form document of the same file and tree has other options).
+#: Form-store option keying metadata documents apart from the file's form documents.
 _KIND = "coffea-metadata"
 
 
@@ -78,13 +56,7 @@ def _metadata(item, doc: dict, align_clusters: bool) -> dict | None:
 
 
 class MetadataTask:
-    """The function submitted per file when preprocessing: see the module docstring.
-
-    Parameters
-    ----------
-    function
-        What the ``Runner`` handed the executor for preprocessing.
-    """
+    """The function submitted per file instead of the ``Runner``'s preprocessing function."""
 
     def __init__(self, function):
         self.function = function

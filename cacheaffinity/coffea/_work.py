@@ -1,30 +1,7 @@
-"""The chunk task: coffea's work function behind identity-checked node caches (runs in workers).
+"""The chunk task: coffea's work function behind identity-checked node caches (workers).
 
-:class:`ChunkTask` is what :class:`~cacheaffinity.coffea.CacheAffinityExecutor`
-submits in place of the function the ``Runner`` hands it.  For every chunk it
-
-1. takes the identity of the file's bytes *now* (size and modification time or
-   storage checksum, plus the ROOT UUID or the parquet footer digest; see
-   :mod:`cacheaffinity.coffea._identity`), and keys every column buffer with it,
-   so that a cache entry never outlives the bytes it came from;
-2. runs a plain TTree chunk (NanoEvents schema, no preload, no checkpointer, no
-   dataframes) from the node's stored base form (:class:`FormStore`), opening
-   the file only if a column buffer is missing or the processor touches
-   ``factory.file_handle`` (opened lazily on first access);
-3. runs everything else (RNTuple, parquet, preload, checkpointing,
-   ``use_dataframes``, other schemas) with coffea's own work function and the
-   identity-keyed buffer cache (``Runner(cachestrategy=...)``'s seam);
-4. runs coffea's function unchanged (uncached) where the identity cannot be
-   proven (storage reports no size/time, missing file, no worker plugin),
-   logging the condition once per worker process;
-5. fills ``metrics["columns"]`` with the columns served from the cache too
-   (coffea records only the columns it read from the file);
-6. reports its own figures (hits, peer hits, misses, bytes, storage reads, or
-   that it ran uncached) to the scheduler when it ends
-   (:func:`report_task`), where they are added up per run.
-
-Retries, ``skipbadfiles`` and ``use_result_type`` are coffea's
-(``Runner.automatic_retries``); error messages are coffea's wording.
+Retries, ``skipbadfiles`` and ``use_result_type`` stay coffea's
+(``Runner.automatic_retries``), and so does the wording of its errors.
 """
 
 from __future__ import annotations
@@ -58,12 +35,9 @@ _MISSING = object()
 
 
 class IdentityKeyedCache(MutableMapping):
-    """A ``buffer_cache`` whose keys carry the identity of the file's bytes.
+    """A ``buffer_cache`` prefixing coffea's keys with ``FileIdentity.token``.
 
-    coffea's buffer keys start with the ROOT UUID (or, for parquet, the Arrow
-    ``uuid`` metadata, the string ``"None"`` when absent); this mapping
-    prefixes them with :attr:`FileIdentity.token` and records which keys were
-    served from the cache (for ``metrics["columns"]``).
+    Keys served from the cache are appended to ``hits`` (for ``metrics["columns"]``).
     """
 
     def __init__(self, store: MutableMapping, token: str, hits: list):
@@ -142,8 +116,7 @@ class _Opener(adapter.UUIDOpener):
 
 class LazyFile:
     """``factory.file_handle`` of a chunk run from a stored form: the file's
-    ``uproot.ReadOnlyDirectory``, opened on first use (``handle["OtherTree"]``,
-    ``handle.file.uuid``, ``"x" in handle`` ...) and closed with the chunk."""
+    ``uproot.ReadOnlyDirectory``, opened on first use and closed with the chunk."""
 
     def __init__(self, opener: _Opener, uuid: str):
         self._opener = opener
@@ -181,9 +154,8 @@ class LazyFile:
 
 
 def _shared_form(doc: dict) -> dict:
-    """``doc`` with ``form_digest`` and its ``base_form`` and ``branch_kinds`` shared
-    with every document of the same form (an equal base form: files of one dataset);
-    computed once per document and process (the result is what :data:`_DOCS` keeps)."""
+    """``doc`` with ``form_digest``, its ``base_form`` and ``branch_kinds`` shared
+    with every document of an equal base form (the files of one dataset)."""
     if "form_digest" in doc:
         return doc
     text = json.dumps(doc["base_form"], sort_keys=True, separators=(",", ":"))
@@ -208,8 +180,8 @@ def plugin_or_none():
 
 
 def _with_peers(store, plugin):
-    """``store``, asking other nodes for what it misses (``worker.peer-fetch``;
-    :mod:`cacheaffinity.worker._peers`) when this runs as a chunk task in a worker."""
+    """``store``, asking other nodes for what it misses (``worker.peer-fetch``)
+    when this runs as a chunk task in a worker."""
     if not getattr(plugin, "peer_fetch", False):
         return store
     from distributed import get_worker
@@ -236,7 +208,16 @@ def _identity(item, fmt: str) -> FileIdentity:
 
 
 class ChunkTask:
-    """The function submitted per chunk: see the module docstring.
+    """The function ``CacheAffinityExecutor`` submits per chunk instead of the ``Runner``'s.
+
+    Every column buffer is keyed by the identity of the file's bytes, taken
+    now, so a cache entry never outlives its bytes.  A plain TTree chunk
+    (NanoEvents schema, no preload, checkpointer or dataframes) runs from the
+    node's stored form and chunk packs, opening the file only for a missing
+    column or ``factory.file_handle``; other chunks run coffea's work function
+    with the identity-keyed cache; where the identity cannot be proven, coffea's
+    function runs uncached (logged once).  Columns served from the cache are
+    added to ``metrics["columns"]``; the task's figures go to the scheduler.
 
     Parameters
     ----------
@@ -314,8 +295,7 @@ class ChunkTask:
 
 
 def report_task(figures) -> None:
-    """Send this chunk task's own figures to the scheduler (topic
-    ``cacheaffinity-task``), which adds them to its run; nothing outside a worker."""
+    """Send this task's figures to the scheduler, which adds them to its run (no-op outside a worker)."""
     from distributed import get_worker
 
     from cacheaffinity.protocol import RUN_ANNOTATION, TASK_REPORT_TOPIC
@@ -336,22 +316,17 @@ def report_task(figures) -> None:
 
 
 _FAST_PATH_PROBLEMS: list[str] | None = None
-#: Columns from chunk packs (True, the layout of this version).  False caches
-#: coffea's buffers per chunk entry range (plain entries under coffea's buffer
-#: keys); only for ``benchmarks/chunksize_change.py``, which compares the two in
-#: one invocation (set in the workers with ``client.run``); not a setting.
+#: False caches coffea's buffers as plain entries instead of chunk packs: only for
+#: ``benchmarks/chunksize_change.py`` (set with ``client.run``), not a setting.
 CHUNK_PACKS = True
 #: Fields of a stored TTree form document (documents without them are rebuilt).
 _DOC_FIELDS = ("base_form", "object_path", "num_entries", "branch_kinds")
-#: Schemas built once per form and process (:class:`adapter.SchemaCache`), keyed by
-#: the form's digest (:func:`_shared_form`).
+#: Schemas built once per form and process, keyed by the form's digest.
 SCHEMAS = adapter.SchemaCache()
-#: Parsed base forms by digest: the files of a dataset share one form, so a process
-#: keeps one parsed form (some 10^4 objects) and one schema for all of them, not one
-#: per file; every object kept alive is walked by each of Python's full collections.
+#: Parsed base forms by digest: one per dataset's form, not per file (every object
+#: kept alive is walked by each of Python's full collections).
 _FORMS: dict[str, tuple[dict, dict]] = {}
-#: Form documents read in this process, by form name (the name carries the
-#: identity of the file's bytes): not parsed again for every chunk.
+#: Form documents read in this process, by form name (which carries the file's identity).
 _DOCS: dict = {}
 _DOCS_SIZE = 64
 
@@ -379,10 +354,8 @@ def _fast_path_applies(call: adapter.RunnerCall, item) -> bool:
 
 
 def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_work):
-    """One TTree chunk from the node's stored form, its columns from the node's
-    chunk packs (:mod:`cacheaffinity.coffea._packs`); coffea's
-    function where that cannot be done for this file (RNTuple, UUID differs
-    from the work item)."""
+    """One TTree chunk from the node's stored form and chunk packs; coffea's
+    function where that cannot be done (RNTuple, UUID differs from the item)."""
     import cloudpickle
     import lz4.frame as lz4f
 
@@ -402,7 +375,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
     if doc is None and forms is not None:
         doc = forms.get(form_name, identity=expect)
     if doc is not None and doc.get("kind") == "TTree" and not set(_DOC_FIELDS) <= set(doc):
-        doc = None  # written before cluster offsets were stored: rebuilt and replaced
+        doc = None  # an older document without cluster offsets: rebuilt
     raw = raw_store()
     store = _with_peers(raw, plugin)
     if doc is None and hasattr(store, "form"):
@@ -460,14 +433,10 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
             metadata.update(item.usermeta)
         start = max(item.entrystart, 0)
         stop = min(item.entrystop, doc["num_entries"])
-        # the schema is built once per form and process from a copy of the base form
-        # (SCHEMAS; the files of a dataset share one); the document itself is kept
-        # read-only for the next chunks
         materialized: list = []
         base_form = doc["base_form"]
         try:
-            # packs where the chunk's store keeps them (the node's, also through
-            # cacheaffinity.cachestrategy); a user's own mapping gets coffea's buffers
+            # a user's own cache_function mapping (no get_packs) gets coffea's buffers
             if CHUNK_PACKS and callable(getattr(raw, "get_packs", None)):
                 source = {"packs": {
                     "store": store,
@@ -513,7 +482,7 @@ def _run_from_form(call, arg, ident: FileIdentity, plugin, raw_store, coffea_wor
         toc = time.time()
     finally:
         if mapping is not None and hasattr(mapping, "finish"):
-            mapping.finish()  # counts the chunk's lookups, stores what it read as one pack
+            mapping.finish()
         nbytes, opens = opener.close()
         plugin.count_storage(opens=opens, nbytes=nbytes)
         plugin.after_chunk()

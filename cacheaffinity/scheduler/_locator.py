@@ -166,11 +166,8 @@ def chunk_digest(chunk: str) -> int:
 
 
 def _remember(d: dict, key: Hashable, value: Any, size: int) -> None:
-    """Set ``d[key] = value`` as the newest entry, dropping the oldest beyond ``size``.
-
-    A plain dict takes ~60% of an ``OrderedDict``'s memory; dropping in batches
-    keeps the cost per entry constant.
-    """
+    """Set ``d[key] = value`` as the newest entry, dropping the oldest beyond ``size``
+    in batches (a plain dict takes ~60% of an ``OrderedDict``'s memory)."""
     if key in d:
         del d[key]
     d[key] = value
@@ -442,10 +439,7 @@ class Locator:
 
     def relocate(self, todo: Sequence[tuple[TaskState, str]], nodes: list[str]) -> int:
         """Replace ``nodes[i]``, the placement's node of ``todo[i]``, by the task's live
-        holder within ``follow_holders``' bound; returns how many moved.
-
-        Also prunes departed nodes (``prune_nodes``), once per submitted graph.
-        """
+        holder within the bound; returns how many moved. Also prunes departed nodes."""
         self.prune_nodes()
         if not self.use_locator or not self.holder:
             return 0

@@ -149,14 +149,14 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.node_counters = NodeCounters(self.membership)
         self.runs = RunFigures()
         self.forecast = Forecast()
-        # chunk tasks whose node's cache refused their chunk: not made its holder
+        # chunk tasks whose cache refused their chunk (reported before they finish)
         self.not_kept: set = set()
         self.inheritance = Inheritance(
             self.membership, self.placement, self.node_counters, self.locator.node_tasks
         )
         #: Nodes that own a part of the placement (the cached ones, if any).
         self.owners: set[str] = set()
-        #: ``(chunk id, node)`` of the last chunks placed, newest last.
+        # (chunk id, node) of the last chunks placed, newest last
         self.recent_placements: deque[tuple[str, str]] = deque(maxlen=c["recent-placements"])
         self.retargeting = Retargeting(
             self.membership, self.placement, self.locator, self.counters, self.node_counters

@@ -1,40 +1,11 @@
 """Python's cyclic garbage collector in a worker process (``cacheaffinity.worker.gc``).
 
-Runs in the worker process; the one home of the collector policy.
-
-Why a policy at all: a warm chunk task of a coffea analysis builds coffea's lazy
-NanoEvents layout for every branch of the file's form (``ak.from_buffers`` inside
-``NanoEventsFactory.events``), tens of thousands of small container objects per chunk
-that live until the task ends.  Measured with the allocation sampler of
-``benchmarks/warm_run_profile.py`` (the stack of every young collection): about 90% of
-a warm run's young collections start inside ``ak.from_buffers``, 10% in the processor,
-about 1% in cacheaffinity, and floor (b), coffea's pipeline over a dict of buffers,
-triggers as many.  Those objects are promoted while the chunk runs and so start full
-collections, each of which walks every object the process keeps alive: the imported
-libraries (coffea, awkward, numba, distributed: ~200k objects) and the worker's state.
-So full collections cost about a fifth of a warm run's wall, whatever the cache does.
-
-Modes:
-
-``auto`` (default)
-    ``freeze`` in a process that exists to be a Dask worker (spawned by a nanny or
-    started by ``dask worker``), ``python`` in a process that also runs the user's code
-    (an in-process ``LocalCluster(processes=False)``, a notebook kernel): freezing is
-    a property of the whole process and not ours to decide for a user's kernel.
-``freeze``
-    after the process's first chunk task, ``gc.collect()`` then ``gc.freeze()``: what
-    is alive then (the libraries, the worker) moves to the permanent generation, and
-    later full collections walk only what was created since.  Again after chunk tasks
-    2, 4, 8, ... 1024 (:data:`REFREEZE_UNTIL`): what a run keeps (the schemas and forms
-    of later files, coffea's and Dask's per-run state) is left out too, with
-    log2(1024) = 10 extra collections of the unfrozen objects over a process's life.  Nothing is collected
-    less: a full collection still runs as often, over fewer objects.  What the
-    frozen objects reference is never collected; the collection just before the
-    freeze leaves no garbage cycles among them, so this is memory that was alive
-    anyway.
-``python``
-    the collector as Python set it up (or as the user did).
-"""
+Runs in workers; the one home of the collector policy (why: docs/operations.md).
+``freeze``: after chunk tasks 1, 2, 4, ... :data:`REFREEZE_UNTIL`, ``gc.collect()`` then
+``gc.freeze()``, so later full collections skip what was alive then (the imported
+libraries, the worker).  ``python``: the collector untouched.  ``auto`` (default):
+``freeze`` in a process that exists to be a Dask worker, ``python`` where it also
+runs the user's code (freezing is a property of the whole process)."""
 
 from __future__ import annotations
 
@@ -47,7 +18,7 @@ import threading
 logger = logging.getLogger("cacheaffinity.worker")
 
 MODES = ("auto", "freeze", "python")
-#: the last chunk task count (a power of two) after which ``freeze`` freezes again
+#: The last chunk task count (a power of two) after which ``freeze`` freezes again.
 REFREEZE_UNTIL = 1024
 
 
@@ -70,8 +41,7 @@ def resolve(mode: str) -> str:
 
 
 class Collector:
-    """The collector policy of one worker process: :meth:`after_chunk` is called by
-    every chunk task when it ends (from the task's thread)."""
+    """The collector policy of one worker process (:meth:`after_chunk` runs in the task's thread)."""
 
     def __init__(self, mode: str = "auto"):
         self.mode = str(mode)

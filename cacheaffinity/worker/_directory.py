@@ -1,25 +1,16 @@
-"""A node's cache directory: where it is, whether it can be trusted, what is in it, and
-the node id it holds (runs in workers and in the ``cacheaffinity`` command).
+"""A node's cache directory: :class:`CacheDirectory` (runs in workers and in the CLI).
 
-:class:`CacheDirectory` is the one owner of these: the path (``{name}``/``{host}``
-templates, the default), the trust rules, the names of the entries the cache creates,
-the ``node-id`` file and the one way a file of the directory is written
-(:func:`atomic_write`).  The store (``ColumnCache``), the form documents and the
-``cacheaffinity cache`` commands take a :class:`CacheDirectory` or a path.
+The one owner of the directory's path (``{name}``/``{host}`` templates, the default),
+trust rules, entry names, ``node-id`` and atomic writes (:func:`atomic_write`).
 
-Trust: everything read from a cache directory is used by the analysis as it is (a
-buffer with a valid checksum is trusted, and the checksums live in the same
-directory).  So a directory is used only when no one but the worker's user (and root)
-can write it: a real directory (not a symbolic link), owned by the worker's effective
-user, not writable by group or others, no ancestor writable by others without the
-sticky bit, and its entries (:data:`ENTRIES`) neither links nor someone else's.
-Shared-group mode (``cacheaffinity.worker.shared-group``, docs/deployment.md) relaxes
-the owner rule for the members of one Unix group (setgid directory, group-writable,
-nobody else).  The checks are a handful of ``lstat`` calls.
-
-The node id is created once, atomically (hard-linked: the first writer wins), and
-never changed or deleted: a node keeps its identity through every repair of its cache.
-"""
+Trust rules, a security contract (cached data is used as it is and its checksums live
+beside it): a directory is used only if nobody but its user (and root) can write it:
+a real directory, not a symbolic link, owned by the worker's effective user, not
+writable by group or others, no ancestor writable by others without the sticky bit,
+and none of its :data:`ENTRIES` a link or someone else's.  Shared-group mode
+(``cacheaffinity.worker.shared-group``) admits one Unix group instead (setgid,
+group-writable, nobody else).  The node id is created once (hard link: the first
+writer wins) and never changed or deleted."""
 
 from __future__ import annotations
 
@@ -79,13 +70,11 @@ ENTRIES = (
     TMP_DIR,
     FORMS_DIR,
 )
-#: ``os.open`` flags of every file a cache creates: a new file (``O_EXCL``: never
-#: an existing one, so never one planted in its place), never through a symbolic
-#: link (``O_NOFOLLOW``), not inherited by child processes.
+#: ``os.open`` flags of every file a cache creates: never an existing (planted) file,
+#: never through a link, not inherited by children.
 NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC | os.O_NOFOLLOW
 #: writev takes at most this many buffers per call (Linux IOV_MAX is 1024).
 _IOV = 1000
-#: What a node id may look like.
 _VALID_ID = re.compile(r"^[A-Za-z0-9._:@-]{1,200}$")
 
 
@@ -105,13 +94,7 @@ def _group_name(gid: int) -> str:
 
 
 def group_id(group: str | int) -> int:
-    """The id of a Unix group given by name or number.
-
-    Raises
-    ------
-    ValueError
-        If there is no such group (the message names the config key).
-    """
+    """The id of a Unix group given by name or number (``ValueError`` naming the config key if none)."""
     if isinstance(group, int) or (isinstance(group, str) and group.isdigit()):
         return int(group)
     try:
@@ -228,20 +211,10 @@ def _check_ancestors(path: str) -> None:
 
 
 class CacheDirectory:
-    """A node's cache directory.
+    """A node's cache directory (``path`` made absolute; ``shared_group``: a Unix group name
+    or id for a shared-group cache, None for a private one).
 
-    Parameters
-    ----------
-    path
-        The directory (made absolute; :meth:`for_worker` expands templates).
-    shared_group
-        A Unix group (name or id) for a shared-group cache, or None (private).
-
-    Raises
-    ------
-    ValueError
-        If ``shared_group`` is not a group of this machine.
-    """
+    Raises ``ValueError`` if ``shared_group`` is not a group of this machine."""
 
     def __init__(self, path: str | os.PathLike, *, shared_group: str | int | None = None):
         #: Absolute path.
@@ -256,10 +229,22 @@ class CacheDirectory:
     ) -> CacheDirectory:
         """The directory of a worker: ``template`` (``cacheaffinity.worker.directory``;
         ``{name}`` is the worker's name, ``{host}`` the host name) or, if None or empty,
-        :func:`default_directory`."""
+        :func:`default_directory`.
+
+        Raises
+        ------
+        ValueError
+            If ``worker_name`` is None (a command run outside a worker) and the template
+            names one directory per worker.
+        """
         path = os.path.expanduser(os.path.expandvars(str(template or default_directory())))
-        path = path.replace("{host}", socket.gethostname()).replace("{name}", str(worker_name))
-        return cls(path, shared_group=shared_group)
+        path = path.replace("{host}", socket.gethostname())
+        if "{name}" in path and worker_name is None:
+            raise ValueError(
+                f"cacheaffinity.worker.directory={template!r} names one directory per worker "
+                "({name}); give DIR, e.g. " + path.replace("{name}", "<worker name>")
+            )
+        return cls(path.replace("{name}", str(worker_name)), shared_group=shared_group)
 
     def __fspath__(self) -> str:
         return self.path
@@ -274,10 +259,7 @@ class CacheDirectory:
         return os.path.join(self.path, name)
 
     def trust(self, *, create: bool = True) -> str:
-        """Create the directory or check that it can be trusted (once per object).
-
-        Returns the path; raises as :func:`trusted_directory`.
-        """
+        """Create the directory or check that it can be trusted (once per object); returns the path."""
         if not self._trusted:
             trusted_directory(self.path, create=create, shared_group=self.gid)
             self._trusted = True
@@ -286,13 +268,8 @@ class CacheDirectory:
     def node_id(self, *, create: bool = True) -> str:
         """The node id in ``node-id``, created if missing and ``create``.
 
-        Raises
-        ------
-        FileNotFoundError
-            If there is none and not ``create``.
-        ValueError
-            If ``node-id`` does not hold a valid id or is a link (the message says the fix).
-        """
+        Raises ``FileNotFoundError`` if there is none and not ``create``, ``ValueError`` if the
+        file is a link or holds no valid id (the message says the fix)."""
         if create:
             return read_or_create_node_id(self.path, self.gid)
         return read_node_id(self.entry(NODE_ID_FILE))
@@ -301,31 +278,18 @@ class CacheDirectory:
 def trusted_directory(
     path: str | os.PathLike, *, create: bool = True, shared_group: str | int | None = None
 ) -> str:
-    """Create the cache directory ``path`` (mode 0700) or check that it can be trusted.
-
-    Parameters
-    ----------
-    path
-        The cache directory.
-    create
-        Create it (and missing parents) if it does not exist.
-    shared_group
-        A Unix group (name or id): the shared-group mode described in the module
-        docstring.  A new directory is created group-owned with mode 2770.
-
-    Returns
-    -------
-    str
-        The absolute path.
+    """Create the cache directory ``path`` (mode 0700; 2770 with ``shared_group``) or check
+    that it can be trusted; returns the absolute path.
 
     Raises
     ------
     UntrustedDirectory
-        If the directory (or an entry in it, or an ancestor) fails a rule of
-        the module docstring; the message names the path, the owner and the fix.
+        If it, an entry or an ancestor breaks a trust rule (the message names the path,
+        the owner and the fix).
+    ReadOnlyDirectory
+        If it is on a read-only file system and cannot be created or fails the mode rules.
     FileNotFoundError, NotADirectoryError, PermissionError
-        If it does not exist (``create=False``), is not a directory or cannot
-        be created.
+        If it is missing (``create=False``), not a directory, or cannot be created.
     ValueError
         If ``shared_group`` is not a group of this machine.
     """
@@ -363,10 +327,8 @@ def trusted_directory(
             f"cache directory {path} is not a directory; pass --cache-directory DIR (or set "
             "cacheaffinity.worker.directory) naming a directory on node-local disk"
         )
-    # On a read-only file system the mode is not what to fix (a read-only tmpfs shows
-    # mode 1777; "run chmod go-w" cannot work there): say it is read-only.  A directory
-    # whose mode passes is left to its users, which can read it (`cacheaffinity cache
-    # info`) and report the read-only file system when they try to write.
+    # On a read-only file system (a read-only tmpfs shows 1777) chmod cannot help: say so.
+    # A mode that passes is left to its users (`cache info` reads, writers report EROFS).
     try:
         _check_mode(path, st, gid, "cache directory")
     except UntrustedDirectory as e:
@@ -406,14 +368,9 @@ def trusted_directory(
 
 
 def default_directory() -> str:
-    """The cache directory when none is configured: a per-user private one.
-
-    ``$XDG_CACHE_HOME/cacheaffinity`` (default ``~/.cache/cacheaffinity``) when
-    that is on a local file system; otherwise (a home directory on NFS, Lustre
-    ..., which SQLite's WAL mode and a node-local cache cannot use, or no home
-    at all) ``<temporary-directory>/cacheaffinity-<user>``, which is checked
-    like any other (owned by the user, mode 0700) before it is used.
-    """
+    """The per-user private cache directory used when none is configured:
+    ``$XDG_CACHE_HOME/cacheaffinity`` (``~/.cache/cacheaffinity``) on a local file system,
+    else (home on NFS, Lustre ..., or no home) ``<temporary-directory>/cacheaffinity-<user>``."""
     from cacheaffinity.filesystems import filesystem_of
 
     base = os.environ.get("XDG_CACHE_HOME", "")
@@ -432,17 +389,9 @@ def default_directory() -> str:
 
 
 def read_or_create_node_id(directory: str, shared_group: int | None = None) -> str:
-    """Return the node id stored in ``directory``, creating it if needed (mode
-    0600, or 0640 with ``shared_group``, the gid of a shared-group cache).
-
-    Raises
-    ------
-    OSError
-        If the directory cannot be created or the id cannot be written or read.
-    ValueError
-        If ``node-id`` exists but does not hold a valid id (the message names
-        the file and how to fix it).
-    """
+    """The node id stored in ``directory``, created if needed (mode 0600; 0640 with
+    ``shared_group``).  Raises ``OSError`` if it cannot be written or read, ``ValueError``
+    if ``node-id`` holds no valid id."""
     if not os.path.isdir(directory):
         os.makedirs(os.path.dirname(os.path.abspath(directory)), exist_ok=True)
         try:
@@ -496,39 +445,12 @@ def atomic_write(
 ) -> bool:
     """Write ``data`` to ``path`` so that readers see the whole file or none.
 
-    Parameters
-    ----------
-    path
-        The file's name.
-    data
-        ``bytes``, ``str`` (written as UTF-8) or a list of buffers (written
-        with ``os.writev``, no copy).
-    mode
-        Creation mode of the temporary (the umask applies).
-    chmod
-        If given, the file's exact mode (``fchmod``, whatever the umask).
-    temporary
-        The temporary's name; default ``<path>.<pid>.<random>.tmp`` beside it.
-    exclusive
-        False: rename the temporary over ``path`` (``publish``), replacing any
-        file there.  True: hard-link it to ``path``, which is never replaced:
-        the first writer wins and later ones return False.
-    fsync
-        ``fsync`` the file before it gets its name (survives a power loss).
-    publish
-        ``publish(temporary, path)`` renames (``os.replace``); the store passes
-        its own (:meth:`DataFiles.write`).
-
-    Returns
-    -------
-    bool
-        Whether ``path`` now holds ``data`` (False only with ``exclusive``).
-
-    Raises
-    ------
-    OSError
-        Creating, writing or renaming failed; the temporary is removed.
-    """
+    ``data`` is ``bytes``, ``str`` (UTF-8) or a list of buffers (``os.writev``, no copy),
+    written to a new temporary (``NEW_FILE``; default ``<path>.<pid>.<random>.tmp``) that is
+    removed on any failure, created with ``mode`` less the umask (``chmod``: an exact mode)
+    and ``fsync``-ed if asked.  Then ``publish(temporary, path)`` (``os.replace``) replaces
+    any file there, or with ``exclusive`` a hard link makes it ``path`` only if there is
+    none: the first writer wins, later ones get False."""
     tmp = temporary or f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     if isinstance(data, str):
         data = data.encode("utf-8")
@@ -577,7 +499,6 @@ def _writev_all(fd: int, pieces: list) -> None:
     while i < len(pieces):
         batch = pieces[i : i + _IOV]
         n = os.writev(fd, batch)
-        # advance past what was written
         while batch and n >= len(batch[0]):
             n -= len(batch[0])
             batch = batch[1:]

@@ -1,44 +1,13 @@
 """Node-local store of per-file metadata, e.g. NanoEvents base forms (runs in workers).
 
-coffea rebuilds the NanoEvents form of a file for every chunk, which reads the
-file's streamers and branch list from storage (about 1.4 s per chunk on a real
-1500-branch NanoAOD file).  :class:`FormStore` keeps that form, and what else a
-chunk needs to build its events without opening the file, as one JSON document
-per (file identity, tree, reading options) in ``<cache directory>/forms/``.
-
-Notes
------
-Identity and integrity
-    Every document carries the identity of the file bytes it was built from
-    (size, modification time or checksum, ROOT UUID: see
-    :class:`cacheaffinity.coffea._identity.FileIdentity`) and an xxh3-64
-    checksum of its body.  :meth:`FormStore.get` returns a document only if
-    both match what the caller expects; anything else (a file replaced in
-    place, a torn or edited document, an old layout) is a miss, and the
-    document is removed.
-
-JSON only
-    Nothing in a shared cache directory is ever unpickled.  A document is
-    written under a temporary name and renamed into place
-    (``atomic_write``), so readers see a
-    whole document or none.
-
-Failures are misses
-    A problem (unreadable, corrupt or mismatched document, full disk, read-only
-    directory) is logged **once per condition** per store, not once per file;
-    the chunk then reads the file from storage.  Forms are small (tens to
-    hundreds of kB) and few (one per file), so they are not counted against
-    the column capacity; ``clear()`` of the column cache does not remove them,
-    :meth:`FormStore.clear` does.
-
-Bounded
-    One document per (file, tree, reading options) ever processed would grow
-    with every new input file for the life of the cache directory, outside the
-    column capacity.  A store keeps at most :data:`MAX_DOCUMENTS`: writing one
-    beyond removes the oldest documents (by modification time, i.e. first
-    written) down to 7/8 of it.  A removed document costs the next chunk of its
-    file one file open, which writes it again.
-"""
+:class:`FormStore` keeps what a chunk needs to build its events without opening the
+file (coffea rebuilds the form per chunk from the file's streamers) as one JSON
+document per (file identity, tree, reading options) in ``<cache directory>/forms/``.
+A document is returned only if its xxh3-64 checksum and the file identity it was built
+from match; anything else is a miss and the document is removed.  Documents are
+written atomically, never unpickled, not counted against the column capacity (nor
+removed by ``ColumnCache.clear``; at most :data:`MAX_DOCUMENTS`, the oldest removed
+first), and every failure is a miss logged once per condition."""
 
 from __future__ import annotations
 
@@ -60,8 +29,7 @@ __all__ = ["FormStore"]
 
 #: Layout version of a stored document; other versions are misses.
 LAYOUT = 2
-#: Documents a store keeps at most (see "Bounded" above): at tens to hundreds of kB
-#: each, up to about 0.1-1 GB next to the column capacity.
+#: Documents a store keeps at most: at tens to hundreds of kB each, 0.1-1 GB.
 MAX_DOCUMENTS = 4096
 
 
@@ -70,21 +38,9 @@ def _checksum(body: str) -> str:
 
 
 class FormStore:
-    """JSON documents keyed by (file identity, tree path, reading options).
-
-    Parameters
-    ----------
-    directory
-        The node's cache directory (a path or ``CacheDirectory``); documents live in
-        ``directory/forms``.
-    max_documents
-        Documents kept at most (default :data:`MAX_DOCUMENTS`; 0: no bound): a
-        :meth:`put` beyond removes the oldest down to 7/8 of it.
-
-    Attributes
-    ----------
-    hits, misses : int
-        Lookups of this store object that returned a document / none.
+    """JSON documents keyed by (file identity, tree path, reading options) in ``directory/forms``;
+    beyond ``max_documents`` (0: no bound) a :meth:`put` removes the oldest down to 7/8 of it.
+    ``hits`` and ``misses`` count this object's lookups.
     """
 
     def __init__(self, directory: str, max_documents: int | None = None):
@@ -99,11 +55,7 @@ class FormStore:
 
     @staticmethod
     def key(file_identity: str, treename: str, options: Any = None) -> str:
-        """A file name for the document of this file identity, tree and options.
-
-        ``file_identity`` is any string that changes when the file's bytes
-        change (``FileIdentity.token``).
-        """
+        """The file name of the document of ``file_identity`` (changes with the file's bytes), tree and options."""
         token = xxhash.xxh3_128_hexdigest(repr((file_identity, treename, options)).encode())
         return f"{token}.json"
 
@@ -111,18 +63,8 @@ class FormStore:
         with self._lock:
             self.misses += 1
 
-    # ------------------------------------------------------------ reading
     def get(self, name: str, identity: Any = None) -> dict | None:
-        """The document stored under ``name``, or None.
-
-        Parameters
-        ----------
-        name
-            From :meth:`key`.
-        identity
-            The identity (JSON value) the document must have been stored with;
-            ``None`` accepts any.
-        """
+        """The document stored under ``name`` (from :meth:`key`) with ``identity`` (None: any), or None."""
         path = os.path.join(self.directory, name)
         try:
             with open(path, encoding="utf-8") as f:
@@ -173,7 +115,6 @@ class FormStore:
         outer["doc"] = inner["doc"]
         return None
 
-    # ------------------------------------------------------------ writing
     def put(self, name: str, doc: dict, identity: Any = None) -> bool:
         """Store ``doc`` (JSON-serialisable) with the file ``identity`` it was
         built from; a failure is logged once per condition, never raised."""

@@ -1,42 +1,12 @@
 """Chunk packs from another node's cache instead of storage (runs in workers).
 
-A chunk task sometimes runs away from the node that cached its columns: an idle
-worker stole it, the scheduler sent it elsewhere to keep loads bounded, or it
-straddles a stripe boundary and part of its range sits on the neighbour
-stripe's node.  Reading those columns from storage means decompressing them
-again (LZMA: 10-30 MB/s per core); the node that holds them can send the
-decompressed bytes instead (the local network: hundreds of MB/s).  This module
-does that, on a miss only and **once per chunk**:
-
-1. :class:`PeerStore` wraps the chunk's store (a
-   :class:`~cacheaffinity.worker._store.protocol.ColumnStore`: the node's memory
-   front over its :class:`~cacheaffinity.worker._store.ColumnCache`).  When a chunk misses a
-   column its local packs do not cover (:meth:`PeerStore.fetch_packs`), it asks
-   the scheduler once which nodes processed this task's entries
-   (``cacheaffinity_holders``: the locator's holder records, see
-   :meth:`cacheaffinity.scheduler._plugin.CacheAffinitySchedulerPlugin.holders`),
-   then those nodes' workers for all their packs of the chunk's tree that
-   overlap its range (``cacheaffinity_packs``, :func:`serve_packs`), in one
-   request per peer, and stores what they sent as local packs (the chunk's next
-   run finds them here).  What no peer has is read from storage as before.
-2. :func:`serve_packs` is the worker handler: the packs this node's cache holds
-   (digest-verified reads, as for local hits), at most :data:`MAX_REPLY_BYTES`
-   per reply; a worker already serving ``worker.peer-serve-limit`` requests
-   answers nothing at once (counted as ``peer_busy``), so a holder whose disk
-   is busy is not slowed further.
-
-Pack groups name the bytes they hold (identity of the file's bytes and tree),
-members the branch and its interpretation, so a pack from another node is
-exactly what this node would have stored; a peer that is gone, slow
-(``worker.peer-timeout``) or sends something malformed is a miss and a debug
-line, never an error.  A first run asks nothing of peers: the scheduler knows no
-holder yet.  ``cacheaffinity.worker.peer-fetch: false`` turns it off.
-
-Distributed names used: ``Worker.get_current_task()`` and
-``Worker.state.tasks[key].annotations`` (the running task's annotations, kept
-in :func:`task_annotations`), ``Worker.handlers`` (handler registration),
-``Worker.rpc`` and ``Worker.scheduler`` (connection pools), ``distributed.utils.sync``.
-``tests/test_peers.py`` fails when one of them changes.
+On a chunk's first miss that its local packs do not cover, :class:`PeerStore` asks the
+scheduler once which nodes processed the task's entries, then each of them once for
+its packs overlapping the chunk's range (:func:`serve_packs`), and stores them locally.
+A peer that is gone, slow, busy or malformed is a miss, never an error.  Distributed
+internals used (``tests/test_peers.py`` fails when one changes): ``Worker.get_current_task``,
+``Worker.state.tasks[key].annotations``, ``Worker.handlers``, ``Worker.rpc``,
+``Worker.scheduler``, ``distributed.utils.sync``.
 """
 
 from __future__ import annotations
@@ -78,16 +48,15 @@ def task_annotations(worker) -> dict:
 
 
 async def serve_packs(plugin, group: str, start: int, stop: int) -> list:
-    """Handler ``cacheaffinity_packs`` of a worker whose cacheaffinity plugin is
-    ``plugin``: ``[[start, stop, [[member, dtype, shape, bytes], ...]], ...]``,
-    the packs of ``group`` overlapping ``[start, stop)`` that this node holds
-    (verified reads; lookups for another node are not this node's hits)."""
+    """Handler ``cacheaffinity_packs``: ``[[start, stop, [[member, dtype, shape, bytes], ...]],
+    ...]`` of the verified packs of ``group`` overlapping ``[start, stop)`` held here (not
+    counted as this node's hits)."""
     cache = plugin.cache
     if cache is None or not isinstance(group, str) or not all(isinstance(x, int) for x in (start, stop)):
         return []
     limit = plugin.peer_serve_limit
     if limit and plugin.serving >= limit:
-        # busy serving others: the asker reads storage rather than queue on this disk
+        # the asker reads storage rather than queue on this busy disk
         plugin.count_peer(busy=1)
         return []
     loop = asyncio.get_running_loop()
@@ -111,16 +80,11 @@ async def serve_packs(plugin, group: str, start: int, stop: int) -> list:
     return out
 
 
-#: Scheduler addresses that answered the holders request with an error (no
-#: cacheaffinity scheduler plugin): not asked again by this process.  Bounded by the
-#: schedulers this worker process ever talked to (one, but for a scheduler restarted
-#: at a new address).
+#: Schedulers that answered the holders request with an error (no cacheaffinity
+#: plugin): not asked again by this process.
 _NO_HOLDERS: set[str] = set()
-#: Peers that did not answer: address -> time.monotonic() until which they are skipped.
-#: Bounded: :func:`_mark_down` drops the expired entries whenever it adds one, so it
-#: holds only the peers that failed in the last :data:`DOWN_SECONDS` (at most the
-#: cluster's other workers, dead ones of that minute included), not every address a
-#: killed or restarted worker ever had (each new worker process has a new address).
+#: Peers that did not answer: address -> monotonic time until which they are skipped
+#: (expired ones dropped on every insert: restarted workers have new addresses).
 _DOWN: dict[str, float] = {}
 #: Seconds a peer that did not answer is skipped by this process's tasks.
 DOWN_SECONDS = 60.0
@@ -157,19 +121,9 @@ async def serve_form(plugin, name: str, identity: str) -> str | None:
 class PeerStore(MutableMapping, ColumnStore):
     """The chunk's store, with missing chunk packs fetched from the nodes that hold them.
 
-    Parameters
-    ----------
-    store
-        The local store (a ``MemoryFront``, any column store, or a plain mapping:
-        no packs, :class:`~cacheaffinity.worker._store.protocol.MappingStore`).
-    worker
-        The worker running the task (its event loop and connection pools).
-    plugin
-        The worker's :class:`~cacheaffinity.worker._plugin.CacheWorkerPlugin`
-        (counters, own node, timeout).
-    annotations
-        The running task's annotations (chunk id and entry range).
-    """
+    ``store``: the local store (any column store or mapping); ``worker``: the worker
+    running the task; ``plugin``: its ``CacheWorkerPlugin`` (counters, timeout);
+    ``annotations``: the running task's (chunk id and entry range)."""
 
     def __init__(self, store: ColumnStore | MutableMapping, worker, plugin, annotations: dict):
         self.store = store
@@ -179,7 +133,6 @@ class PeerStore(MutableMapping, ColumnStore):
         self._entries = annotations.get(ENTRIES_ANNOTATION)
         self._peers: list[str] | None = None if self._chunk is not None else []
 
-    # ------------------------------------------------------------ mapping
     def __getitem__(self, key):
         return self.store[key]
 
@@ -198,7 +151,6 @@ class PeerStore(MutableMapping, ColumnStore):
     def __len__(self) -> int:
         return len(self.store)
 
-    # ------------------------------------------------------------ packs
     def get_many(self, keys: list[str]) -> dict:
         return column_store(self.store).get_many(keys)
 
@@ -290,9 +242,9 @@ class PeerStore(MutableMapping, ColumnStore):
         self._plugin.count_peer(failed=1)
 
     def fetch_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
-        """The packs of ``grp`` overlapping ``[start, stop)`` that the holders of
-        this task's entries have (one request per holder: a chunk straddling two
-        earlier chunks may find them on two nodes), stored locally too."""
+        """The packs of ``grp`` overlapping ``[start, stop)`` held by the holders of this task's
+        entries (one request each: a straddling chunk may find them on two nodes), stored
+        locally too."""
         out: list[Pack] = []
         for addr in list(self.peers()):
             try:

@@ -1,59 +1,10 @@
-"""The cacheaffinity worker plugin (runs in workers).
+"""The worker plugin :class:`CacheWorkerPlugin` and :func:`worker_cache` (runs in workers).
 
-Defines :class:`CacheWorkerPlugin`, registered under the fixed name
-``cacheaffinity`` on each worker (by ``dask worker --preload cacheaffinity``, by
-the ``distributed.worker.preload`` config key, or by
-``client.register_plugin(CacheWorkerPlugin())``), and :func:`worker_cache`, the
-plugin of the current worker.  coffea's hook into it,
-``Runner(cachestrategy=cacheaffinity.cachestrategy)``, is
-:func:`cacheaffinity.coffea._buffer_cache.cachestrategy` (coffea's buffer keys are
-parsed in ``cacheaffinity/coffea/`` only).
-
-The plugin resolves its settings *on the worker* (the disk is local):
-``cacheaffinity.worker.directory`` (``{name}`` is replaced by the worker name,
-``{host}`` by the host name: workers whose names are random per launch, as
-dask-gateway's are, keep their cache with ``{host}`` or no placeholder),
-``capacity``, ``memory``, ``write-queue``, ``weight`` and ``shared-group``, validated against the
-schema before anything else: an invalid value makes :meth:`setup` raise
-``ValueError`` naming the key, the value and an example (and ``dask worker
---preload cacheaffinity`` exit, see :func:`cacheaffinity.dask_setup`), rather
-than run uncached.  It opens the node's
-:class:`~cacheaffinity.worker._store.ColumnCache`, reads or creates the
-persistent node id in that directory, and tells the scheduler which cache node
-this worker belongs to and how its cache is doing (the ``cacheaffinity`` worker
-metric, sent at registration and with every heartbeat).
-
-It never decides placement; that is the scheduler plugin's job.
-
-Notes
------
-A cache directory that cannot be used (or cannot be trusted: someone else's, a
-symbolic link, writable by others, see :mod:`cacheaffinity.worker._directory`) is
-logged once with the path, its owner and the fix; the worker then caches nothing
-and reports its host as node, marked *uncached* with the reason (the metric's
-``uncached``), and analyses run uncached but correct.
-
-A capacity given explicitly (the plugin's ``capacity`` argument, which
-``--cache-capacity`` is, or a ``cacheaffinity.worker.capacity`` other than the
-packaged default, from any Dask config source) is recorded as the directory's
-capacity and the cache evicted down to it when the plugin opens it
-(``ColumnCache(set_capacity=True)``); without one the worker uses the capacity
-the directory records.  The node's other processes follow a new recorded
-capacity (:meth:`~cacheaffinity.worker._store.ColumnCache.follow_capacity`);
-of processes given different sizes, the last one started wins.
-
-The capacity in force is at most what the directory's file system can hold:
-the store computes it when the plugin opens it (``ColumnCache(fit_disk=True)``,
-:mod:`cacheaffinity.worker._store.capacity`: the free space plus what the cache
-already holds, minus a reserve; a configured capacity above that is logged
-once).  The plugin only reports it, as ``capacity`` (the setting as
-``configured_capacity``).
-
-Every chunk task counts its own figures (:meth:`CacheWorkerPlugin.task_tally`):
-disk hits, misses and bytes of the column cache it used, columns fetched from
-peers, files and bytes read from storage.  The thread-local tally is what makes
-per-run figures exact with several threads per worker.
-"""
+The plugin resolves ``cacheaffinity.worker.*`` on the worker, opens the node's
+``ColumnCache`` and form store, reads or creates the node id, serves other nodes' pack
+and form requests, and reports the node and its cache to the scheduler (the
+``cacheaffinity`` worker metric).  It never decides placement.  An unusable or
+untrusted directory gives one warning and an *uncached* worker (its host as node)."""
 
 from __future__ import annotations
 
@@ -157,14 +108,14 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.write_queue: int = 0
         self.weight: float | None = None
         self.shared_group: int | None = None
-        #: Why :meth:`setup` refused the settings (None: it did not).
+        #: Why :meth:`setup` refused the settings, or None.
         self.failed: str | None = None
-        #: Per-file metadata (NanoEvents base forms) of this node.
+        # Per-file metadata (NanoEvents base forms) of this node (not rendered: private type).
         self.forms: FormStore | None = None
         self._lock = threading.Lock()
-        #: Storage reads by tasks on this worker (see cacheaffinity.coffea._work).
+        #: Storage reads by tasks on this worker.
         self.storage = {"storage_opens": 0, "storage_bytes": 0}
-        #: Columns fetched from / served to other nodes' workers (worker/_peers.py).
+        #: Columns fetched from / served to other nodes' workers.
         self.peer = {
             "peer_hits": 0, "peer_bytes": 0, "peer_requests": 0, "peer_failed": 0,
             "peer_served": 0, "peer_served_bytes": 0, "peer_forms": 0, "peer_served_forms": 0,
@@ -174,19 +125,17 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.peer_fetch: bool = True
         #: Seconds one scheduler or peer request may take (``worker.peer-timeout``).
         self.peer_timeout: float = 5.0
-        #: Peer requests served at once at most (``worker.peer-serve-limit``; 0: no limit).
+        #: Peer requests served at once at most (``worker.peer-serve-limit``; 0 for no limit).
         self.peer_serve_limit: int = 2
         #: Peer requests being served now (changed on the worker's event loop only).
         self.serving: int = 0
-        #: Python's collector in this process (``worker.gc``; :mod:`.collector`).
+        #: Python's garbage collector policy in this process (``worker.gc``).
         self.gc = Collector("python")
-        #: Why this worker caches nothing (None: it caches).
+        #: Why this worker caches nothing, or None.
         self.uncached: str | None = None
         #: The capacity setting (``capacity`` is the one in force, at most the disk's).
         self.configured_capacity: int = 0
-        #: The capacity in bytes if it was given explicitly (an argument, or a
-        #: setting other than the packaged default): it is then the directory's.
-        #: None: not given, the directory's recorded capacity is used.
+        #: The capacity if given explicitly (then recorded as the directory's), else None.
         self.capacity_given: int | None = None
         #: Free bytes on the directory's file system when the plugin was set up.
         self.free_at_start: int | None = None
@@ -199,13 +148,12 @@ class CacheWorkerPlugin(WorkerPlugin):
     def __setstate__(self, state):
         self.__init__(**state["_args"])
 
-    # ------------------------------------------------------------ lifecycle
     def setup(self, worker) -> None:
+        """Resolve the settings and open the node's cache (``ValueError`` for an invalid setting)."""
         try:
             self._settings(worker)
         except ValueError as e:
-            # Dask keeps a plugin whose setup failed: remember why, so that
-            # tasks asking for the cache fail with it instead of running uncached.
+            # Dask keeps a plugin whose setup failed: tasks must fail with why, not run uncached.
             self.failed = str(e)
             raise
         self.failed = None
@@ -216,17 +164,10 @@ class CacheWorkerPlugin(WorkerPlugin):
             raise
 
     def validate(self, worker) -> None:
-        """Resolve this plugin's settings for ``worker`` without opening anything.
-
-        Raises
-        ------
-        ValueError
-            For an invalid setting (key, value, what is allowed, an example).
-        """
+        """Resolve this plugin's settings for ``worker`` without opening anything (``ValueError`` if invalid)."""
         self._settings(worker)
 
     def _settings(self, worker) -> None:
-        # the whole section and the arguments, checked once in cacheaffinity.config
         c = config.settings("worker", **self._args)
         self.capacity = config.get_bytes("worker.capacity", c["capacity"])
         default = config.get_bytes("worker.capacity", config.default("worker.capacity"))
@@ -267,8 +208,6 @@ class CacheWorkerPlugin(WorkerPlugin):
                 set_capacity=self.capacity_given is not None,
             )
             self.forms = FormStore(self.place)
-            # what the store decided: a given capacity is recorded, else the
-            # directory's recorded one is used; at most what the file system holds
             self.configured_capacity = self.cache.configured_capacity
             self.capacity = self.cache.capacity
             self.free_at_start = self.cache.free_at_open
@@ -305,10 +244,8 @@ class CacheWorkerPlugin(WorkerPlugin):
         worker.handlers[PACKS_HANDLER] = packs
         worker.handlers[FORM_HANDLER] = form
         logger.info("%s", self.startup_line())
-        # A plugin set up after the worker registered must tell the scheduler now
-        # (the message waits in the batched stream if it is not started yet; a
-        # scheduler without cacheaffinity just stores the event); at start-up the
-        # metric above goes with the registration.
+        # A plugin set up after registration must tell the scheduler now (before start the
+        # message waits in the batched stream; a scheduler without cacheaffinity stores it).
         bs = getattr(worker, "batched_stream", None)
         if bs is not None:
             msg = {"node": self.node_id, "weight": self.weight, "uncached": self.uncached}
@@ -360,17 +297,11 @@ class CacheWorkerPlugin(WorkerPlugin):
         if self.cache is not None:
             self.cache.close()
 
-    # ------------------------------------------------------------ reporting
     def stats(self, flush: bool = True) -> dict[str, Any]:
         """Cache statistics of this process (counters) and of the directory.
 
-        Parameters
-        ----------
-        flush : bool
-            First wait (at most 60 s) until queued cache writes are stored.
-            The heartbeat metric does not wait: its ``pending`` says how many
-            values are still queued.
-        """
+        With ``flush``, first wait (at most 60 s) until queued cache writes are stored; the
+        heartbeat metric does not wait (its ``pending`` counts them)."""
         if flush:
             self.flush(60.0)
         self._follow_capacity()
@@ -420,15 +351,11 @@ class CacheWorkerPlugin(WorkerPlugin):
         }
 
     def flush(self, timeout: float | None = 60.0) -> bool:
-        """Wait (at most ``timeout`` seconds) until queued cache writes are stored.
-
-        Returns True when nothing is left to write.
-        """
+        """Wait (at most ``timeout`` seconds) until queued cache writes are stored; True if none is left."""
         return True if self.cache is None else self.cache.flush(timeout)
 
     def after_chunk(self) -> None:
-        """Called by every chunk task when it ends (the collector policy:
-        :class:`~cacheaffinity.worker._collector.Collector`)."""
+        """Called by every chunk task when it ends (the garbage collector policy)."""
         self.gc.after_chunk()
 
     def count_storage(self, opens: int, nbytes: int) -> None:
@@ -450,10 +377,8 @@ class CacheWorkerPlugin(WorkerPlugin):
         served_forms: int = 0,
         busy: int = 0,
     ) -> None:
-        """Record columns fetched from (``hits``, ``nbytes``, ``requests``,
-        ``failed``) or served to (``served``, ``served_bytes``) other nodes, and
-        peer requests declined because ``worker.peer-serve-limit`` were being
-        served (``busy``)."""
+        """Record columns fetched from (``hits``, ``nbytes``, ``requests``, ``failed``) or served
+        to (``served``, ``served_bytes``) other nodes, and requests declined as ``busy``."""
         with self._lock:
             p = self.peer
             p["peer_hits"] += hits
@@ -468,14 +393,13 @@ class CacheWorkerPlugin(WorkerPlugin):
         if hits or nbytes:
             self.count_task(peer_hits=hits, peer_bytes=nbytes)
 
-    # ------------------------------------------------------------ per task
     @contextlib.contextmanager
     def task_tally(self) -> Iterator[Counter]:
-        """Count the figures of the chunk task running in this thread.
+        """Count the figures of the chunk task running in this thread (thread-local: exact with
+        several threads per worker).
 
-        Yields a ``Counter`` that collects, until the block ends, this thread's
-        column-cache hits, misses and bytes served (of fronts made by
-        :meth:`front`), peer hits and bytes, storage opens and bytes.
+        Yields a ``Counter`` of this thread's cache hits, misses and bytes served (through
+        :meth:`front`), peer hits and bytes, storage opens and bytes, until the block ends.
         """
         tally: Counter = Counter()
         outer = getattr(self._tally, "counter", None)
@@ -491,7 +415,6 @@ class CacheWorkerPlugin(WorkerPlugin):
         if tally is not None:
             tally.update(deltas)
 
-    # ------------------------------------------------------------ for tasks
     def front(self) -> MemoryFront:
         """A fresh in-memory front over the node cache, for one chunk (its disk
         reads counted in the tally of :meth:`task_tally`, if one is open)."""
@@ -500,10 +423,8 @@ class CacheWorkerPlugin(WorkerPlugin):
 
 
 class _Tallied(MutableMapping):
-    """The node cache as one chunk's front sees it: reads counted for the task tally
-    (``hits``, ``misses``, ``bytes_served``); everything else is the cache's own.
-    Every read goes through :meth:`get_many` (``get`` is ``Mapping.get`` over
-    ``__getitem__``), so it is counted in one place."""
+    """The node cache as one chunk's front sees it: reads counted for the task tally.
+    Every read goes through :meth:`get_many` (``Mapping.get`` calls ``__getitem__``)."""
 
     def __init__(self, cache: ColumnCache, count):
         self.cache = cache
@@ -525,12 +446,11 @@ class _Tallied(MutableMapping):
         return found[key]
 
     def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
-        """Chunk pack lookups (:mod:`cacheaffinity.coffea._packs`): the task's and the cache's."""
+        """Chunk pack lookups: counted for the task and the cache."""
         self._count(hits=hits, misses=misses, bytes_served=nbytes)
         self.cache.count_served(hits=hits, misses=misses, nbytes=nbytes)
 
-    # The bytes of the packs a chunk reads or stores count in its task's ``chunk_bytes``
-    # (the working-set forecast: :mod:`cacheaffinity.scheduler._forecast`).
+    # Pack bytes read or stored count in the task's ``chunk_bytes`` (the forecast).
     def get_packs(self, grp: str, start: int, stop: int) -> list:
         packs = self.cache.get_packs(grp, start, stop)
         n = sum(p.size for p in packs)

@@ -23,6 +23,10 @@ def test_a_worker_template_names_one_directory_per_worker(tmp_path, monkeypatch)
     assert os.fspath(place) == place.path and place.gid is None
     # no template: the per-user default, never the current directory
     assert os.path.isabs(CacheDirectory.for_worker(None, "w1").path)
+    # outside a worker (the cacheaffinity command) a per-worker template is refused, with the fix
+    with pytest.raises(ValueError, match=r"names one directory per worker .*give DIR, e.g. .*node-<worker name>"):
+        CacheDirectory.for_worker("$CA_TEST_ROOT/node-{name}", None)
+    assert CacheDirectory.for_worker("$CA_TEST_ROOT/{host}", None).path == str(tmp_path / socket.gethostname())
 
 
 def test_entries_are_named_by_the_directory_and_unknown_names_refused(tmp_path):

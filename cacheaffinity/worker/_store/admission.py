@@ -1,72 +1,9 @@
-"""What a full node cache admits and what it evicts (pure: no SQLite, no disk, no dask).
+"""What a full node cache admits and evicts (pure: no SQLite, no disk, no dask).
 
-With first-in-first-out eviction, a re-run whose working set is larger than the node's
-cache gets almost no hits, run after run: every run evicts what the next one needs
-first.  The policies here share one interface, which the simulator
-(``benchmarks/simulate.py``, ``NodeCache``) and the store (:mod:`.admitter`) call:
-
-- :class:`Fifo` (``fifo``): admit everything, evict the oldest entry (the store's
-  :func:`~cacheaffinity.worker._store.capacity.evict_rows`);
-- :class:`Keep` (``keep``): admit only while there is room, never evict;
-- :class:`RandomEvict` (``random``): admit everything, evict a random entry;
-- :class:`StableRank` (``rank``, chosen as the default from the simulator's figures:
-  docs/design.md, "Beyond capacity"): every key has a stable rank, ``xxh3_64(key) /
-  2**64`` in [0, 1).  A full cache keeps the keys of lowest rank that are still in use.
-  An entry is *stale* when it was not looked up for ``1 + jitter`` times its last reuse
-  distance (the bytes looked up between its last two lookups; ``jitter``: the 98th
-  percentile of how much reuse distances change, learnt; the factor within [1.05,
-  1.25]), or, never
-  looked up again since its insert, for that factor times the node's *demand* (the
-  reuse distance of any key, measured on a bottom-k sample of keys by rank, as SHARDS
-  samples by hash).  Stale entries go first (stale longest first), then the entry of
-  highest rank.  A missed key is admitted if the cache has room (free or stale) or an
-  entry of higher rank.  A repeated scan larger than the cache therefore keeps the same
-  lowest-ranked ``capacity / demand`` part of it run after run and writes almost
-  nothing more; a new dataset replaces the old one as the old one's entries turn stale,
-  within about ``jitter`` reuse distances;
-- :class:`RankTheta` (``rank-theta``): the same, and a key whose rank is ``theta =
-  min(1, 1.1 x capacity / demand)`` or more is never admitted where a live entry would
-  have to go (fewer writes; slower after a dataset returns, whose long reuse distance
-  inflates the demand);
-- :class:`RankFifo` (``rank-fifo``): admission by rank below ``theta`` (with 0.95
-  instead of 1.1), eviction first in, first out among the admitted (FIFO's thrashing
-  again wherever the admitted bytes exceed the capacity);
-- :class:`S3Fifo` (``s3fifo``): S3-FIFO (Yang et al., SOSP 2023): a small
-  probationary FIFO (10% of the capacity), a main FIFO with 2-bit frequencies
-  (reinserted while their frequency is above 0), and a ghost FIFO of evicted keys
-  whose next insert goes to the main queue.
-
-Interface (every policy; ``key`` a string, sizes in bytes)::
-
-    hit = policy.lookup(key, size)        # every lookup, hit or miss, in order
-    evicted = policy.offer(key, size)     # after a miss: None (not admitted) or the
-                                          # keys to evict, the new entry is then held
-    policy.admit(key, size) -> bool       # offer() without changing anything
-    policy.remove(key)                    # an entry vanished (damaged, deleted)
-    policy.state() / Policy.from_state(state, entries)   # JSON round trip
-    policy.entries()                      # per-entry metadata, oldest first
-
-Every decision is deterministic given the sequence of calls (ranks are hashes, the
-random policy draws from a seeded generator whose state is part of ``state()``).
-
-**State and its bound.**  ``state()`` is the policy's own state, without its entries:
-parameters, a clock (bytes looked up), for ``rank`` the demand and jitter estimates
-and the sample: at most ``sample`` (1024) ``[hash, rank, last lookup]`` triples, about
-60 kB of JSON; for ``s3fifo`` the ghost FIFO: at most as many 64-bit key hashes as
-the cache holds entries (at least 16); for ``random`` the generator's state (625
-integers).  ``entries()`` is per-entry metadata the store keeps in its
-index rows anyway: size, and for ``rank`` the clock of the last lookup, when it turns
-stale and its last reuse distance, for ``s3fifo`` the queue and the 2-bit frequency
-(the rank is recomputed from the key).  In memory, the policy also holds its entries
-(the store's rows) and lazy heaps over them: O(entries).
-
-**In the store** (:mod:`.admitter`, ``cacheaffinity.worker.admission``): ``rank``
-runs through an :class:`~.admitter.Admitter`, which keeps ``state()`` and each entry's
-metadata in the node's index and decides inside the insert transaction; ``fifo`` is
-the store's eviction by row id.  Transactions, crash safety and the node's several
-processes are described there.  The simulator runs these classes unchanged
-(:attr:`StableRank.grace` is 0 there: one lookup stream per node).
-"""
+The :class:`Policy` interface is called by the simulator (``benchmarks/simulate.py``) and
+by the store's ``Admitter``; decisions are deterministic given the calls (ranks are
+hashes, ``random`` is seeded).  The store runs ``rank`` (:class:`StableRank`); why, and
+the others' figures: docs/design.md, "Beyond capacity"."""
 
 from __future__ import annotations
 
@@ -95,7 +32,7 @@ __all__ = [
 ]
 
 _TWO64 = float(2**64)
-#: Reuse distances of sampled keys seen before :class:`StableRank` estimates the demand.
+#: Sampled reuse distances seen before :class:`StableRank` estimates the demand.
 MIN_REUSES = 5
 
 
@@ -110,13 +47,7 @@ def rank(key: str, seed: int = 0) -> float:
 
 
 class Policy:
-    """Base of the policies: byte accounting and the shared interface.
-
-    Parameters
-    ----------
-    capacity
-        Bytes the cache may hold.
-    """
+    """Base of the policies: byte accounting and the shared interface (``capacity`` in bytes)."""
 
     name: ClassVar[str] = ""
 
@@ -127,7 +58,6 @@ class Policy:
         #: bytes looked up so far (the policy's clock)
         self.clock = 0
 
-    # ------------------------------------------------------------ interface
     def __contains__(self, key: str) -> bool:
         raise NotImplementedError
 
@@ -163,14 +93,12 @@ class Policy:
     def _insert(self, key: str, size: float) -> None:
         raise NotImplementedError
 
-    # ------------------------------------------------------------ persistence
     def params(self) -> dict[str, Any]:
         """The constructor's keyword arguments."""
         return {}
 
     def state(self) -> dict[str, Any]:
-        """The policy's own state, JSON-serialisable, without its entries (bounded:
-        see the module docstring)."""
+        """The policy's own state, JSON-serialisable, without its entries (bounded in size)."""
         return {"policy": self.name, "capacity": self.capacity, "clock": self.clock, "params": self.params()}
 
     def entries(self) -> list[list]:
@@ -238,13 +166,7 @@ class Keep(Fifo):
 
 
 class RandomEvict(Fifo):
-    """Admit everything that fits; evict uniformly random entries (seeded).
-
-    Parameters
-    ----------
-    seed
-        Seed of the generator (its state is part of :meth:`state`).
-    """
+    """Admit everything that fits; evict uniformly random entries (generator seeded by ``seed``)."""
 
     name = "random"
 
@@ -298,37 +220,31 @@ class RandomEvict(Fifo):
 
 
 class StableRank(Policy):
-    """Keep the part of the working set of lowest stable rank (see the module docstring).
+    """Keep the keys of lowest stable rank (``xxh3_64(key) / 2**64``) that are still in use.
+
+    An entry is *stale* once not looked up for :attr:`live_factor` x its last reuse
+    distance (bytes looked up between its last two lookups; never looked up again: x the
+    node's *demand*, the median reuse distance of a bottom-k sample of keys, as SHARDS
+    samples).  Stale entries go first (stalest first), then the highest rank.  A missed
+    key is admitted into room (free or stale) or if a held entry ranks higher.
 
     Parameters
     ----------
-    capacity
-        Bytes the cache may hold.
-    seed
-        Seed of the rank hash.
-    live
-        An entry is stale when not looked up for ``live`` x its last reuse distance (bytes
-        looked up between its last two lookups), or, never looked up again since its
-        insert, for ``live`` x the demand estimate.
+    live, min_live
+        Bounds of the stale factor ``1 + jitter``.
     slack
         ``theta = min(1, slack * capacity / demand)``.
     sample
-        Keys in the bottom-k sample of the reuse-distance estimate.
+        Keys in the bottom-k sample.
     window
-        The demand estimate is the median of the last ``window`` reuse distances of
-        sampled keys (once :data:`MIN_REUSES` were seen): robust to a few keys whose
-        position in a run changed (a chunk run first in one run and last in the next).
+        The demand is the median of the last ``window`` sampled reuse distances (once
+        :data:`MIN_REUSES` were seen).
     gate
-        Where ``theta`` refuses keys of rank ``theta`` or more: ``"none"`` (never: a key
-        is admitted into room, free or stale, or if its rank is below the highest held),
-        ``"compete"`` (also refused where a live entry would have to go) or ``"all"``
-        (refused even into room).
-    min_live, quantile, jitter
-        The stale factor is ``1 + jitter`` within ``[min_live, live]``: ``jitter`` is the
-        ``quantile`` of how much a held entry's reuse distance changes between two hits
-        (relative; a streaming estimate starting at the ``jitter`` given, multiplied by
-        ``exp(learn * quantile)`` when a change exceeds it, else by ``exp(-learn * (1 -
-        quantile))``).
+        Where keys of rank ``theta`` or more are refused: ``"none"`` (never),
+        ``"compete"`` (where a live entry would have to go) or ``"all"`` (even into room).
+    quantile, jitter, learn
+        ``jitter`` estimates (from the value given, in steps of rate ``learn``) the
+        ``quantile`` of the relative change of an entry's reuse distance between two hits.
     """
 
     name = "rank"
@@ -338,17 +254,14 @@ class StableRank(Policy):
                  quantile: float = 0.98, jitter: float = 0.25, learn: float = 0.2):  # fmt: skip
         super().__init__(capacity)
         self.seed, self.live, self.slack, self.sample_size, self.window = seed, live, slack, sample, window
-        #: the last ``window`` reuse distances of sampled keys
         self._reuses: deque[float] = deque(maxlen=window)
         self.gate, self.min_live, self.quantile, self.learn = gate, min_live, quantile, learn
-        #: the ``quantile`` of the relative change of a held entry's reuse distance between
-        #: two hits (streaming estimate, starting at the ``jitter`` given)
+        #: learnt ``quantile`` of the relative change of reuse distances
         self.jitter = jitter
-        #: bytes looked up between two lookups of the same key (median of the last
-        #: sample); None: no reuse seen yet
+        #: median sampled reuse distance in bytes (None: none seen yet)
         self.demand: float | None = None
-        #: key -> [size, rank, clock of the last lookup, stale from (clock), last reuse
-        #: distance]; the last two None while never looked up since inserted
+        #: key -> [size, rank, last lookup, stale from, last reuse distance] (clocks;
+        #: the last two None until looked up again)
         self._entries: dict[str, list] = {}
         self._by_rank: list[tuple[float, str]] = []  # heap of (-rank, key), lazy
         self._fresh: list[tuple[float, str]] = []  # heap of (inserted, key), never looked up since, lazy
@@ -357,9 +270,8 @@ class StableRank(Policy):
         self._sample: dict[int, list] = {}
         self._sample_heap: list[tuple[float, int]] = []  # (-rank, hash), lazy
         self._sampled = 0
-        #: Bytes of lookups that may not have reached this copy yet (other processes of
-        #: the node save theirs in batches: :mod:`.admitter`); an entry is stale only once
-        #: its staleness exceeds it.  0 in one process (the simulator); not persisted.
+        #: Bytes of other processes' lookups not saved yet: staleness must exceed it
+        #: (0 with one process, as in the simulator; not persisted).
         self.grace = 0.0
 
     def params(self):
@@ -373,7 +285,6 @@ class StableRank(Policy):
     def __len__(self):
         return len(self._entries)
 
-    # ------------------------------------------------------------ estimates
     @property
     def theta(self) -> float:
         """Admission threshold on the rank: ``min(1, slack * capacity / demand)``."""
@@ -410,14 +321,12 @@ class StableRank(Policy):
             self._sample_heap = [(-v[0], k) for k, v in self._sample.items()]
             heapq.heapify(self._sample_heap)
         if self._sampled >= self.sample_size and self.demand:
-            # forget sampled keys not looked up for 4 reuse distances: the sample follows
-            # a new workload
+            # forget keys idle for 4 reuse distances, so the sample follows a new workload
             self._sampled = 0
             cut = self.clock - 4 * self.demand
             for k in [k for k, v in self._sample.items() if v[1] < cut]:
                 del self._sample[k]
 
-    # ------------------------------------------------------------ interface
     def lookup(self, key, size):
         self.clock += size
         h = key_hash(key, self.seed)
@@ -428,14 +337,11 @@ class StableRank(Policy):
         d = self.clock - e[2]
         prev = e[4]
         if prev:
-            # streaming estimate of the ``quantile`` of the relative change
             dev = abs(d - prev) / prev
-            # (multiplicative steps: up by quantile, down by 1 - quantile, so that it rests
-            # where a fraction ``quantile`` of the changes is below it)
+            # up by quantile, down by 1 - quantile: rests where a fraction quantile is below
             step = self.quantile if dev > self.jitter else self.quantile - 1.0
             self.jitter = min(1.0, max(0.01, self.jitter * math.exp(self.learn * step)))
-        # stale after ``live_factor`` reuse distances: its own last one, at least the
-        # demand (a key run early this time is not due early next time)
+        # at least the demand: a key run early this time is not due early next time
         e[2], e[3], e[4] = self.clock, self.clock + self.live_factor * max(d, self.demand or 0.0), d
         heapq.heappush(self._due, (e[3], key))
         if len(self._due) > 4 * len(self._entries) + 64:
@@ -516,7 +422,6 @@ class StableRank(Policy):
         if e is not None:
             self.used -= e[0]
 
-    # ------------------------------------------------------------ persistence
     def state(self):
         st = super().state()
         st["demand"] = self.demand
@@ -591,16 +496,9 @@ class RankFifo(StableRank):
 
 
 class S3Fifo(Policy):
-    """S3-FIFO (Yang et al., SOSP 2023).
-
-    Parameters
-    ----------
-    small
-        Part of the capacity for the small probationary FIFO.
-    promote
-        An entry leaving the small FIFO with at least this many hits moves to the main FIFO
-        (else to the ghost FIFO); 1 as libCacheSim's S3-FIFO (``move-to-main-threshold``).
-    """
+    """S3-FIFO (Yang et al., SOSP 2023): a probationary FIFO (``small`` of the capacity), a
+    main FIFO with 2-bit frequencies and a ghost FIFO; an entry leaving the small FIFO with
+    ``promote`` hits or more moves to the main one (1, as in libCacheSim)."""
 
     name = "s3fifo"
 
@@ -706,7 +604,6 @@ class S3Fifo(Policy):
             self._ghost[h] = None
 
 
-#: name -> class
 POLICIES: dict[str, type[Policy]] = {
     c.name: c for c in (Fifo, Keep, RandomEvict, StableRank, RankTheta, RankFifo, S3Fifo)
 }

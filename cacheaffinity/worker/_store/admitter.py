@@ -1,43 +1,11 @@
-"""The node's admission policy inside the store: :class:`Admitter` (runs in workers
-and in the CLI).
+"""The node's admission policy inside the store: :class:`Admitter` (workers and the CLI).
 
-One :class:`Admitter` per :class:`~.cache.ColumnCache` owns the policy of
-:mod:`.admission` (``cacheaffinity.worker.admission``; the store runs ``rank``,
-:class:`~.admission.StableRank`; ``fifo`` has no admitter: the insert evicts by row id,
-:func:`~.capacity.evict_rows`).  The simulator runs the same class.
-
-State and where it lives
-    In the index, beside the rows: the table ``admission_state`` (``state``: the JSON of
-    ``policy.state()``, bounded, about 60 kB; ``version``: incremented by every save) and
-    the table ``admission`` (one ``[last lookup, stale from, reuse distance]`` per entry,
-    deleted with its row by a trigger).  In memory: the policy over this node's entries
-    (O(entries)), the lookups not yet saved (at most :data:`UNSAVED`, the oldest
-    dropped: the estimates then only lag) and the keys whose metadata changed.
-
-Transactions
-    Every insert transaction (``BEGIN IMMEDIATE``: one writer at a time across the
-    node's processes) calls :meth:`Admitter.deciding`: it reloads the policy from the
-    index when another process saved since (its ``version``) or when the rows changed
-    under it (count or bytes differ: an eviction by another path, a repair), replays this
-    process's unsaved lookups, decides each insert (:meth:`Admitter.place`: the victims,
-    or None: not admitted) and saves state and metadata in the same transaction.  A
-    transaction that does not commit leaves the index as it was; the process then
-    reloads (:meth:`Admitter.rolled_back`).  Lookups (hits, and misses when a value is
-    offered) are recorded in memory at once and saved with the next insert or by
-    :meth:`Admitter.save` (workers: with every heartbeat; at close).
-
-Two processes of one node
-    Each process keeps its own copy between transactions and reloads it inside the
-    write lock when the other saved: decisions are always taken on the saved state plus
-    this process's unsaved lookups.  Lookups reach the shared clock in the order they
-    are saved, not in the order they happened; the policy's learnt jitter absorbs it.
-
-Crash safety
-    State, metadata and rows change in one transaction.  A crash loses at most the
-    unsaved lookups of the process (an entry may turn stale one run early: a miss).  A
-    state that does not parse, or of another policy, is replaced by a fresh one over the
-    rows (one log line); a reader never depends on it.
-"""
+One per ``ColumnCache`` running ``rank`` (``fifo`` has none).  Its state lives in the
+index beside the rows (``admission_state``: the policy's JSON state and a ``version``;
+``admission``: each entry's metadata, deleted with its row by a trigger).  Every insert
+transaction runs :meth:`Admitter.deciding`: reload if another process saved or rows
+changed, replay this process's unsaved lookups, decide, save; so a crash loses at most
+unsaved lookups.  A state that does not parse is replaced by a fresh one."""
 
 from __future__ import annotations
 
@@ -80,15 +48,8 @@ _TABLES = (
 
 
 class Admitter:
-    """Owner of a node cache's admission policy (see the module docstring).
-
-    Parameters
-    ----------
-    name
-        A policy of :data:`STORE_POLICIES`.
-    capacity
-        Bytes the cache may hold now (updated by every :meth:`deciding`).
-    """
+    """Owner of a node cache's admission policy ``name`` (one of :data:`STORE_POLICIES`)
+    for ``capacity`` bytes (updated by every :meth:`deciding`)."""
 
     def __init__(self, name: str, capacity: int):
         if name not in STORE_POLICIES:
@@ -105,8 +66,7 @@ class Admitter:
         self._saving_upto = 0
         self._dirty: set[str] = set()
         self._last_save = time.monotonic()
-        #: Times the policy was read again from the index (another process saved, or
-        #: rows changed under it).
+        #: Times the policy was read again from the index.
         self.reloads = 0
         self._warned = False
         #: writer -> the clock at its last save, of the node's caches that save here
@@ -119,7 +79,6 @@ class Admitter:
         self._version = None
         self._token = f"{os.getpid()}-{id(self):x}"
 
-    # ---------------------------------------------------------------- lookups
     def looked_up(self, key: str, size: int) -> bool:
         """A lookup of ``key`` (``size`` bytes): a hit, or a miss whose value is offered.
         Returns whether :data:`SAVE_EVERY` lookups wait to be saved (the caller saves)."""
@@ -141,12 +100,10 @@ class Admitter:
             n = len(self._unsaved)
             return n >= SAVE_EVERY or (n > 0 and time.monotonic() - self._last_save > SAVE_AFTER)
 
-    # ----------------------------------------------------------- transactions
     @contextlib.contextmanager
     def deciding(self, con: sqlite3.Connection, capacity: int) -> Iterator[Admitter]:
-        """Inside the caller's write transaction: sync, let it :meth:`place` inserts,
-        then save.  The caller calls :meth:`committed` after the commit, or
-        :meth:`rolled_back` when the transaction failed."""
+        """Inside the caller's write transaction: sync, let it :meth:`place` inserts, save; then
+        the caller calls :meth:`committed` or :meth:`rolled_back`."""
         with self._lock:
             self._sync(con)
             self._policy.capacity = capacity
@@ -192,7 +149,6 @@ class Admitter:
             return
         self.committed()
 
-    # --------------------------------------------------------------- internals
     def _sync(self, con: sqlite3.Connection) -> None:
         for sql in _TABLES:
             con.execute(sql)
@@ -214,9 +170,8 @@ class Admitter:
         self._policy.grace = self.grace()
 
     def grace(self) -> float:
-        """Bytes of lookups the other processes of the node may not have saved yet:
-        :data:`SAVE_EVERY` lookups of a mean entry each, for every other process that
-        saved recently.  An entry is stale only beyond it (0 in a node of one process)."""
+        """Bytes of lookups the node's other recent savers may not have saved yet (:data:`SAVE_EVERY`
+        mean entries each): an entry is stale only beyond it."""
         p = self._policy
         others = sum(1 for w in self._writers if w != self._token)
         if not others or not len(p):
@@ -294,7 +249,6 @@ class Admitter:
         self._dirty.clear()
         self._saving_upto = self._unsaved[-1][0] if self._unsaved else 0
 
-    # ------------------------------------------------------------------ report
     def describe(self) -> dict:
         """``{"policy", "entries", "bytes", "demand", "theta", "reloads"}`` (this process's view)."""
         with self._lock:

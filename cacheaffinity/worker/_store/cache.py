@@ -1,97 +1,9 @@
 """The node's column store: :class:`ColumnCache` (runs in workers and in the CLI).
 
-A bounded store of decompressed column arrays in a directory on the node's local
-disk, shared by all worker processes of the node; when full, an admission policy
-decides what stays (:mod:`.admitter`: ``rank`` keeps the same part of a working set
-larger than the cache run after run; ``fifo`` evicts the oldest).  Two ways in:
-
-- a ``MutableMapping[str, numpy.ndarray]`` (``cache[key] = array``, ``get``,
-  ``get_many``): one *plain entry* per key.  coffea's buffer keys use it
-  (RNTuple, parquet, other schemas, ``Runner(cachestrategy=...)``);
-- chunk packs (:meth:`ColumnCache.put_pack`, :meth:`ColumnCache.get_packs`): the
-  columns one chunk task read from storage for its entry range of one tree,
-  stored as **one** data file with **one** index row, and found again by a
-  chunk of any range with **one** index query and one read per pack
-  (:mod:`cacheaffinity.coffea._packs`).  What a read costs is priced per chunk,
-  not per column.
-
-This module is the facade: it opens the directory (trust, settings, healing),
-composes the parts and answers the mapping API.  Each part owns its state and
-gets the parts it works with when the cache is opened: :class:`~.health.Health`
-(counters, disabled, closed, paused writes), :class:`~.files.DataFiles`,
-:class:`~.index.Index` (SQLite, settings, healing, fork safety),
-:class:`~.capacity.Capacity` (the capacity in force), :class:`~.admitter.Admitter`
-(the admission policy), :class:`~.writer.WriteBehind` (the write queue),
-:class:`~.reads.Reader`, :class:`~.writes.WritePath` and
-:class:`~.maintenance.Maintenance` (orphans, verify, repair, info).
-
-Why not :class:`diskcache.Cache`
-    diskcache has the right ordering ideas (write the value, commit the index,
-    delete files only after commit; FIFO, reads never write) and this store
-    follows them, but its ``get`` unpickles any row whose mode says pickle
-    (code execution in a directory other processes can write), it writes
-    values straight to their final name (a killed writer leaves a torn file),
-    culls at most ``cull_limit`` rows per set without saying which, and its
-    last release is from 2023.
-
-Notes
------
-Trust
-    A directory is used only if its user alone can write it (see
-    :mod:`cacheaffinity.worker._directory`; a shared-group mode relaxes this for
-    one Unix group).  Otherwise the cache is disabled with one warning naming
-    the path, its owner and the fix.  Data files are opened with ``O_NOFOLLOW``
-    and must belong to the user that the row names as its writer.
-
-Thread and process safety
-    Any number of threads and processes of one node may use one directory at
-    once, and a forked child may use the instance it inherited (the fork waits
-    until no thread is inside SQLite; the child opens its own connection).
-    Lookups take one short index query; file I/O happens outside every lock.  A
-    data file is never modified once visible and names are never reused, so a
-    reader sees a complete pack or nothing: a file deleted by another process's
-    eviction after the lookup is a miss.  Every process evicts down to the
-    directory's recorded ``capacity`` when it inserts.  The directory must be on
-    a local file system (SQLite WAL does not work over NFS).
-
-Disk use
-    The accounted volume (data files in whole blocks) never exceeds
-    ``capacity``.  A batch's files are written before the transaction that
-    evicts room for them commits, so the disk briefly holds up to one write
-    batch more (at most ``write-queue`` bytes; with the default 256 MiB queue
-    and a small capacity, plan the file system for ``capacity + write-queue``).
-
-Failures are misses, never errors
-    Every read checks the size and xxh3-64 digest of the whole data file.  A
-    missing, truncated, foreign or corrupt file is a miss; a corrupt row is
-    removed (only that row) and logged.  A full disk (``ENOSPC``) makes a write
-    evict the oldest entries and retry once; if that fails too, the value is
-    not cached and writes pause for ``FULL_BACKOFF`` seconds.  When the index
-    itself cannot be written (a full disk blocks SQLite's WAL), eviction
-    deletes the oldest data files first (their rows then read as misses and are
-    removed later).  A directory that cannot be written caches nothing.  Each
-    of these conditions gives **one** warning per :class:`ColumnCache` (later
-    ones are debug lines), not one per key.  ``__setitem__`` raises only for
-    values that can never be stored (a non-``str`` key, an object or
-    structured dtype: ``TypeError``).
-
-Settings every process agrees on
-    The index's ``settings`` table holds the capacity and the layout version.
-    ``ColumnCache(..., set_capacity=True)`` records this process's ``capacity``
-    (the last such open wins) and evicts the oldest entries down to it at
-    once, with one log line; otherwise a process whose own ``capacity`` differs
-    uses the directory's (one log line).  Open caches follow a capacity
-    recorded later by another process: every insert transaction reads it, and
-    :meth:`ColumnCache.follow_capacity` does on demand (workers: with every
-    heartbeat).  With ``fit_disk=True`` (workers) the capacity in force is at
-    most what the file system can hold (:mod:`.capacity`; per process, never
-    recorded).
-
-No pickle
-    Keys and tables of contents are SQLite text, values are raw array bytes,
-    dtypes are NumPy type strings checked on read.  Nothing in the directory is
-    ever unpickled or evaluated.
-"""
+This facade opens the directory and composes the parts, each the owner of its state.
+Any threads and processes of a node, and a forked child, may share one directory on a
+local file system (SQLite WAL fails over NFS).  The disk may briefly hold one write
+batch (``write-queue`` bytes at most) beyond ``capacity``."""
 
 from __future__ import annotations
 
@@ -126,8 +38,7 @@ logger = logging.getLogger("cacheaffinity.worker")
 
 _MISSING = object()
 
-#: Every ColumnCache of this process, to replace their locks after fork (the
-#: index replaces its own: :mod:`.index`).
+#: Every ColumnCache of this process (their locks are replaced after fork).
 LIVE: weakref.WeakValueDictionary[int, ColumnCache] = weakref.WeakValueDictionary()
 
 
@@ -142,60 +53,40 @@ os.register_at_fork(after_in_child=_reset_after_fork)
 class ColumnCache(MutableMapping, ColumnStore):
     """Decompressed column buffers on local disk, shared by a node's workers.
 
-    Config section: ``cacheaffinity.worker`` (``capacity``, ``shared-group``,
-    ``write-queue``, ``read``).
+    A mapping of *plain entries* (``cache[key] = array``) plus *chunk packs*
+    (:meth:`put_pack`, :meth:`get_packs`).  Every cache problem is a miss, never an error.
+    Options left ``None`` read ``cacheaffinity.worker.<name>``.  After :meth:`close`,
+    reads miss and writes do nothing; the other methods raise ``ValueError``.
 
     Parameters
     ----------
-    directory : str, os.PathLike or CacheDirectory
-        Cache directory on node-local disk, created if needed.  All worker
-        processes of a node pass the same directory.
+    directory : str or os.PathLike
+        Cache directory (or a ``CacheDirectory``) on node-local disk, the same for every
+        process of a node; created if needed, used only if it passes the trust rules.
     capacity : int or str, optional
-        Upper bound of the bytes stored (data files in whole 4 KiB blocks; the
-        index is not counted).  ``None`` reads ``cacheaffinity.worker.capacity``.
-    stale_after : float, optional
-        Temporaries older than this many seconds are deleted on open.
+        Bytes stored at most (data files in whole 4 KiB blocks).
+    stale_after, orphan_after : float
+        Seconds after which abandoned temporaries (at open) and unreferenced data files
+        (default ``min(stale_after, 120)``) are deleted.
     shared_group : str or int, optional
-        A Unix group whose members share this directory; ``None`` reads
-        ``cacheaffinity.worker.shared-group`` (default: a private cache).
-    orphan_after : float, optional
-        Grace in seconds before a data file that no row references is deleted
-        (default ``min(stale_after, ORPHAN_AFTER)``).
-    heal : bool, optional
-        Rebuild a damaged index and drop an older layout (the default).  ``False``
-        changes nothing and disables the cache with the reason in
-        :attr:`disabled` (the read-only ``cacheaffinity cache info``).
-    set_capacity : bool, optional
-        Record this process's ``capacity`` as the directory's (replacing the
-        recorded one; its other processes follow it) and evict the oldest
-        entries down to it now.  Default: adopt the capacity recorded there,
-        if any.  Needs ``heal=True``.
-    write_queue : int or str, optional
-        Bytes of values waiting for the background writer thread (see
-        :mod:`.writer`); ``0`` (the default here; workers pass
-        ``cacheaffinity.worker.write-queue``) writes inline.
-    fit_disk : bool, optional
-        Keep the capacity in force within what the directory's file system can
-        hold (:func:`~.capacity.fit_to_disk`: free space at open plus what the
-        cache holds, minus a reserve; one warning when it clamps).  Workers pass
-        True; the default (False) uses the capacity as given or recorded.
+        Unix group sharing the directory (default: private).
+    heal : bool
+        Rebuild a damaged index and drop an older layout; with ``False`` such a cache is
+        left unchanged and disabled (the reason in :attr:`disabled`).
+    set_capacity : bool
+        Record ``capacity`` as the directory's and evict down to it now (needs
+        ``heal``); default: adopt the recorded capacity.
+    write_queue : int or str
+        Bytes that may wait for the background writer; ``0`` writes inline.
+    fit_disk : bool
+        Keep the capacity in force within what the file system can hold.
     read : {"auto", "map", "copy"}, optional
-        How data files are read (:mod:`.files`): mapped copy-on-write (no copy;
-        a file truncated in place by a foreign process while mapped kills the
-        process with SIGBUS) or copied into a new buffer.  ``None`` reads
-        ``cacheaffinity.worker.read``; ``"auto"``: map in a private cache, copy
-        in a shared-group one.
+        Map data files copy-on-write (a file truncated in place by a foreign process
+        then kills this one with SIGBUS) or copy them; ``"auto"`` maps in a private
+        cache only.
     admission : {"rank", "fifo"}, optional
-        What a full cache admits and evicts (:mod:`.admitter`): ``"rank"`` keeps the
-        same lowest-ranked part of a working set larger than the cache, run after
-        run; ``"fifo"`` evicts the oldest entry.  ``None`` reads
-        ``cacheaffinity.worker.admission``.
-
-    Notes
-    -----
-    See the module docstring.  After :meth:`close`, reads miss and writes do
-    nothing (running tasks keep working while a worker shuts down); the other
-    methods raise ``ValueError``.
+        What a full cache keeps: ``"rank"`` the same part of a larger working set
+        every run, ``"fifo"`` the newest entries.
     """
 
     def __init__(
@@ -228,14 +119,13 @@ class ColumnCache(MutableMapping, ColumnStore):
         )
         if not isinstance(directory, CacheDirectory):
             directory = CacheDirectory(directory, shared_group=config.get("worker.shared-group", shared_group))
-        #: The cache directory (its owner: path, trust, entry names, node id).
+        # The cache directory: path, trust rules, node id (not rendered: private type).
         self.place: CacheDirectory = directory
         #: Absolute path of the cache directory.
         self.directory: str = directory.path
         #: Group id of a shared-group cache, None for a private one.
         self.shared_gid: int | None = directory.gid
-        #: How data files are read: ``"map"`` or ``"copy"`` (``worker.read``; see
-        #: :mod:`.files`; ``auto``: map in a private cache, copy in a shared one).
+        #: How data files are read, ``"map"`` or ``"copy"``.
         self.read_mode: str = config.get("worker.read", read)
         if self.read_mode == "auto":
             self.read_mode = "map" if self.shared_gid is None else "copy"
@@ -245,7 +135,6 @@ class ColumnCache(MutableMapping, ColumnStore):
         self._pid = os.getpid()
         #: The directory failed the trust checks (the message), or None.
         self.untrusted: str | None = None
-        #: Counters, disabled and closed state, paused writes, warnings once.
         self.health = Health(self.directory)
         self.files = DataFiles(self.directory, os.geteuid(), self.shared_gid, mapped=self.read_mode == "map")
         self.index = Index(
@@ -253,13 +142,11 @@ class ColumnCache(MutableMapping, ColumnStore):
             on_rebuilt=lambda: self.health.count(index_rebuilt=1),
             on_unhealable=self._unhealable,
         )  # fmt: skip
-        #: The capacity setting and the bound in force (:attr:`capacity`).
         self.limit = Capacity(self.index, self.files, self.health, self.directory, configured, fit_disk=fit_disk)
-        #: Owner of the admission policy's state (None: ``fifo``, eviction by row id).
         self.admission: Admitter | None = (
             None if self.admission_policy == "fifo" else Admitter(self.admission_policy, self.capacity)
         )
-        #: Byte bound of the background writer's queue (0: write inline).
+        #: Byte bound of the background writer's queue (0 writes inline).
         self.write_queue: int = queue_bytes(write_queue)
         self.writer = WriteBehind(
             self.write_queue,
@@ -282,8 +169,7 @@ class ColumnCache(MutableMapping, ColumnStore):
             self.limit.fit()
 
     def _open(self, set_capacity: bool) -> None:
-        """Check the directory, open the index, agree on the settings (a failure
-        disables the cache with one warning)."""
+        """Check the directory, open the index, agree on the settings; a failure disables the cache."""
         try:
             self.place.trust()
         except UntrustedDirectory as e:
@@ -323,13 +209,11 @@ class ColumnCache(MutableMapping, ColumnStore):
         except (OSError, sqlite3.Error, Closed) as e:
             logger.debug("cacheaffinity: orphan collection on open failed: %s", e)
 
-    #: The index was found damaged and left as it is (``heal=False``).
+    #: The index was found damaged and left as is (``heal=False``).
     damaged: bool = False
-    #: Why the index cannot be used by this version (newer layout, damage that
-    #: could not be rebuilt), or None: :meth:`clear` sets such an index aside.
+    #: Why this version cannot use the index (newer, unrebuildable), or None.
     unreadable_index: str | None = None
 
-    # ------------------------------------------------------------------ setup
     def _untrusted(self, e: Exception) -> None:
         self.health.disabled = self.untrusted = str(e)
         self.health.warn_once("disk", "cacheaffinity: %s Nothing is cached by this process.", e)
@@ -359,17 +243,14 @@ class ColumnCache(MutableMapping, ColumnStore):
     def _write_queued(self, batch: list) -> None:
         self.write_path.write_batch(batch)
 
-    # --------------------------------------------------------------- capacity
     @property
     def configured_capacity(self) -> int:
-        """The capacity setting: the argument (or config), or the directory's recorded
-        one (followed when another process records a new one)."""
+        """The capacity setting, from the argument (or config) or recorded in the directory."""
         return self.limit.configured
 
     @property
     def capacity(self) -> int:
-        """Size bound in force, in bytes: :attr:`configured_capacity`, with
-        ``fit_disk`` at most what the file system holds."""
+        """Size bound in force, in bytes (with ``fit_disk``, at most what the file system holds)."""
         return self.limit.in_force
 
     @property
@@ -379,7 +260,7 @@ class ColumnCache(MutableMapping, ColumnStore):
 
     @property
     def free_at_open(self) -> int | None:
-        """Free bytes on the directory's file system at open (``fit_disk`` only; None: unknown)."""
+        """Free bytes on the directory's file system at open (``fit_disk`` only; else None)."""
         return self.limit.free_at_open
 
     @property
@@ -388,21 +269,7 @@ class ColumnCache(MutableMapping, ColumnStore):
         return self.limit.fit_disk
 
     def follow_capacity(self, con: sqlite3.Connection | None = None) -> int:
-        """Follow the capacity the directory records now (another process may
-        have recorded a new one since this cache was opened); returns the
-        capacity in force.
-
-        Parameters
-        ----------
-        con : sqlite3.Connection, optional
-            The connection of the caller's open transaction (the write path);
-            default: a query of its own.
-
-        Notes
-        -----
-        A change is taken as :attr:`configured_capacity` (with ``fit_disk``,
-        fitted to the file system again) and logged once per process.
-        """
+        """Adopt the capacity the directory records now; returns the bound in force."""
         return self.limit.follow(con)
 
     def _set_index_aside(self) -> None:
@@ -419,16 +286,8 @@ class ColumnCache(MutableMapping, ColumnStore):
         return self.health.disabled
 
     def repair(self) -> bool:
-        """Check the whole index (``PRAGMA integrity_check``) and rebuild it if it
-        is damaged, keeping the entries that still read (the node id is untouched).
-        An index this version cannot use (a newer layout, damage beyond repair) is
-        set aside and a new one started (:mod:`.maintenance`).
-
-        Returns
-        -------
-        bool
-            Whether the index was rebuilt.
-        """
+        """Check the whole index and rebuild it if damaged (keeping the entries that still
+        read), or set aside one this version cannot use.  Returns whether it was rebuilt."""
         self.health.check_open()
         if self.unreadable_index:  # newer layout, or damage a rebuild did not cure
             self._set_index_aside()
@@ -441,37 +300,21 @@ class ColumnCache(MutableMapping, ColumnStore):
             raise ValueError(f"{self!r} cannot be used: {self.disabled}")
         return rebuilt
 
-    # ------------------------------------------------------------ bookkeeping
     def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
-        """Record lookups answered outside :meth:`get` (chunk pack members served
-        from, or read past, this cache by :mod:`cacheaffinity.coffea._packs`)."""
+        """Count chunk pack lookups answered outside :meth:`get`."""
         self.health.count(hits=hits, misses=misses, bytes_served=nbytes)
 
     def stats(self) -> dict[str, int]:
-        """Counters of this process since the cache was opened.
-
-        Returns
-        -------
-        dict
-            ``hits``, ``misses``, ``bytes_served`` (lookups: plain entries and
-            chunk pack members), ``bytes_written``, ``writes`` (data files),
-            ``packs_read``, ``packs_written``, ``bytes_read`` and
-            ``bytes_mapped`` (bytes of verified data files copied into a new
-            buffer / mapped, see ``read``: the members are views of it),
-            ``evictions`` and
-            ``bytes_evicted`` (by this process's inserts, and at open down
-            to a capacity given with ``set_capacity``), ``errors``,
-            ``corrupt`` (rows that failed verification), ``skipped`` (values not
-            cached: too large, disk full, unwritable or dropped), ``dropped``
-            (full write queue), ``temporaries_removed``, ``orphans_removed``,
-            ``index_rebuilt``.
+        """Counters of this process since the cache was opened: ``hits``, ``misses``,
+        ``bytes_served`` (plain entries and pack members), ``writes``, ``bytes_written``,
+        ``packs_written``, ``packs_read``, ``bytes_read``/``bytes_mapped`` (copied/mapped),
+        ``evictions``, ``bytes_evicted``, ``not_admitted``, ``errors``, ``corrupt``, ``skipped``,
+        ``dropped`` (full queue), ``temporaries_removed``, ``orphans_removed``, ``index_rebuilt``.
         """
         return self.health.counts()
 
-    # ------------------------------------------------------------------ reads
     def get(self, key: str, default: Any = None) -> np.ndarray | Any:
-        """The array stored under ``key``, or ``default`` on a miss (verified;
-        any failure is a miss)."""
+        """The array stored under ``key`` (verified), or ``default`` on a miss."""
         found = self.get_many([key])
         return found.get(key, default) if isinstance(key, str) else default
 
@@ -480,9 +323,8 @@ class ColumnCache(MutableMapping, ColumnStore):
         return self.reader.get_many(keys)
 
     def get_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
-        """Every readable chunk pack of ``grp`` that overlaps ``[start, stop)``,
-        newest first: one index query, one verified read per pack (:mod:`.reads`).
-        Lookups are counted by the caller (:meth:`count_served`); failures are logged."""
+        """Every readable chunk pack of ``grp`` overlapping ``[start, stop)``, newest first (one
+        index query); the caller counts the lookups (:meth:`count_served`)."""
         return self.reader.get_packs(grp, start, stop)
 
     def __getitem__(self, key: str) -> np.ndarray:
@@ -500,7 +342,7 @@ class ColumnCache(MutableMapping, ColumnStore):
         return bool(self.index.query("SELECT 1 FROM entries WHERE key = ?", (key,)))
 
     def __iter__(self) -> Iterator[str]:
-        """Keys in store order (oldest first), as of the call (chunk packs too)."""
+        """Keys, oldest first, as of the call (chunk packs too)."""
         self._settle()
         self.health.check_open()
         if self.disabled:
@@ -516,8 +358,7 @@ class ColumnCache(MutableMapping, ColumnStore):
         return int(self.index.query("SELECT value FROM meta WHERE name = 'count'")[0][0])
 
     def totals(self) -> dict[str, int]:
-        """``{"entries": n, "bytes": b}`` committed in the index now (all processes;
-        this process's queued writes are not waited for)."""
+        """``{"entries": n, "bytes": b}`` committed in the index now (queued writes not waited for)."""
         self.health.check_open()
         if self.disabled:
             return {"entries": 0, "bytes": 0}
@@ -532,32 +373,18 @@ class ColumnCache(MutableMapping, ColumnStore):
             return 0
         return int(self.index.query("SELECT value FROM meta WHERE name = 'size'")[0][0])
 
-    # ----------------------------------------------------------------- writes
     def __setitem__(self, key: str, value: np.ndarray) -> None:
-        """Store ``value`` under ``key`` (replacing any older value).
-
-        A value larger than ``capacity``, a full disk or an unwritable directory
-        leave the value uncached (and an older value under ``key`` removed) with
-        one warning; nothing is raised for them.
-
-        Raises
-        ------
-        TypeError
-            If ``key`` is not a ``str``, or ``value`` has an object or structured dtype.
-        """
+        """Store ``value`` under ``key``, replacing any older value (``TypeError`` for a
+        non-``str`` key or an object or structured dtype; any other failure leaves the value
+        uncached, an older value removed, with one warning)."""
         if not isinstance(key, str):
             raise TypeError(f"ColumnCache keys are str, got {type(key).__name__}: {key!r}")
         self.write_path.put(Item(key, None, None, None, {PLAIN: plain_array(key, value)}))
 
     def put_pack(self, grp: str, start: int, stop: int, arrays: dict[str, np.ndarray]) -> tuple[int, bool]:
-        """Store the columns a chunk read for ``[start, stop)`` of ``grp`` as one pack.
-
-        ``arrays`` maps member names (:func:`~.layout.member`) to arrays; they
-        must not be modified afterwards (they are written behind).  Failures are
-        as for ``__setitem__`` (:mod:`.writes`).  Returns the bytes the pack takes
-        in the cache (whole blocks; 0 for no arrays) and whether it was taken (not:
-        not admitted, too large, writes paused, cache closed).
-        """
+        """Store the columns a chunk read for ``[start, stop)`` of ``grp`` as one pack; the arrays
+        are written behind (do not modify them).  Returns the bytes it takes (whole blocks)
+        and whether it was taken (not: not admitted, too large, writes paused, closed)."""
         if not arrays:
             return 0, False
         item = pack_item(grp, start, stop, arrays)
@@ -576,12 +403,8 @@ class ColumnCache(MutableMapping, ColumnStore):
         self.files.remove([row[0]])
 
     def clear(self) -> None:
-        """Remove every entry of the directory (all processes' entries).
-
-        Data files are deleted first, then the rows: on a full disk the first
-        step frees what the second needs.  An index this version cannot use (a
-        newer layout, damage beyond repair) is set aside and a new one started;
-        the node id is kept in every case."""
+        """Remove every entry, data files first (on a full disk that frees what the index
+        needs); an index this version cannot use is set aside.  The node id is kept."""
         self._settle()
         self.health.check_open()
         if self.unreadable_index:
@@ -594,7 +417,6 @@ class ColumnCache(MutableMapping, ColumnStore):
         with self.index.transaction() as con:
             con.execute("DELETE FROM entries")
 
-    # ------------------------------------------------------------ maintenance
     def _settle(self) -> None:
         """Let queued writes land before a call that looks at or changes the index."""
         if self.writer.busy():
@@ -606,18 +428,11 @@ class ColumnCache(MutableMapping, ColumnStore):
             return len(self.writer.pending)
 
     def flush(self, timeout: float | None = None) -> bool:
-        """Wait until the background writer has stored every queued value.
-
-        Returns
-        -------
-        bool
-            True if nothing is left to write.
-        """
+        """Wait until the background writer has stored every queued value; True if none is left."""
         return self.writer.flush(timeout)
 
     def save_admission(self, force: bool = False) -> None:
-        """Save the admission policy's unsaved lookups (:mod:`.admitter`) if due, or
-        with ``force`` if any (workers: with every heartbeat; at close)."""
+        """Save the admission policy's unsaved lookups if due, or any with ``force``."""
         adm = self.admission
         if adm is None or not self.health.usable:
             return
@@ -625,42 +440,30 @@ class ColumnCache(MutableMapping, ColumnStore):
             adm.save(self.index)
 
     def looked_up(self, key: str, size: int) -> None:
-        """Record a hit of ``key`` (``size`` bytes, its row's) for the admission policy."""
+        """Record a hit of ``key`` (``size`` bytes) for the admission policy."""
         adm = self.admission
         if adm is not None and adm.looked_up(key, size) and self.health.usable:
-            adm.save(self.index)  # other processes of the node see this process's hits soon
+            adm.save(self.index)  # so the node's other processes see these hits soon
 
     def collect_orphans(self, max_files: int | None = None) -> int:
-        """Delete data files that no row references (bounded work: up to
-        ``max_files``, default :data:`~.maintenance.ORPHAN_BATCH`, looked at per
-        call; only files older than ``orphan_after``).  Returns the number deleted."""
+        """Delete data files no row references and older than ``orphan_after`` (looking at
+        ``max_files``, default 2048, at most); returns the number deleted."""
         return self.maintenance.collect_orphans(max_files)
 
     def verify(self, on_entry: Callable[[], Any] | None = None) -> dict[str, int]:
-        """Check every row's data file against its digest and tidy the directory.
-
-        Corrupt rows are removed and logged; data files no row references and
-        temporaries, both older than ``stale_after``, are deleted.
-
-        Returns
-        -------
-        dict
-            ``checked`` rows, of which ``ok``, ``corrupt`` (removed) and
-            ``missing`` (evicted meanwhile, or the file was lost); ``orphans``
-            (unreferenced data files deleted); ``temporaries`` (deleted).
-        """
+        """Check every row's data file against its digest, remove corrupt rows, delete
+        unreferenced files and temporaries older than ``stale_after``.  Returns the counts
+        ``checked``, ``ok``, ``corrupt``, ``missing`` (rows), ``orphans``, ``temporaries``."""
         self._settle()
         self.health.check_open()
         return self.maintenance.verify(on_entry)
 
     def info(self) -> dict[str, Any]:
-        """``directory``, ``capacity``, ``size`` (bytes, as :meth:`volume`),
-        ``entries``, ``packs``, ``oldest`` and ``newest`` store times (None when empty)."""
+        """``directory``, ``capacity``, ``size``, ``entries``, ``packs``, ``oldest`` and ``newest`` store times."""
         self._settle()
         self.health.check_open()
         return {"directory": self.directory, "capacity": self.capacity, **self.maintenance.info()}
 
-    # -------------------------------------------------------------- lifecycle
     def close(self, timeout: float | None = 60.0) -> None:
         """Write what is queued (bounded wait), then close the index (idempotent)."""
         if self._pid == os.getpid():

@@ -1,27 +1,10 @@
-"""How much a node cache may hold and what goes when it is full (runs in workers
-and in the ``cacheaffinity`` CLI).
+"""How much a node cache may hold and what goes when it is full (workers and the CLI).
 
-This module owns the store's capacity policy:
-
-- **the capacity every process agrees on**: the directory's ``settings`` table
-  records one.  A process given a capacity explicitly
-  (``ColumnCache(set_capacity=True)``; workers: ``--cache-capacity`` or a
-  ``cacheaffinity.worker.capacity`` other than the default) records it and
-  evicts down to it at once (:func:`impose`, one log line); any other process
-  uses the recorded one (:func:`agree`).  Open caches follow a capacity another
-  process recorded: writers in every insert transaction, workers with every
-  heartbeat (:meth:`Capacity.follow`);
-- **the capacity in force**: at most what the directory's file system can hold,
-  the free space at open (plus what the cache already holds) minus a reserve
-  (:func:`effective_capacity`, :func:`fit_to_disk`); per process, never recorded;
-- **eviction**: first in, first out, inside the transaction that inserts
-  (:func:`evict_rows`), down to a new capacity (:func:`shrink`), and, when the
-  disk filled up below the capacity, data files first and rows after
-  (:func:`make_room`).
-
-:class:`Capacity` owns one open cache's figures (the setting, the bound in
-force, where it came from) and keeps them in step with the directory.
-"""
+The capacity every process agrees on is recorded in the ``settings`` table
+(:func:`impose`, :func:`agree`, :meth:`Capacity.follow`); the one in force is at most
+what the file system can hold (:func:`fit_to_disk`; per process, never recorded).
+Eviction is FIFO inside the inserting transaction (:func:`evict_rows`), down to a new
+capacity (:func:`shrink`), or data files first on a full disk (:func:`make_room`)."""
 
 from __future__ import annotations
 
@@ -58,17 +41,14 @@ logger = logging.getLogger("cacheaffinity.worker")
 MAX_EVICTIONS_PER_INSERT = 1024
 #: Part of the file system kept free by the capacity in force (at most :data:`RESERVE_MAX`).
 RESERVE_FRACTION = 0.05
-#: Bytes kept free at most.
 RESERVE_MAX = 2**30
 #: How an operator gives a worker's capacity (named in the log lines).
 GIVEN = "--cache-capacity / cacheaffinity.worker.capacity"
 
 
-# ------------------------------------------------------------------- agreement
 def agree(index: Index, directory: str, mine: int, *, heals: bool) -> int | None:
-    """The directory's recorded capacity if this process must use it instead of
-    ``mine`` (logged when they differ), else None (``mine`` was recorded in a
-    directory that had none, or a read-only open found nothing recorded)."""
+    """The directory's recorded capacity if this process must use it instead of ``mine``
+    (logged if they differ), else None (``mine`` recorded, or nothing recorded)."""
     if not heals:  # read-only (``cache info``): report, change nothing
         recorded = index.settings().get("capacity")
     else:
@@ -89,11 +69,8 @@ def agree(index: Index, directory: str, mine: int, *, heals: bool) -> int | None
 
 
 def impose(index: Index, files: DataFiles, directory: str, mine: int) -> tuple[int, int]:
-    """Record ``mine`` as the directory's capacity (whatever it recorded: of
-    processes doing this at once, the last one wins), then evict the oldest
-    entries until the cache holds at most ``mine`` (:func:`shrink`).  One INFO
-    line when the capacity changed or entries went.  Returns ``(entries
-    evicted, bytes freed)``."""
+    """Record ``mine`` as the directory's capacity (the last of concurrent writers wins) and
+    evict the oldest entries down to it; returns ``(entries evicted, bytes freed)``."""
     old = index.replace_setting("capacity", mine)
     evicted, freed = shrink(index, files, mine)
     if (old is not None and old != mine) or evicted:
@@ -107,10 +84,8 @@ def impose(index: Index, files: DataFiles, directory: str, mine: int) -> tuple[i
 
 
 def shrink(index: Index, files: DataFiles, capacity: int) -> tuple[int, int]:
-    """Evict the oldest entries until the index accounts at most ``capacity``
-    bytes: transactions of at most :data:`MAX_EVICTIONS_PER_INSERT` rows, each
-    one's data files deleted after its commit.  Returns ``(entries evicted,
-    bytes freed)``."""
+    """Evict the oldest entries down to ``capacity`` bytes, in transactions of at most
+    :data:`MAX_EVICTIONS_PER_INSERT` rows.  Returns ``(entries evicted, bytes freed)``."""
     evicted = freed = 0
     while True:
         with index.transaction() as con:
@@ -123,14 +98,9 @@ def shrink(index: Index, files: DataFiles, capacity: int) -> tuple[int, int]:
         freed += n
 
 
-# ---------------------------------------------------------------- disk space
 def effective_capacity(directory: str, configured: int, held: int = 0) -> tuple[int, int]:
-    """``(capacity in force, free bytes now)`` of a cache in ``directory``.
-
-    The capacity in force is ``min(configured, held + free - reserve)`` (never
-    below 0): ``held`` is what the cache already stores there, ``free`` the
-    bytes an unprivileged user may still write on the file system, ``reserve``
-    :data:`RESERVE_FRACTION` of its size, at most :data:`RESERVE_MAX`.
+    """``(capacity in force, free bytes)``: ``min(configured, held + free - reserve)``, at
+    least 0; ``reserve`` is :data:`RESERVE_FRACTION` of the file system, at most :data:`RESERVE_MAX`.
     """
     st = os.statvfs(directory)
     free = st.f_bavail * st.f_frsize
@@ -139,9 +109,8 @@ def effective_capacity(directory: str, configured: int, held: int = 0) -> tuple[
 
 
 def fit_to_disk(directory: str, configured: int, held: int) -> tuple[int, int | None]:
-    """``(capacity in force, free bytes)``: :func:`effective_capacity`, with one
-    warning when the file system holds less than ``configured``.  When the free
-    space cannot be read, ``(configured, None)``."""
+    """:func:`effective_capacity` with one warning when it clamps ``configured``;
+    ``(configured, None)`` if the free space cannot be read."""
     try:
         capacity, free = effective_capacity(directory, configured, held)
     except (OSError, ValueError) as e:
@@ -158,11 +127,9 @@ def fit_to_disk(directory: str, configured: int, held: int) -> tuple[int, int | 
     return capacity, free
 
 
-# ------------------------------------------------------------------ eviction
 def evict_rows(con: sqlite3.Connection, need: int) -> tuple[list[str], int]:
-    """Delete the oldest rows until ``need`` bytes are freed (inside the caller's
-    transaction).  Returns the data files to delete after the commit and the
-    bytes freed."""
+    """Delete the oldest rows until ``need`` bytes are freed (in the caller's transaction);
+    returns the data files to delete after the commit and the bytes freed."""
     if need <= 0:
         return [], 0
     victims, files, freed = [], [], 0
@@ -179,13 +146,10 @@ def evict_rows(con: sqlite3.Connection, need: int) -> tuple[list[str], int]:
 
 
 def make_room(index: Index, files: DataFiles, need: int) -> tuple[int, int]:
-    """Free at least ``need`` bytes after the disk filled up (best effort);
-    returns ``(entries evicted, bytes freed)``.
-
-    The oldest data files are deleted **before** the index is touched: on a
-    full disk SQLite cannot grow its WAL to delete rows, and deleting files
-    first frees the space it needs.  Their rows then read as misses (and are
-    removed by that read, or here when the transaction can commit)."""
+    """Free at least ``need`` bytes after the disk filled up (best effort); returns
+    ``(entries evicted, bytes freed)``.  Data files go **before** their rows: on a full
+    disk SQLite cannot grow its WAL to delete rows, and the deleted files free that
+    space (their rows read as misses until removed)."""
     try:
         rows = index.query(
             "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_INSERT,)
@@ -207,23 +171,8 @@ def make_room(index: Index, files: DataFiles, need: int) -> tuple[int, int]:
     return len(ids), freed
 
 
-# ------------------------------------------------------------ one open cache
 class Capacity:
-    """The capacity of one open cache: the setting and the bound in force.
-
-    Parameters
-    ----------
-    index, files
-        The cache's index and data files.
-    health
-        The cache's counters and state (nothing is followed once unusable).
-    directory : str
-        The cache directory.
-    configured : int
-        This process's capacity setting (the argument or the config).
-    fit_disk : bool
-        Keep the bound in force within what the file system holds (:func:`fit_to_disk`).
-    """
+    """The capacity of one open cache, the setting and the bound in force, in step with the directory."""
 
     def __init__(self, index: Index, files: DataFiles, health: Health, directory: str,
                  configured: int, *, fit_disk: bool):  # fmt: skip
@@ -233,8 +182,7 @@ class Capacity:
         self.directory = directory
         #: The capacity setting: the argument (or config), or the directory's recorded one.
         self.configured = int(configured)
-        #: Size bound in force, in bytes: :attr:`configured`, with ``fit_disk`` at
-        #: most what the file system holds.
+        #: Size bound in force, in bytes.
         self.in_force = self.configured
         #: ``"directory"`` if the capacity was read from the index, else ``"argument"``.
         self.source = "argument"
@@ -272,11 +220,8 @@ class Capacity:
         self.in_force, self.free_at_open = fit_to_disk(self.directory, self.configured, held)
 
     def follow(self, con: sqlite3.Connection | None = None) -> int:
-        """Follow the capacity the directory records now; returns the bound in force.
-
-        ``con``: the connection of the caller's open transaction (the write path),
-        else a query of its own.  A change is logged once per process.
-        """
+        """Adopt the capacity the directory records now (``con``: the caller's open
+        transaction); returns the bound in force.  A change is logged once per process."""
         if not self._health.usable:
             return self.in_force
         sql = "SELECT value FROM settings WHERE name = 'capacity'"

@@ -1,56 +1,13 @@
 """Data files of a node cache: write, publish, read and verify, tidy (runs in workers).
 
-:class:`DataFiles` is the store's file layer (diskcache's ``Disk`` role): it knows
-file names, temporaries, modes and the pack format (:mod:`.layout`), never the index.
-
-Notes
------
-Crash ordering
-    A pack is written to ``columns-tmp/<name>.tmp``, then renamed to
-    ``columns/<ab>/<name>``; the caller commits the index row only after that,
-    and deletes the files of replaced or evicted rows only after its commit.  A
-    killed writer leaves a temporary (removed once older than ``stale_after``)
-    or a data file nothing references (an orphan, removed by
-    :meth:`DataFiles.orphan_candidates` + the caller's index check), never a
-    row that points at a partial file.  Nothing is fsync'ed: after a power loss
-    a row may point at torn bytes, which the digest turns into a miss.
-
-Reads
-    :meth:`DataFiles.read` checks a whole pack's size, owner and xxh3-64 digest on
-    every read, and hands out one buffer whose views are the members.  A file
-    that vanished (evicted by another process) is None; anything else that is not
-    exactly what was written raises :class:`Corrupt`.  The buffer is either
-
-    - **mapped** (``mapped=True``, files of at least :data:`MAP_AT_LEAST` bytes):
-      a copy-on-write ``mmap`` of the file, digested when mapped.  No copy: the
-      members are views of the page cache (measured ~7x faster than a copy for a
-      30 MB pack, 1.2x at 1 MiB; smaller files are copied, a mapping costs more
-      there; ``benchmarks/cache_read.py``).  Writing into a member changes only
-      the process's copy.  The cost: a mapped file that a foreign process
-      truncates in place, or whose pages the disk later fails to read back,
-      kills the worker with SIGBUS (Dask reruns its tasks elsewhere) instead of
-      being a miss.  cacheaffinity never changes a data file in place (new
-      files are renamed into place, evicted ones unlinked, which a mapping
-      survives), so in a private cache (mode 0600) only a foreign process of
-      the same user could;
-    - or **copied** (one ``readv`` into a new buffer: the only copy between the
-      page cache and the arrays), immune to both.  A shared-group cache copies
-      by default (``cacheaffinity.worker.read: auto``): its group members can
-      write its files.
-
-Writes
-    Members are written straight from the arrays (``os.writev`` of their
-    buffers and the zero padding between them): no copy in Python; the digest
-    is computed over the same buffers as they are written.
-
-Atomic writes
-    :func:`atomic_write` is the one way a file of a cache directory is written
-    (it lives with the directory's other rules in ``cacheaffinity.worker._directory``;
-    data files here, ``forms/`` documents, ``node-id``): a new temporary created
-    with ``NEW_FILE`` (never an existing file, never through a symbolic
-    link), then renamed (or hard-linked) to its name, the temporary removed on
-    any failure.  Readers see a whole file or none.
-"""
+:class:`DataFiles` knows file names, temporaries, modes and the pack format, never the
+index.  A pack is written to ``columns-tmp/<name>.tmp`` and renamed to
+``columns/<ab>/<name>``; the caller commits its row after that and deletes replaced or
+evicted files after its commit, so a killed writer leaves a stale temporary or an
+orphan, never a row pointing at a partial file.  Nothing is fsync'ed: the digest
+checked on every read turns torn bytes into a miss.  Files of :data:`MAP_AT_LEAST`
+bytes or more may be mapped copy-on-write (no copy, but a file truncated in place by a
+foreign process kills the worker with SIGBUS: shared-group caches copy)."""
 
 from __future__ import annotations
 
@@ -76,8 +33,8 @@ __all__ = ["MAP_AT_LEAST", "NEW_FILE", "DataFiles", "as_bytes", "atomic_write", 
 logger = logging.getLogger("cacheaffinity.worker")
 
 _PAD = bytes(ALIGN)
-#: Data files at least this large are mapped, not copied, by a mapping reader
-#: (below it a copy costs less than a mapping: ``benchmarks/cache_read.py``).
+#: Smaller files are copied even by a mapping reader: a copy costs less there
+#: (``benchmarks/cache_read.py``).
 MAP_AT_LEAST = 1 << 20
 
 
@@ -87,14 +44,10 @@ def as_bytes(arr: np.ndarray) -> np.ndarray:
 
 
 def toc_of(arrays: dict[str, np.ndarray]) -> tuple[list, int, list[str]]:
-    """Table of contents ``[[member, dtype, shape, offset], ...]`` of a pack of
-    ``arrays``, the pack's byte count, and the members whose bytes are written
-    (in that order).
-
-    A member whose bytes lie inside another member's (a view of it: coffea's
-    ``!content`` buffer of a branch array, say) is stored once: its entry points
-    into the other member's bytes.  The others start at multiples of :data:`ALIGN`.
-    """
+    """``(toc, nbytes, written)`` of a pack of ``arrays``: ``[[member, dtype, shape, offset],
+    ...]``, its byte count and the members whose bytes are written.  A member that is a
+    view into another member's bytes is stored once; the others start at multiples of
+    :data:`ALIGN`."""
     spans = sorted(
         ((a.ctypes.data, -a.nbytes, i) for i, a in enumerate(arrays.values()) if a.nbytes),
     )
@@ -132,13 +85,7 @@ def toc_of(arrays: dict[str, np.ndarray]) -> tuple[list, int, list[str]]:
 
 
 def members_of(buffer: np.ndarray, toc: Any, nbytes: int) -> dict[str, np.ndarray]:
-    """The arrays of a verified pack buffer, as views of it.
-
-    Raises
-    ------
-    Corrupt
-        If the table of contents does not describe ``nbytes`` bytes of plain arrays.
-    """
+    """The arrays of a verified pack buffer, as views of it (:class:`Corrupt` if the toc does not fit)."""
     out: dict[str, np.ndarray] = {}
     try:
         for name, dtype_str, shape, offset in toc:
@@ -167,18 +114,9 @@ def members_of(buffer: np.ndarray, toc: Any, nbytes: int) -> dict[str, np.ndarra
 class DataFiles:
     """The data files of one cache directory.
 
-    Parameters
-    ----------
-    directory : str
-        The cache directory.
-    uid : int
-        This process's effective uid (files of others are not trusted).
-    shared_gid : int or None
-        Group of a shared-group cache (files group-readable), or None.
-    mapped : bool
-        Map files of at least :data:`MAP_AT_LEAST` bytes instead of copying them
-        (see the module docstring).
-    """
+    ``uid``: this process's effective uid (files of others are not trusted);
+    ``shared_gid``: the group of a shared-group cache, or None; ``mapped``: map files of
+    at least :data:`MAP_AT_LEAST` bytes instead of copying them."""
 
     def __init__(self, directory: str, uid: int, shared_gid: int | None, mapped: bool = False):
         self.directory = directory
@@ -225,20 +163,12 @@ class DataFiles:
         os.close(fd)
         os.unlink(path)
 
-    # ----------------------------------------------------------------- write
     def write(
         self, arrays: dict[str, np.ndarray], layout: tuple[list, int, list[str]] | None = None
     ) -> tuple[str, list, int, bytes]:
-        """Write a pack of ``arrays`` (C-contiguous) to a new data file.
-
-        ``layout`` is :func:`toc_of` of ``arrays`` if the caller has it already
-        (the write path computes it once per item); None computes it here.
-
-        Returns
-        -------
-        tuple
-            ``(name, toc, nbytes, digest)``; the index is not touched.
-        """
+        """Write a pack of C-contiguous ``arrays`` to a new data file, straight from their
+        buffers (``layout``: their :func:`toc_of` if the caller has it).  Returns ``(name,
+        toc, nbytes, digest)``; the index is not touched."""
         toc, nbytes, written = toc_of(arrays) if layout is None else layout
         where = {entry[0]: entry[3] for entry in toc}
         pieces: list = []
@@ -258,18 +188,16 @@ class DataFiles:
         atomic_write(
             self.path(name),
             pieces,
-            # readable by the group whatever the umask; written once, by its
-            # writer only: another member can delete it, never change it
+            # group-readable whatever the umask; only its writer may change it
             chmod=None if self.shared_gid is None else 0o640,
-            # in columns-tmp/, where remove_stale_temporaries finds what a dead writer left
+            # in columns-tmp/, where stale temporaries of dead writers are collected
             temporary=os.path.join(self.tmp, name + ".tmp"),
             publish=self._publish,
         )
         return name, toc, nbytes, h.digest()
 
     def _publish(self, tmp: str, final: str) -> None:
-        """Rename a complete temporary to its data file name (creating the data
-        subdirectory if needed)."""
+        """Rename a complete temporary to its data file name (creating the subdirectory if needed)."""
         try:
             os.rename(tmp, final)
         except FileNotFoundError:
@@ -280,19 +208,10 @@ class DataFiles:
             self.mkdir(os.path.dirname(final))
             os.rename(tmp, final)
 
-    # ------------------------------------------------------------------ read
     def read(self, name: Any, nbytes: int, digest: bytes, writer: int | None) -> np.ndarray | None:
-        """The verified bytes of a data file (a uint8 buffer: copied, or a
-        copy-on-write mapping, see :attr:`mapped`), or None if it is gone.
-
-        Raises
-        ------
-        Corrupt
-            If the file is not exactly the ``nbytes`` bytes with ``digest`` that
-            the index row says, or is a link or someone else's.
-        OSError
-            For other I/O errors.
-        """
+        """The verified bytes of a data file (a uint8 buffer, copied or mapped), or None if it
+        is gone.  Raises :class:`Corrupt` if it is not exactly the ``nbytes`` with ``digest``
+        of the row, or is a link or someone else's; ``OSError`` for other I/O errors."""
         if not (isinstance(name, str) and FILE_NAME.match(name)):
             raise Corrupt(f"invalid file name {name!r} in the index", "name")
         if not isinstance(nbytes, int) or nbytes < 0:
@@ -351,7 +270,6 @@ class DataFiles:
             )  # fmt: skip
             return None
 
-    # ------------------------------------------------------------------ tidy
     def remove(self, names) -> int:
         """Delete the data files ``names`` (after their rows are gone); returns how many."""
         return sum(unlink(self.path(n)) for n in names if isinstance(n, str) and FILE_NAME.match(n))
@@ -376,10 +294,8 @@ class DataFiles:
         return removed
 
     def orphan_candidates(self, max_files: int, older_than: float):
-        """Yield ``(prefix, names)`` per data subdirectory: files older than
-        ``older_than`` seconds, looking at up to ``max_files`` files, starting
-        where the previous pass stopped.  The caller removes those its index
-        does not reference."""
+        """Yield ``(prefix, names)`` per data subdirectory: files older than ``older_than``
+        seconds, looking at ``max_files`` at most, from where the previous pass stopped."""
         cutoff = time.time() - older_than
         seen = 0
         for _ in range(256):

@@ -1,11 +1,4 @@
-"""The per-chunk memory front of plain entries: :class:`MemoryFront` (runs in workers).
-
-coffea asks for the same column buffer several times while it processes a chunk
-and calls only ``get(key, default)`` and ``__setitem__``.  A :class:`MemoryFront`
-keeps the buffers of the current chunk in a dict bounded in bytes and goes to
-the node's :class:`~cacheaffinity.worker._store.cache.ColumnCache` only for what
-it does not hold.  (Chunk packs need no front: a chunk keeps the packs it read.)
-"""
+"""The per-chunk memory front of plain entries: :class:`MemoryFront` (runs in workers)."""
 
 from __future__ import annotations
 
@@ -38,31 +31,22 @@ os.register_at_fork(after_in_child=_reset_locks_after_fork)
 
 
 class MemoryFront(MutableMapping, ColumnStore):
-    """coffea's ``buffer_cache`` for one chunk: memory in front of a :class:`ColumnCache`.
+    """coffea's ``buffer_cache`` for one chunk: memory in front of a :class:`~cacheaffinity.ColumnCache`.
 
-    coffea asks for the same column buffer several times while it processes a
-    chunk and calls only ``get(key, default)`` and ``__setitem__``.  This keeps
-    the buffers of the current chunk in a dict bounded in bytes (least recently
-    used go first) and goes to the disk store only for what it does not hold.
-    Config section: ``cacheaffinity.worker`` (``memory``).
+    coffea asks for the same buffer several times per chunk; this keeps the chunk's
+    buffers in a dict bounded in bytes (least recently used go first) and asks the store
+    only for the rest (chunk packs pass straight through: a chunk keeps those it read).
+    Thread-safe, with store I/O outside the lock; arrays are kept by reference.
+    ``__setitem__`` writes through to the store; ``clear()`` empties the store too,
+    :meth:`drop_memory` only the memory.
 
     Parameters
     ----------
     store : ColumnStore, MutableMapping or None
-        The node's disk store, normally a :class:`ColumnCache` (any other mapping
-        keeps no chunk packs: :class:`~.protocol.MappingStore`); ``None`` keeps
-        buffers in memory only (a worker whose cache directory is unusable).
+        The node's store (another mapping keeps no chunk packs); ``None`` keeps buffers
+        in memory only (a worker whose cache directory is unusable).
     capacity : int or str, optional
         Bytes kept in memory; ``None`` reads ``cacheaffinity.worker.memory``.
-
-    Notes
-    -----
-    Thread-safe: the dict is guarded by a lock; store reads and writes happen
-    outside it.  ``get`` keeps what it found on disk in memory; ``__setitem__``
-    keeps the value and writes it through to the store (whose failures are
-    misses, see :class:`ColumnCache`).  Arrays are kept by reference, like a
-    dict.  ``clear()`` (a ``MutableMapping`` method) empties the store too; use
-    :meth:`drop_memory` to let go of the memory only.
     """
 
     def __init__(self, store: MutableMapping | None, capacity: int | str | None = None):
@@ -123,10 +107,7 @@ class MemoryFront(MutableMapping, ColumnStore):
         return value
 
     def get_many(self, keys: list[str]) -> dict[str, Any]:
-        """``{key: buffer}`` of those ``keys`` held in memory or in the store.
-
-        One store query (``store.get_many``) for all the keys that are not in memory.
-        """
+        """``{key: buffer}`` of those ``keys`` held in memory or in the store (one store query)."""
         out: dict[str, Any] = {}
         todo = []
         with self._lock:
@@ -154,7 +135,6 @@ class MemoryFront(MutableMapping, ColumnStore):
         out.update(found)
         return out
 
-    # chunk packs are not kept in memory here: a chunk keeps the packs it read
     def get_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
         return [] if self.store is None else get_packs(self.store, grp, start, stop)
 

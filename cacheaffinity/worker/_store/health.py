@@ -1,11 +1,5 @@
-"""Counters and health of one node cache: :class:`Health` (runs in workers and in the CLI).
-
-Every part of a :class:`~.cache.ColumnCache` (reads, writes, maintenance, the
-capacity) reports to and checks one object, given to it when the cache is
-opened: the counters of :meth:`~.cache.ColumnCache.stats`, why the cache cannot
-be used (disabled at open, closed), the pause of writes after a full disk, and
-the one warning per condition (:class:`~cacheaffinity._logging.LogOnce`).
-"""
+"""Counters and health of one node cache: :class:`Health` (runs in workers and in the CLI):
+the counters, why the cache cannot be used, paused writes, one warning per condition."""
 
 from __future__ import annotations
 
@@ -20,7 +14,7 @@ __all__ = ["COUNTERS", "Health"]
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-#: The counters of :meth:`~.cache.ColumnCache.stats` (see there).
+#: The counters of ``ColumnCache.stats()``.
 COUNTERS = (
     "hits", "misses", "bytes_served", "bytes_written", "writes", "evictions",
     "bytes_evicted", "errors", "corrupt", "skipped", "temporaries_removed",
@@ -30,13 +24,7 @@ COUNTERS = (
 
 
 class Health:
-    """Counters and usability of one cache (thread-safe).
-
-    Parameters
-    ----------
-    directory : str
-        The cache directory (named in messages).
-    """
+    """Counters and usability of one cache (thread-safe); ``directory`` is named in messages."""
 
     def __init__(self, directory: str):
         self.directory = directory
@@ -46,7 +34,7 @@ class Health:
         self.warn_once = LogOnce(logger)
         #: Why the cache cannot be used (None: usable).
         self.disabled: str | None = None
-        #: After close, reads miss and writes do nothing; the rest raises :class:`Closed`.
+        #: After close, reads miss, writes do nothing, the rest raises ``Closed``.
         self.closed = False
         self._pause_until = 0.0
 
@@ -54,7 +42,6 @@ class Health:
         """A fresh lock in a forked child (a thread of the parent may have held it)."""
         self._lock = threading.Lock()
 
-    # --------------------------------------------------------------- counters
     def count(self, **deltas: int) -> None:
         """Add ``deltas`` to the counters named."""
         with self._lock:
@@ -66,7 +53,6 @@ class Health:
         with self._lock:
             return dict(self._counts)
 
-    # -------------------------------------------------------------- usability
     @property
     def usable(self) -> bool:
         """Neither closed nor disabled."""

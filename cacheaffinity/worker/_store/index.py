@@ -1,44 +1,14 @@
-"""The index of a node cache: SQLite schema, connections, transactions, healing,
-settings (runs in workers and in the ``cacheaffinity`` CLI).
+"""The SQLite index of a node cache: :class:`Index` (runs in workers and in the CLI).
 
-:class:`Index` owns everything SQLite: one connection per process for lookups,
-one for the background writer thread (its transactions may wait for other
-processes' write lock and must not hold up lookups), the schema and its version,
-the ``settings`` table every process agrees on (capacity, layout), and the
-rebuild of a damaged index.  It never touches data files except through the
-:class:`FileStore` it is given (the cache's :class:`~.files.DataFiles`: to check
-the rows it salvages and to drop an old layout's files).
-
-Notes
------
-Versions
-    ``PRAGMA user_version`` is :data:`~.layout.SCHEMA_VERSION`.  An index of an
-    older version belongs to an older layout: under ``columns.lock`` it and its
-    data files are deleted and a new one created, with one log line (the
-    ``node-id`` is kept).  A newer version is refused (:class:`NewerLayout`:
-    nothing is changed, the message names both versions and the fix), so an
-    older release never damages a newer one's cache.  :meth:`Index.set_aside`
-    (``cacheaffinity cache clear`` / ``verify --repair``) moves any index it
-    cannot use (damaged beyond repair, newer, garbage in the header) to
-    ``columns.sqlite3.corrupt`` and starts a new one, keeping the node id.
-
-A damaged index heals
-    An index SQLite reports as corrupt is checked when opened (``PRAGMA
-    quick_check``) and whenever a statement fails with ``SQLITE_CORRUPT`` or
-    ``SQLITE_NOTADB``.  Under ``columns.lock`` the damaged file is copied to
-    ``columns.sqlite3.corrupt``, a new index is built in memory with the rows
-    that can still be read (and whose data file exists with the recorded size)
-    and written over the old file with SQLite's backup API, which other
-    processes' connections see like any other commit.
-
-Thread and process safety
-    Calls are serialised per connection by a lock.  A process forks only when
-    no thread is inside SQLite through an :class:`Index`: the fork waits for
-    both locks of every one (``os.register_at_fork``; at worst for a transaction
-    that waits :data:`BUSY_TIMEOUT` for another process), so the child inherits
-    no statement or transaction in progress and no lock held.  A connection
-    never crosses ``fork()``: the child opens its own and never touches (nor
-    closes) the parent's.
+Owns everything SQLite: a lookup connection per process and one for the background
+writer thread (whose transactions may wait for other processes' write lock), the
+schema and its version, the ``settings`` table and healing.  An older schema is dropped
+with its data files (node id kept); a newer one raises :class:`NewerLayout`, untouched.
+A damaged index (``quick_check`` at open, ``SQLITE_CORRUPT``/``SQLITE_NOTADB`` from any
+statement) is copied to ``columns.sqlite3.corrupt`` and rebuilt in place under
+``columns.lock`` from the rows that still read, with SQLite's backup API so that other
+processes' connections stay valid.  A fork waits until no thread is inside SQLite
+through an ``Index``; the child opens its own connections, never touching the parent's.
 """
 
 from __future__ import annotations
@@ -146,7 +116,7 @@ def corruption(exc: BaseException) -> bool:
 
 
 class FileStore(Protocol):
-    """What an :class:`Index` uses of the cache's data files (:class:`~.files.DataFiles`)."""
+    """What an :class:`Index` uses of the cache's data files (``DataFiles``)."""
 
     uid: int
     shared_gid: int | None
@@ -169,21 +139,9 @@ def _unlink(path: str) -> None:
 class Index:
     """The SQLite index of one cache directory.
 
-    Parameters
-    ----------
-    directory : str
-        The cache directory.
-    files : FileStore
-        Its data files.
-    heals : bool
-        Rebuild a damaged index and drop an old layout (False: leave both as
-        they are; the read-only ``cache info``).
-    on_rebuilt : callable
-        Called after a rebuild (counts it).
-    on_unhealable : callable
-        Called with a message when a damaged index cannot be rebuilt (the
-        cache disables itself).
-    """
+    ``heals``: rebuild a damaged index and drop an old layout (False: leave both as they
+    are, the read-only ``cache info``); ``on_rebuilt()`` is called after a rebuild,
+    ``on_unhealable(message)`` when a damaged index cannot be rebuilt."""
 
     def __init__(
         self,
@@ -218,8 +176,7 @@ class Index:
         _OPEN.add(self)
 
     def reset_after_fork(self) -> None:
-        """In a forked child: fresh locks, no writer thread, the parent's connections
-        set aside (closing them would act on the parent's SQLite state)."""
+        """In a forked child: fresh locks, no writer thread, the parent's connections set aside."""
         self.lock = threading.RLock()
         self.wlock = threading.RLock()
         self._inherited.extend(c for c in (self._con, self._wcon) if c is not None)
@@ -232,7 +189,6 @@ class Index:
         self.close_writer_connection()
         self.writer_thread = thread
 
-    # ------------------------------------------------------------ connections
     @property
     def uid(self) -> int:
         return self.files.uid
@@ -290,8 +246,8 @@ class Index:
             if 0 < version < SCHEMA_VERSION or (version == 0 and _has_tables(con)):
                 raise OlderLayout(f"index {self.path} has schema version {version}")
             if version == 0:
-                # Processes opening a new directory together: the first creates the
-                # schema, the others wait for its lock and find it there.
+                # Of processes opening a new directory together, the first creates the
+                # schema; the others wait for its lock and find it.
                 try:
                     con.executescript(
                         f"BEGIN IMMEDIATE;{SCHEMA}"
@@ -310,10 +266,9 @@ class Index:
         return con
 
     def _create_file(self) -> None:
-        """Create the empty index file with its mode, 0600 (0660 in a shared group),
-        whatever the umask.  SQLite gives the ``-wal`` and ``-shm`` files it creates
-        the index file's mode, so the process-wide umask is never changed (other
-        threads create files meanwhile)."""
+        """Create the empty index file with the cache's file mode whatever the umask: SQLite
+        gives its ``-wal``/``-shm`` files that mode, and the process umask is never changed
+        (other threads create files meanwhile)."""
         try:
             fd = os.open(self.path, NEW_FILE, self.files.file_mode)
         except FileExistsError:  # another process was first: its file, its mode
@@ -398,7 +353,6 @@ class Index:
                     self.heal(e)
                 raise
 
-    # ------------------------------------------------------------------ open
     def open(self) -> None:
         """Connect and check the index: rebuild it if damaged, drop an older
         layout.  Raises :class:`NewerLayout` for a newer one."""
@@ -461,9 +415,8 @@ class Index:
             self.connection()
 
     def set_aside(self, why: str) -> None:
-        """Move an index that cannot be used to ``columns.sqlite3.corrupt``, delete
-        the data files it indexed, start a new index (``cache clear`` /
-        ``verify --repair``; the node id is kept)."""
+        """Move an unusable index to ``columns.sqlite3.corrupt``, delete the data files it
+        indexed and start a new one (``cache clear``, ``verify --repair``; node id kept)."""
         with self.lock, self.locked():
             self._forget_connection()
             with contextlib.suppress(OSError):
@@ -482,7 +435,6 @@ class Index:
         _unlink(os.path.join(self.directory, LEGACY_SETTINGS_NAME))
         return self.files.remove(list(self.files.all_names()))
 
-    # -------------------------------------------------------------- settings
     def settings(self) -> dict[str, int]:
         """``{name: value}`` of the ``settings`` table (``layout``, ``capacity``)."""
         return dict(self.query("SELECT name, value FROM settings"))
@@ -492,9 +444,8 @@ class Index:
             con.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (name, int(value)))
 
     def adopt_or_set(self, name: str, value: int, force: bool = False) -> tuple[int, bool]:
-        """``(value, written)``: the directory's ``name`` setting, or ``value``
-        written first if it has none (or if ``force``); one transaction, so
-        processes agree."""
+        """``(value, written)``: the directory's ``name`` setting, or ``value`` written if there is
+        none (or ``force``), in one transaction so that processes agree."""
         row = self.query("SELECT value FROM settings WHERE name = ?", (name,))
         if row and not force:
             return int(row[0][0]), False
@@ -506,21 +457,16 @@ class Index:
             return int(value), True
 
     def replace_setting(self, name: str, value: int) -> int | None:
-        """Write ``value`` as the ``name`` setting; returns the value it replaced
-        (None: there was none).  One transaction: of processes writing at once,
-        the last one wins."""
+        """Write the ``name`` setting (the last of concurrent writers wins); returns the value
+        it replaced, or None."""
         with self.transaction() as con:
             row = con.execute("SELECT value FROM settings WHERE name = ?", (name,)).fetchone()
             con.execute("INSERT OR REPLACE INTO settings VALUES (?, ?)", (name, int(value)))
         return None if row is None else int(row[0])
 
-    # --------------------------------------------------------------- healing
     def salvage(self, con: sqlite3.Connection) -> list[tuple]:
-        """The rows of a damaged index that can still be read, in FIFO order.
-
-        A damaged page ends a scan; the next one starts at a growing distance
-        past the last id read (about 40 attempts per damaged region at most).
-        """
+        """The rows of a damaged index that can still be read, in FIFO order: a damaged page
+        ends a scan, the next starts at a doubling distance past the last id read."""
         rows: list[tuple] = []
         start, jump = -(2**63), 0
         while jump <= 2**40:
@@ -643,7 +589,6 @@ def _has_tables(con: sqlite3.Connection) -> bool:
     return con.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] > 0
 
 
-# ------------------------------------------------------------------- fork
 #: Every Index of this process (the fork hooks below).
 _OPEN: weakref.WeakSet[Index] = weakref.WeakSet()
 #: The locks the forking thread holds between ``before`` and ``after_in_parent``.

@@ -1,21 +1,8 @@
-"""Looking after a node cache directory: :class:`Maintenance` (runs in workers and in
-the ``cacheaffinity`` CLI).
+"""Looking after a node cache directory: :class:`Maintenance` (workers and the CLI).
 
-The work that is not a read or a write of a value:
-
-- :meth:`Maintenance.collect_orphans`: data files no row references (left by
-  killed writers) are deleted, bounded work per pass (:data:`ORPHAN_BATCH`
-  files, only those older than the cache's ``orphan_after``); writers run a
-  pass at most every :data:`ORPHAN_INTERVAL` seconds
-  (:meth:`Maintenance.collect_orphans_if_due`);
-- :meth:`Maintenance.verify`: every row's data file checked against its
-  digest, corrupt rows removed, orphans and stale temporaries deleted
-  (``cacheaffinity cache verify``);
-- :meth:`Maintenance.repair`: the whole index checked and rebuilt if damaged
-  (``verify --repair``);
-- :meth:`Maintenance.info`: one consistent snapshot of the index
-  (``cacheaffinity cache info``).
-"""
+Bounded orphan passes (data files no row references, left by killed writers),
+``verify`` (every row against its digest), ``repair`` (the whole index) and ``info``
+(one consistent snapshot): what the ``cacheaffinity cache`` commands run."""
 
 from __future__ import annotations
 
@@ -36,27 +23,17 @@ __all__ = ["ORPHAN_AFTER", "ORPHAN_BATCH", "ORPHAN_INTERVAL", "Maintenance"]
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-#: Writers look for orphaned data files at most this often (seconds) ...
+#: Seconds between two orphan passes of a writer, at least.
 ORPHAN_INTERVAL = 60.0
-#: ... and look at no more than this many data files per pass.
+#: Data files an orphan pass looks at, at most.
 ORPHAN_BATCH = 2048
 #: A data file nobody references is deleted only when older than this (seconds).
 ORPHAN_AFTER = 120.0
 
 
 class Maintenance:
-    """Orphans, verify, repair and info of one cache.
-
-    Parameters
-    ----------
-    index, files, health
-        The cache's index, data files, counters and state.
-    reader
-        The cache's verified reads (``verify`` reads every row).
-    stale_after : float
-        Unreferenced data files and temporaries older than this are deleted by ``verify``.
-    orphan_after : float
-        Grace of an unreferenced data file in an orphan pass.
+    """Orphans, verify, repair and info of one cache: ``verify`` deletes unreferenced files and
+    temporaries older than ``stale_after``, an orphan pass files older than ``orphan_after``.
     """
 
     def __init__(self, index: Index, files: DataFiles, health: Health, reader: Reader,
@@ -99,7 +76,7 @@ class Maintenance:
                 logger.debug("cacheaffinity: orphan collection failed: %s", e)
 
     def verify(self, on_entry: Callable[[], Any] | None = None) -> dict[str, int]:
-        """Check every row's data file and tidy the directory (see :meth:`.ColumnCache.verify`)."""
+        """Check every row's data file and tidy the directory (see ``ColumnCache.verify``)."""
         health = self._health
         out = dict(checked=0, ok=0, corrupt=0, missing=0, orphans=0, temporaries=0)
         if health.disabled:

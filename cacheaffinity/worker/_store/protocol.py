@@ -1,17 +1,8 @@
-"""What a column store offers: :class:`ColumnStore` (runs in workers).
+"""What a column store offers: :class:`ColumnStore`, and :class:`Pack` (runs in workers).
 
-Chunk tasks read and write through a column store: the node's
-:class:`~.cache.ColumnCache`, a chunk's :class:`~.front.MemoryFront` over it,
-the :class:`~cacheaffinity.worker._peers.PeerStore` over that, coffea's
-buffer-key adapters.  Each subclasses :class:`ColumnStore`, so what it does with
-chunk packs is written in the class (a store that keeps none says so: ``[]``).
-Any other mapping (a user's ``dict``) is a store of plain entries and no packs
-(:class:`MappingStore`); :func:`column_store` tells the two apart, and the
-functions below are the short form for callers that may hold either.
-
-Also :class:`Pack`, a chunk pack read back.  Imports nothing of the project, so
-any module may type a store with it.
-"""
+Chunk tasks use a column store (``ColumnCache``, a chunk's ``MemoryFront`` over it, the
+``PeerStore`` over that, coffea's buffer-key adapters); any other mapping is wrapped as
+a :class:`MappingStore` by :func:`column_store`.  Imports nothing of the project."""
 
 from __future__ import annotations
 
@@ -49,8 +40,7 @@ class ColumnStore(Protocol):
     """A store of column buffers (plain entries by key) and chunk packs.
 
     Implementations subclass it; the abstract methods must be written,
-    :meth:`fetch_packs` has a default (a store that asks no other node).
-    """
+    :meth:`fetch_packs` has a default (a store that asks no other node)."""
 
     @abstractmethod
     def get(self, key: str, default: Any = None) -> Any:
@@ -62,32 +52,23 @@ class ColumnStore(Protocol):
 
     @abstractmethod
     def get_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
-        """The chunk packs of ``grp`` overlapping ``[start, stop)`` held here
-        (``[]`` from a store that keeps no packs)."""
+        """The chunk packs of ``grp`` overlapping ``[start, stop)`` held here (``[]`` if none are kept)."""
 
     @abstractmethod
     def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> object:
-        """Keep the columns a chunk read for ``[start, stop)`` of ``grp`` as one
-        pack (a store that keeps no packs does nothing)."""
+        """Keep the columns a chunk read for ``[start, stop)`` of ``grp`` as one pack (if packs are kept)."""
 
     @abstractmethod
     def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
         """Count lookups answered from packs (a store without counters does nothing)."""
 
     def fetch_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
-        """Chunk packs of ``grp`` overlapping ``[start, stop)`` from other nodes,
-        stored here too.  This default asks no other node: ``[]``."""
+        """Chunk packs of ``grp`` overlapping ``[start, stop)`` from other nodes (this default: ``[]``)."""
         return []
 
 
 class MappingStore(ColumnStore):
-    """A plain mapping as a :class:`ColumnStore`: its keys, no chunk packs.
-
-    Parameters
-    ----------
-    mapping : Mapping
-        Any mapping (a ``dict``, a user's cache); ``put_pack`` never writes it.
-    """
+    """A plain mapping as a :class:`ColumnStore`: its keys, no chunk packs (never written by ``put_pack``)."""
 
     def __init__(self, mapping: Mapping | MutableMapping):
         self.mapping = mapping
@@ -139,7 +120,6 @@ def count_served(store: ColumnStore | Mapping, hits: int = 0, misses: int = 0, n
 
 
 def fetch_packs(store: ColumnStore | Mapping, grp: str, start: int, stop: int) -> list[Pack]:
-    """Chunk packs of ``grp`` overlapping ``[start, stop)`` from other nodes, if
-    ``store`` asks them (:class:`~cacheaffinity.worker._peers.PeerStore`; stored
-    locally too), else ``[]``."""
+    """Chunk packs of ``grp`` overlapping ``[start, stop)`` from other nodes if ``store``
+    asks them (a ``PeerStore``; stored locally too), else ``[]``."""
     return column_store(store).fetch_packs(grp, start, stop)

@@ -1,12 +1,9 @@
 """The read path of a node cache: :class:`Reader` (runs in workers and in the CLI).
 
-A lookup is one index query for all the keys (or one for every chunk pack of a
-range), then one verified read per data file (:meth:`~.files.DataFiles.read`:
-size, owner, xxh3-64 digest).  Values still queued for the background writer
-(:mod:`.writer`) are served from the queue.  Every failure is a miss: a file
-evicted by another process after the lookup removes its row, a corrupt one is
-removed and logged once per cache, anything else is logged once and counted.
-"""
+One index query for all the keys (or for a range's chunk packs), then one verified
+read per data file; values queued for the writer are served from the queue.  Every
+failure is a miss: a vanished file's row is removed, a corrupt one removed and logged
+once per cache, anything else logged once and counted."""
 
 from __future__ import annotations
 
@@ -36,17 +33,7 @@ _MISSING = object()
 
 
 class Reader:
-    """Reads of one cache: plain entries and chunk packs, verified.
-
-    Parameters
-    ----------
-    index, files, health
-        The cache's index, data files, counters and state.
-    writer
-        The cache's write queue (queued values are served from it).
-    looked_up : callable
-        ``looked_up(key, size)`` for every hit (the admission policy's lookups).
-    """
+    """Verified reads of one cache; ``looked_up(key, size)`` is called for every hit."""
 
     def __init__(self, index: Index, files: DataFiles, health: Health, writer: WriteBehind,
                  looked_up: Callable[[str, int], None]):  # fmt: skip
@@ -57,9 +44,8 @@ class Reader:
         self._looked_up = looked_up
 
     def read(self, key: str, row: tuple) -> dict[str, np.ndarray] | None:
-        """The verified members of the data file of ``row`` = (file, toc, nbytes,
-        checksum, writer), None if it is gone (the row is then removed).  Corrupt
-        rows are removed and logged; other failures are logged; both None."""
+        """The verified members of the data file of ``row`` = (file, toc, nbytes, checksum,
+        writer), or None: gone (row removed), corrupt (removed, logged) or unreadable (logged)."""
         name, toc, nbytes, checksum, writer = row
         try:
             buffer = self._files.read(name, nbytes, checksum, writer)

@@ -1,16 +1,10 @@
 """Writes behind: a background thread stores what tasks hand the cache (runs in workers).
 
-With ``write_queue > 0`` (workers: ``cacheaffinity.worker.write-queue``) a store
-only queues the value and returns, so a chunk task never waits for the disk or
-SQLite's write lock.  :class:`WriteBehind` owns that queue and its thread: the
-thread gathers queued items for up to :data:`WRITE_COALESCE` seconds after the
-first (at most :data:`WRITE_BATCH`), and hands them to its ``write`` callable
-(the cache's :meth:`~.writes.WritePath.write_batch`: one index transaction for the
-batch; item by item if that fails).  Queued items are served by the cache's reads
-(:meth:`WriteBehind.pending_item`, :meth:`WriteBehind.pending_items`).  When
-the queued bytes would exceed the bound, an item is dropped (not cached) instead
-of blocking the task.  Items must not be modified after they were queued.
-"""
+With ``write_queue > 0`` a store only queues the value, so a chunk task never waits
+for the disk or SQLite's write lock.  :class:`WriteBehind` gathers items for up to
+:data:`WRITE_COALESCE` seconds (at most :data:`WRITE_BATCH`) into one ``write`` call;
+queued items are served by reads; an item that would overflow the bound is dropped
+(not cached) instead of blocking.  Items must not be modified once queued."""
 
 from __future__ import annotations
 
@@ -27,28 +21,15 @@ __all__ = ["DROPPED", "WRITE_BATCH", "WRITE_COALESCE", "WriteBehind"]
 
 #: Items the background writer stores in one index transaction at most.
 WRITE_BATCH = 256
-#: Seconds the writer, woken by a first queued item, lets further items gather
-#: before it writes (unless WRITE_BATCH are queued, a flush waits or the cache closes).
+#: Seconds a first queued item waits for others to join its batch (not on flush or close).
 WRITE_COALESCE = 0.05
 #: Stands for an item whose write was dropped (full queue): a miss.
 DROPPED = object()
 
 
 class WriteBehind:
-    """The write queue of one cache and its thread.
-
-    Parameters
-    ----------
-    limit : int
-        Bytes of queued items at most.
-    name : str
-        Thread name.
-    write : callable
-        ``write(batch)`` stores a list of items (called in the thread).
-    on_thread : callable
-        Called with the new thread when it starts (the index gives it a
-        connection of its own).
-    """
+    """The write queue of one cache and its thread: at most ``limit`` bytes; ``write(batch)``
+    stores items (in the thread); ``on_thread(thread)`` is called when a thread starts."""
 
     def __init__(self, limit: int, name: str, write: Callable[[list], None],
                  on_thread: Callable[[threading.Thread], None]):  # fmt: skip

@@ -1,25 +1,13 @@
 """The write path of a node cache: :class:`WritePath` (runs in workers and in the CLI).
 
-What happens to a value from ``cache[key] = array`` (or
-:meth:`~.cache.ColumnCache.put_pack`) until its row is committed:
-
-- the value is checked (:func:`plain_array`: no objects, no structured dtypes;
-  :func:`pack_item` for a chunk pack) and becomes an :class:`Item` whose table
-  of contents is computed **once** (:func:`~.files.toc_of`) for the size check
-  and for the data file;
-- :meth:`WritePath.put` refuses what never fits (larger than the capacity) or
-  what arrives while writes pause after a full disk, then queues the item for
-  the background writer (:mod:`.writer`) or stores it now;
-- :meth:`WritePath.store_many` writes the data files first, then **one** index
-  transaction that reads the directory's recorded capacity (another process may
-  have changed it), replaces older values, evicts
-  (:func:`~.capacity.evict_rows`) and inserts; files of replaced or evicted rows
-  are deleted only after the commit;
-- :meth:`WritePath.set_now` recovers from a full disk: make room
-  (:func:`~.capacity.make_room`) and retry once, then leave the value uncached
-  and pause writes for :data:`FULL_BACKOFF` seconds, with **one** warning per
-  cache for each kind of problem.
-"""
+A value is checked (no objects, no structured dtypes) and becomes an :class:`Item`
+whose table of contents is computed once.  :meth:`WritePath.put` refuses what never
+fits or arrives while writes pause, then queues it or stores it now;
+:meth:`WritePath.store_many` writes the data files, then one transaction (capacity
+re-read, older values replaced, eviction, insert) and deletes the files of replaced
+or evicted rows only after the commit.  A full disk makes room and retries once, then
+leaves the value uncached and pauses writes for :data:`FULL_BACKOFF` seconds, with one
+warning per cache and kind of problem."""
 
 from __future__ import annotations
 
@@ -66,10 +54,7 @@ def queue_bytes(value: int | str) -> int:
 
 
 class Item:
-    """One data file to write: a plain entry (``grp`` None) or a chunk pack.
-
-    ``layout`` is :func:`~.files.toc_of` of ``arrays``, computed once here and
-    used again by :meth:`~.files.DataFiles.write`."""
+    """One data file to write: a plain entry (``grp`` None) or a chunk pack."""
 
     __slots__ = ("key", "grp", "start", "stop", "arrays", "layout", "nbytes", "size")
 
@@ -109,23 +94,9 @@ def pack_item(grp: str, start: int, stop: int, arrays: dict[str, np.ndarray]) ->
 
 
 class WritePath:
-    """Writes of one cache (see the module docstring).
-
-    Parameters
-    ----------
-    index, files, health
-        The cache's index, data files, counters and state.
-    capacity
-        The cache's capacity (the bound in force, followed in every insert).
-    writer
-        The write queue (``writer.limit`` 0: every write is stored inline).
-    admission
-        The admission policy's owner, or None (``fifo``).
-    looked_up : callable
-        ``looked_up(key, size)``: a miss whose value is offered is a lookup.
-    stored : callable
-        Called after every stored batch (a due orphan pass).
-    """
+    """Writes of one cache: its ``index``, ``files``, ``health``, ``capacity``, ``writer``
+    (limit 0: inline) and ``admission`` (None: ``fifo``); ``looked_up(key, size)`` records
+    the miss a value answers, ``stored()`` runs after every stored batch."""
 
     def __init__(self, index: Index, files: DataFiles, health: Health, capacity: Capacity,
                  writer: WriteBehind, admission: Admitter | None,
@@ -204,8 +175,7 @@ class WritePath:
                 error = e
             if attempt or problem(error) != "full":
                 break
-            # The disk holds less than capacity says: make room for this item and as
-            # much again (the index grows too), then retry once.
+            # The disk holds less than capacity says: room for twice the item (the index grows).
             health.count(errors=1)
             evicted, freed = make_room(self._index, self._files, 2 * item.size + 4096)
             health.count(evictions=evicted, bytes_evicted=freed)
@@ -260,7 +230,7 @@ class WritePath:
 
     def store_many(self, items: list[Item]) -> None:
         """Write the items' data files, then one index transaction for all of them
-        (the admission policy, if any, decides inside it: :mod:`.admitter`)."""
+        (the admission policy, if any, decides inside it: ``Admitter``)."""
         health, files = self._health, self._files
         adm = self._admission
         if adm is not None:  # decided on this process's view: not written at all
