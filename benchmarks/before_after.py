@@ -3,8 +3,9 @@
 Runs ``benchmarks/consecutive_runs.py`` of two commits with the same arguments, each from
 its own git worktree (``git worktree add``, removed at the end), alternating
 (before, after, before, after, ...) so that a change in the machine's load hits both
-alike. Each round is one ``--repeats 1`` invocation per commit on fresh clusters and
-caches; the figures compared are medians over the rounds, and after / before ratios per
+alike; both read the same generated files (one ``--data`` folder, written by the
+"after" commit's generator in the first round). Each round is one ``--repeats 1``
+invocation per commit on fresh clusters and caches; the figures compared are medians over the rounds, and after / before ratios per
 round.
 
     python benchmarks/before_after.py --before 9a8a287 [--after HEAD] [--rounds 3] \\
@@ -97,11 +98,16 @@ def main(argv: list[str] | None = None) -> int:
             trees[side] = os.path.join(work, side)
             subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "-f", trees[side], sha],
                            check=True, capture_output=True)  # fmt: skip
+        if "--data" not in args:  # (not recorded: a folder of this machine)
+            run_args = [*args, "--data", os.path.join(work, "data")]
+        else:
+            run_args = args
         for i in range(a.rounds):
-            order = ("before", "after") if i % 2 == 0 else ("after", "before")
+            # "after" first: it generates the dataset both then read (from one --data folder)
+            order = ("after", "before") if i % 2 == 0 else ("before", "after")
             got = {}
             for side in order:
-                doc = run_once(trees[side], args, os.path.join(work, "out"), f"{side}-{i}")
+                doc = run_once(trees[side], run_args, os.path.join(work, "out"), f"{side}-{i}")
                 got[side] = {**figures(doc), "elapsed_s": doc["_elapsed_s"]}
                 print(f"round {i + 1} {side}: {got[side]}", flush=True)
             rounds.append(got)
