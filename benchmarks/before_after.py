@@ -91,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = extra or DEFAULT_ARGS
     commits = {"before": resolve(a.before), "after": resolve(a.after)}
     work = tempfile.mkdtemp(prefix="cacheaffinity-before-after-")
+    os.chmod(work, 0o755)  # the XRootD origin's user reads the dataset under it
     trees = {}
     rounds: list[dict] = []
     try:
