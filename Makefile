@@ -25,7 +25,7 @@ demo: $(STAMP)
 # The documentation site (docs/): user guide, configuration reference generated from
 # cacheaffinity/cacheaffinity.yaml and its schema, API reference, design, benchmarks.
 docs: $(STAMP)
-	$(PY) -m sphinx -W --keep-going -b html docs docs/_build/html
+	$(PY) -m sphinx -n -W --keep-going -b html docs docs/_build/html
 
 # What CI runs (.ci/run), as root. Steps, each timed (tools/timed), the times printed at the end:
 #   venv, system-deps   the pinned venv and the Debian packages the service tiers need

@@ -5,7 +5,8 @@ decompressed columns. The names most users need are here; the public modules, by
 
 - :mod:`cacheaffinity.placement` (anywhere, pure math): :class:`TorusPlacement`.
 - :mod:`cacheaffinity.scheduler`: :class:`CacheAffinityPlugin`, :class:`LocalityStealing`.
-- :mod:`cacheaffinity.worker`: :class:`CacheWorkerPlugin`, :class:`ColumnCache`, :class:`MemoryFront`.
+- :mod:`cacheaffinity.worker`: :class:`CacheWorkerPlugin`, :class:`ColumnCache`, :class:`MemoryFront`,
+  and the store contract :class:`ColumnStore` (:class:`Pack`).
 - :mod:`cacheaffinity.coffea` (client and workers): :class:`CacheAffinityExecutor`, :func:`cachestrategy`.
 - :mod:`cacheaffinity.client`: chunk identities (:func:`chunk`, :func:`map_chunks` ...) and
   queries (:func:`check`, :func:`where`, :func:`run_stats`, :func:`cache_stats` ...).
@@ -38,7 +39,7 @@ from cacheaffinity.preload import command_line_setup as dask_setup
 from cacheaffinity.protocol import ANNOTATION, PLUGIN_NAME
 from cacheaffinity.scheduler import CacheAffinityPlugin, LocalityStealing
 from cacheaffinity.worker._plugin import CacheWorkerPlugin, worker_cache
-from cacheaffinity.worker._store import ColumnCache, MemoryFront
+from cacheaffinity.worker._store import ColumnCache, ColumnStore, MemoryFront, Pack
 
 __all__ = [
     "ANNOTATION",
@@ -48,8 +49,10 @@ __all__ = [
     "CacheWorkerPlugin",
     "ChunkIds",
     "ColumnCache",
+    "ColumnStore",
     "LocalityStealing",
     "MemoryFront",
+    "Pack",
     "TorusPlacement",
     "cache_stats",
     "cache_totals",

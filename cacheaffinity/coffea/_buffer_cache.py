@@ -15,7 +15,7 @@ from cacheaffinity.worker._store import protocol
 __all__ = ["IdentifiedKeys", "cachestrategy"]
 
 
-def cachestrategy() -> IdentifiedKeys:
+def cachestrategy() -> MutableMapping:
     """coffea ``Runner(cachestrategy=cacheaffinity.cachestrategy)`` hook.
 
     coffea calls it once per chunk, inside the task.  Returns this worker's node

@@ -67,12 +67,12 @@ class FileIdentity:
 
     @property
     def token(self) -> str:
-        """Digest of all three parts: the prefix of cache keys, packs and forms (workers)."""
+        """Digest of all three parts, the prefix of cache keys, packs and forms (workers)."""
         return _token(self.content, self.size, self.stamp)
 
     @property
     def stamp_token(self) -> str:
-        """Digest of ``size`` and ``stamp`` only (no file opened): the stamp in chunk identities."""
+        """Digest of ``size`` and ``stamp`` only (no file opened), the stamp in chunk identities."""
         return _token("", self.size, self.stamp)
 
     def as_dict(self) -> dict[str, Any]:

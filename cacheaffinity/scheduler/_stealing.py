@@ -336,7 +336,7 @@ class LocalityStealing:
     def __init__(
         self,
         scheduler: Scheduler,
-        locator: Locator,
+        locator: Any,  # the plugin's Locator (private)
         *,
         inherited: Container[str] = (),
         enabled: bool | None = None,

@@ -42,7 +42,7 @@ class MemoryFront(MutableMapping, ColumnStore):
 
     Parameters
     ----------
-    store : ColumnStore, MutableMapping or None
+    store : cacheaffinity.ColumnStore, MutableMapping or None
         The node's store (another mapping keeps no chunk packs); ``None`` keeps buffers
         in memory only (a worker whose cache directory is unusable).
     capacity : int or str, optional
