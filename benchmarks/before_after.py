@@ -154,5 +154,40 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _f(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"
+
+
+def render(results: str, name: str = "before_after") -> str:
+    """docs/benchmarks.md's table of ``before_after.json`` (tools/render_readme.py)."""
+    path = os.path.join(results, f"{name}.json")
+    if not os.path.exists(path):
+        return f"Not measured yet (`python benchmarks/before_after.py` writes `benchmarks/results/{name}.json`).\n"
+    with open(path) as f:
+        doc = json.load(f)
+    c, r = doc["config"], doc["results"]
+    lines = [
+        f"`{c['before'][:7]}` (before) against `{c['after'][:7]}` (after), {c['rounds']} alternating "
+        f"rounds, stamped `{doc.get('commit', '?')[:7]}`; "
+        f"`python benchmarks/before_after.py --before {c['before'][:7]} --after {c['after'][:7]} "
+        f"--rounds {c['rounds']} -- {' '.join(c['consecutive_runs_args'])}`.",
+        "",
+        "| figure | before | after | after / before, per round |",
+        "| --- | --- | --- | --- |",
+    ]
+    for label, s in r["summary"].items():
+        q = s["after / before"]
+        lines.append(f"| {label} | {_f(s['before']['median'])} | {_f(s['after']['median'])} "
+                     f"| {_f(q['median'])} [{_f(q['min'])}, {_f(q['max'])}] |")  # fmt: skip
+    digests = {r_[side].get("result digest") for r_ in r["rounds"] for side in r_}
+    lines += [
+        "",
+        "Medians over the rounds; [min, max] of the per-round ratios. Results identical within "
+        f"every invocation: {'yes' if r['identical_results'] else 'NO'}; the same results digest "
+        f"before and after: {'yes' if len(digests) == 1 else 'NO'}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 if __name__ == "__main__":
     sys.exit(main())

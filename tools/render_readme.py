@@ -33,6 +33,9 @@ Tables (``RENDERERS``):
 ``simulate_capacity``
     working sets larger than the caches (``simulate_capacity.json``): per cache policy the
     hit rate against the offline optimum and the bytes written, per scenario and per run.
+``before_after``
+    the reduced headline of two commits, alternating rounds (``before_after.json``): is the
+    behaviour unchanged within noise.
 ``measured``
     one row per other benchmark (executor runs, cache read, warm-run profile, placement,
     stealing, scheduler CPU, scale, simulation) with its figures, command and commit.
@@ -1026,7 +1029,18 @@ def render_soak(results: str, name: str = "soak") -> str:
     return render(results, name)
 
 
+def render_before_after(results: str, name: str = "before_after") -> str:
+    """The headline of two commits side by side (``before_after.json``): rendered by
+    benchmarks/before_after.py."""
+    if REPO not in sys.path:
+        sys.path.insert(0, REPO)
+    from benchmarks.before_after import render
+
+    return render(results, name)
+
+
 RENDERERS: dict[str, Callable[[str], str]] = {
+    "before_after": render_before_after,
     "soak": render_soak,
     "worker_gc": render_worker_gc,
     "simulate_capacity": render_simulate_capacity,
