@@ -53,8 +53,8 @@ def resolve(rev: str) -> str:
     return subprocess.check_output(["git", "-C", REPO, "rev-parse", rev], text=True).strip()
 
 
-def run_once(tree: str, args: list[str], out: str, name: str) -> dict:
-    env = {**os.environ, "PYTHONPATH": tree}
+def run_once(tree: str, args: list[str], out: str, name: str, env_extra: dict | None = None) -> dict:
+    env = {**os.environ, "PYTHONPATH": tree, **(env_extra or {})}
     script = os.path.join(tree, "benchmarks", "consecutive_runs.py")
     with open(script) as f:
         if '"--processes"' in f.read() and "--processes" not in args:
@@ -87,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--after", default="HEAD", help="commit after the change (default HEAD)")
     p.add_argument("--rounds", type=int, default=3, help="alternating rounds (each commit once per round)")
     p.add_argument("--name", default="before_after", help="results file name without .json")
+    p.add_argument("--after-env", nargs="*", default=[], metavar="KEY=VALUE",
+                   help="environment of the after side only (e.g. a Dask config variable)")
     a = p.parse_args(argv)
     args = extra or DEFAULT_ARGS
+    after_env = dict(kv.split("=", 1) for kv in a.after_env)
     commits = {"before": resolve(a.before), "after": resolve(a.after)}
     work = tempfile.mkdtemp(prefix="cacheaffinity-before-after-")
     os.chmod(work, 0o755)  # the XRootD origin's user reads the dataset under it
@@ -108,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
             order = ("after", "before") if i % 2 == 0 else ("before", "after")
             got = {}
             for side in order:
-                doc = run_once(trees[side], run_args, os.path.join(work, "out"), f"{side}-{i}")
+                doc = run_once(trees[side], run_args, os.path.join(work, "out"), f"{side}-{i}",
+                               after_env if side == "after" else None)
                 got[side] = {**figures(doc), "elapsed_s": doc["_elapsed_s"]}
                 print(f"round {i + 1} {side}: {got[side]}", flush=True)
             rounds.append(got)
@@ -128,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     identical = all(r[s]["identical results"] for r in rounds for s in r)
     results = {"rounds": rounds, "summary": summary, "identical_results": identical}
     config = {"before": commits["before"], "after": commits["after"], "rounds": a.rounds,
-              "consecutive_runs_args": args}  # fmt: skip
+              "consecutive_runs_args": args, "after_env": after_env}  # fmt: skip
     os.makedirs(a.out, exist_ok=True)
     write_json(os.path.join(a.out, f"{a.name}.json"), config, results)
 
