@@ -170,11 +170,15 @@ def render(results: str, name: str = "before_after") -> str:
     with open(path) as f:
         doc = json.load(f)
     c, r = doc["config"], doc["results"]
+    env = " ".join(f"{k}={v}" for k, v in (c.get("after_env") or {}).items())
     lines = [
-        f"`{c['before'][:7]}` (before) against `{c['after'][:7]}` (after), {c['rounds']} alternating "
+        f"`{c['before'][:7]}` (before) against `{c['after'][:7]}` (after"
+        + (f", with `{env}`" if env else "") + f"), {c['rounds']} alternating "
         f"rounds, stamped `{doc.get('commit', '?')[:7]}`; "
         f"`python benchmarks/before_after.py --before {c['before'][:7]} --after {c['after'][:7]} "
-        f"--rounds {c['rounds']} -- {' '.join(c['consecutive_runs_args'])}`.",
+        f"--rounds {c['rounds']}" + (f" --name {name}" if name != "before_after" else "")
+        + (f" --after-env {env}" if env else "")
+        + f" -- {' '.join(c['consecutive_runs_args'])}`.",
         "",
         "| figure | before | after | after / before, per round |",
         "| --- | --- | --- | --- |",

@@ -1041,6 +1041,7 @@ def render_before_after(results: str, name: str = "before_after") -> str:
 
 RENDERERS: dict[str, Callable[[str], str]] = {
     "before_after": render_before_after,
+    "before_after_fifo": lambda results: render_before_after(results, "before_after_fifo"),
     "soak": render_soak,
     "worker_gc": render_worker_gc,
     "simulate_capacity": render_simulate_capacity,
