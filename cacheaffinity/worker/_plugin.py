@@ -29,14 +29,14 @@ from cacheaffinity.protocol import (
     WORKER_METRIC,
 )
 from cacheaffinity.worker._collector import Collector
-from cacheaffinity.worker._directory import CacheDirectory, UntrustedDirectory, default_directory
+from cacheaffinity.worker._directory import CacheDirectory, UntrustedDirectory
 from cacheaffinity.worker._forms import FormStore
 from cacheaffinity.worker._store.cache import ColumnCache
 from cacheaffinity.worker._store.front import MemoryFront
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-__all__ = ["CacheWorkerPlugin", "default_directory", "worker_cache"]
+__all__ = ["CacheWorkerPlugin", "worker_cache"]
 
 
 #: Environment variables naming a per-job scratch directory that is deleted when the job ends.
