@@ -294,7 +294,7 @@ def test_what_a_worker_restart_keeps(tmp_path, mode, kept):
                 assert sorted(Path(d).name for d in dirs.values()) == ["node-0", "node-1"]
             else:
                 assert all(st["directory"] is None for st in c.native_stats().values())
-                assert not any(Path(st["directory"]).exists() for st in before.values())
+                assert not any(Path(st["directory"]).exists() for st in used.values())
             after = c.run()
         finally:
             c.close()
