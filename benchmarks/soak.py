@@ -135,6 +135,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -164,6 +165,7 @@ from distributed.deploy.spec import ProcessInterface  # noqa: E402
 from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
 
 import cacheaffinity  # noqa: E402
+from cacheaffinity.worker._directory import DATA_DIR  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     DEFAULT_OUT,
     make_dataset,
@@ -553,16 +555,20 @@ def _pools(server: Any) -> dict:
     import threading as _threading
 
     rpc = getattr(server, "rpc", None)
-    comms = 0
+    pooled = []
     if rpc is not None:
-        comms = sum(len(v) for v in getattr(rpc, "available", {}).values())
-        comms += sum(len(v) for v in getattr(rpc, "occupied", {}).values())
+        for table in (getattr(rpc, "available", {}), getattr(rpc, "occupied", {})):
+            pooled += [c for v in list(table.values()) for c in list(v)]
+    comms = len(pooled)
     names: dict = {}
     for t in _threading.enumerate():
         name = _re.sub(r"\d+", "N", t.name)
         names[name] = names.get(name, 0) + 1
     pool = sum(n for name, n in names.items() if name.startswith(POOL_THREADS))
-    return {"pooled_comms": comms, "pool_threads": pool, "threads_by_name": names}
+    # the local ends of the pooled connections: the other end is a socket of the peer
+    local = [getattr(c, "local_address", None) for c in pooled]
+    return {"pooled_comms": comms, "pool_threads": pool, "threads_by_name": names,
+            "pooled_local": sorted(a for a in local if isinstance(a, str))}  # fmt: skip
 
 
 def _module_containers(out: dict, types: dict | None = None, roots: tuple = ("cacheaffinity",)) -> None:
@@ -1186,10 +1192,21 @@ class Soak:
         s["workers"] = {}
         s["caches"] = {}
         records = warnings_ = 0
+        # a worker's end of the connections the scheduler and its peers keep in their pools
+        # (their doing, bounded by their pools) is not counted in its fds_net either
+        pooled_ends = set(sched["pools"].get("pooled_local", ()))
+        for w in workers.values():
+            pooled_ends.update(w["pools"].get("pooled_local", ()))
         for _addr, w in sorted(workers.items(), key=lambda kv: kv[1]["name"]):
             slot, pid = w["name"], w["pid"]
-            fig = _proc_figures(pid, "")
+            data = os.path.join(w["directory"], DATA_DIR) + os.sep if w.get("directory") else None
+            fig = _proc_figures(pid, "", data)
             _net(fig, w["pools"], "")
+            fig["pooled_by_others"] = _connections_to(pid, pooled_ends)
+            if fig["fds_net"] is not None and fig["pooled_by_others"] is not None:
+                fig["fds_net"] -= fig["pooled_by_others"]
+            if fig["fds_net"] is not None and fig.get("mapped_fds") is not None:
+                fig["fds_net"] -= fig["mapped_fds"]  # mapped reads: freed with their arrays
             counts = w["log_records"] or {}
             total = sum(counts.values())
             warn = sum(v for k, v in counts.items() if k.endswith("warning+"))
@@ -1228,6 +1245,18 @@ def _connections_from_here(pid: int | None) -> int | None:
         return None
 
 
+def _connections_to(pid: int | None, ends: set[str]) -> int | None:
+    """TCP connections of process ``pid`` whose other end is one of ``ends``
+    (``tcp://host:port``)."""
+    if pid is None:
+        return None
+    try:
+        conns = psutil.Process(pid).net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return None
+    return sum(1 for c in conns if c.raddr and f"tcp://{c.raddr.ip}:{c.raddr.port}" in ends)
+
+
 def _net(fig: dict, pools: dict, p: str) -> None:
     """Descriptors and threads net of the pools (:func:`_pools`): ``fds_net`` (open
     descriptors less pooled connections) and ``threads_net`` (OS threads less the
@@ -1259,9 +1288,55 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _proc_figures(pid: int | None, prefix: str) -> dict:
-    """RSS (MB; of it anonymous and file-backed), open file descriptors and threads of
-    process ``pid``."""
+def _fd_target(fd_dir: str, name: str) -> str:
+    try:
+        return os.readlink(os.path.join(fd_dir, name))
+    except OSError:
+        return "gone"  # closed while listed
+
+
+def _fd_kind(fd_dir: str, name: str, target: str | None = None) -> str:
+    """What descriptor ``name`` of ``fd_dir`` is: socket, pipe, anon:<kind>, or a file's
+    path with its digits as ``#`` (a data file of the cache: ``.../packs/#.pack``)."""
+    if target is None:
+        target = _fd_target(fd_dir, name)
+    if target == "gone":
+        return target
+    head, sep, _ = target.partition(":[")
+    if sep and head in ("socket", "pipe"):
+        return head
+    if target.startswith("anon_inode:"):
+        return "anon:" + target[len("anon_inode:"):].strip("[]")
+    return re.sub(r"[0-9]+", "#", target)
+
+
+def late_fd_kinds(samples: list[dict], warmup: int, restart_warmup: int) -> list[str]:
+    """Per worker slot whose descriptors (net of the pools) grew late
+    (:func:`_late_growth`): the kinds of descriptor its last sample has more of than the
+    sample before the last third that had the most (``slot: kind +n``), to name a late
+    growth."""
+    out = []
+    segs = worker_segments(samples, lambda x: x.get("fds_net"), warmup, restart_warmup)
+    by_run = {(slot, s["run"]): w for s in samples for slot, w in s.get("workers", {}).items()}
+    for slot, v in sorted(segs.items()):
+        points = [p for seg in v for p in seg]
+        if (_late_growth(points) or 0) <= 0:
+            continue
+        cut = points[0][0] + (points[-1][0] - points[0][0]) * 2 / 3
+        top = max((p for p in points if p[0] <= cut), key=lambda p: (p[1], p[0]))  # the latest of the most
+        then = by_run[(slot, top[0])].get("fd_kinds") or {}
+        now = by_run[(slot, points[-1][0])].get("fd_kinds") or {}
+        diff = {k: now.get(k, 0) - then.get(k, 0) for k in set(now) | set(then)}
+        more = ", ".join(f"{k} {d:+d}" for k, d in sorted(diff.items()) if d)
+        out.append(f"worker {slot}: run {top[0]:g} -> {points[-1][0]:g}: {more or 'no kind changed'}")
+    return out
+
+
+def _proc_figures(pid: int | None, prefix: str, mapped_under: str | None = None) -> dict:
+    """RSS (MB; of it anonymous and file-backed), open file descriptors (by kind:
+    :func:`_fd_kind`) and threads of process ``pid``; ``mapped_fds``: its descriptors of
+    files under ``mapped_under`` (a cache's data files: each mapped read holds one until
+    its array is freed)."""
     p = f"{prefix}_" if prefix else ""
     out = {f"{p}rss_mb": None, f"{p}anon_mb": None, f"{p}file_mb": None, f"{p}fds": None, f"{p}threads": None}
     if pid is None:
@@ -1269,7 +1344,13 @@ def _proc_figures(pid: int | None, prefix: str) -> dict:
     with contextlib.suppress(psutil.Error, OSError):
         proc = psutil.Process(pid)
         out[f"{p}rss_mb"] = round(proc.memory_info().rss / 2**20, 2)
-        out[f"{p}fds"] = len(os.listdir(f"/proc/{pid}/fd"))
+        fd_dir = f"/proc/{pid}/fd"
+        targets = {n: _fd_target(fd_dir, n) for n in os.listdir(fd_dir)}
+        kinds = Counter(_fd_kind(fd_dir, n, t) for n, t in targets.items())
+        if mapped_under:
+            out[f"{p}mapped_fds"] = sum(t.startswith(mapped_under) for t in targets.values())
+        out[f"{p}fds"] = sum(kinds.values())
+        out[f"{p}fd_kinds"] = dict(sorted(kinds.items()))
         out[f"{p}threads"] = proc.num_threads()
         # RSS = anonymous memory (the heap: what a leak grows) + file pages mapped (the
         # mmap-ed cache packs and libraries: page cache, bounded by what is mapped)
@@ -1621,12 +1702,14 @@ def analyse(doc: dict, cfg: Config) -> dict:
         "fd_late_growth": late(fds),
         "thread_late_growth": late(thr),
         "fd_net_late_growth": late(fds_net),
+        "fd_net_late_kinds": late_fd_kinds(samples, w, skip),
         "thread_net_late_growth": late(thr_net),
         "scheduler_fd_late_growth": sched_late("scheduler_fds"),
         "scheduler_thread_late_growth": sched_late("scheduler_threads"),
         "scheduler_fd_net_late_growth": sched_late("scheduler_fds_net"),
         "scheduler_thread_net_late_growth": sched_late("scheduler_threads_net"),
         "pool_threads_max": max((w.get("pool_threads") or 0 for s in samples for w in s.get("workers", {}).values()), default=None),
+        "mapped_fds_max": max((w.get("mapped_fds") or 0 for s in samples for w in s.get("workers", {}).values()), default=None),
         "pooled_comms_max": max((w.get("pooled_comms") or 0 for s in samples for w in s.get("workers", {}).values()), default=None),
         "worker_anon_mb_per_100_runs": _max_slope(worker_segments(samples, lambda x: x.get("anon_mb"), w, skip)),
         "worker_file_mb_per_100_runs": _max_slope(worker_segments(samples, lambda x: x.get("file_mb"), w, skip)),
@@ -1660,9 +1743,12 @@ def check_bounds(figures: dict, cfg: Config, chunk_ids: int | None = None, types
       or the scheduler's (``scheduler_fd_net_late_growth``,
       ``scheduler_thread_net_late_growth``; its descriptors also net of its connections
       with this process: the nannies' and clients' pools).  Net of the pools
-      (:func:`_pools`): a worker
+      (:func:`_pools`), at both ends: a worker
       keeps a pooled connection or two per peer, opened when it first fetches from it
-      (here: after the chunksize change) and again after a peer restarts, and asyncio's
+      (here: after the chunksize change) and again after a peer restarts; the peer's end
+      of it is an open socket too (``pooled_by_others``); a mapped read of a cache data
+      file holds a descriptor until its array is freed (``mapped_fds``, at most
+      ``mapped_fds_max``); and asyncio's
       executor starts its threads (up to its size) as peer requests come in at once, which
       move the raw counts by a few either way (``fd_growth``, ``fd_late_growth`` ... report
       them; ``pooled_comms_max``, ``pool_threads_max`` what the pools held at most);
@@ -1747,6 +1833,7 @@ def columnar(samples: list[dict]) -> dict:
                 col(out, k, i, v)
     if samples:
         out["last"]["threads_by_name"] = {slot: w.get("threads_by_name") for slot, w in samples[-1].get("workers", {}).items()}
+        out["last"]["fd_kinds"] = {slot: w.get("fd_kinds") for slot, w in samples[-1].get("workers", {}).items()}
     return out
 
 

@@ -18,6 +18,8 @@ made-up samples: that a growing series is found and a restart is not read as gro
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -124,7 +126,7 @@ def test_soak_nothing_grows(tmp_path):
     assert fig["hit_rate"] is not None and fig["hit_rate"] > 0.3, fig["phases"]
     # and nothing grew
     assert fig["wrong_results"] == 0 and fig["hung_runs"] == 0 and fig["failed_runs"] == 0, detail
-    assert not bad, "\n".join(bad)
+    assert not bad, "\n".join(bad + fig["fd_net_late_kinds"])
 
 
 def test_the_json_keeps_the_samples_as_columns():
@@ -142,3 +144,27 @@ def test_the_json_keeps_the_samples_as_columns():
     assert c["workers"]["1"]["rss_mb"] == [3.0, None]  # scaled away in the second sample
     assert c["caches"]["0"]["index_bytes"] == [7, 8]
     assert c["last"]["scheduler_threads_by_name"] == {"x": 2} and c["last"]["threads_by_name"]["0"] == {"y": 3}
+
+
+def test_a_late_descriptor_growth_is_named_by_kind():
+    def sample(run, fds, kinds):
+        return {"run": run, "workers": {"0": {"pid": 5, "fds_net": fds, "fd_kinds": kinds},
+                                        "1": {"pid": 6, "fds_net": 9, "fd_kinds": {"socket": 9}}}}  # fmt: skip
+
+    samples = [sample(r, 10, {"socket": 8, "pipe": 2}) for r in range(1, 10)]
+    samples.append(sample(10, 11, {"socket": 8, "pipe": 2, "/cache/packs/#.pack": 1}))
+    assert soak.late_fd_kinds(samples, warmup=0, restart_warmup=0) == [
+        "worker 0: run 7 -> 10: /cache/packs/#.pack +1"
+    ]
+    assert soak.late_fd_kinds(samples[:-1], warmup=0, restart_warmup=0) == []
+    fd = os.open(__file__, os.O_RDONLY)
+    try:
+        assert soak._fd_kind("/proc/self/fd", str(fd)) == re.sub(r"[0-9]+", "#", os.path.realpath(__file__))
+    finally:
+        os.close(fd)
+    r, w = os.pipe()
+    try:
+        assert soak._fd_kind("/proc/self/fd", str(r)) == "pipe"
+    finally:
+        os.close(r)
+        os.close(w)
