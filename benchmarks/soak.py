@@ -1297,7 +1297,7 @@ def _fd_target(fd_dir: str, name: str) -> str:
 
 def _fd_kind(fd_dir: str, name: str, target: str | None = None) -> str:
     """What descriptor ``name`` of ``fd_dir`` is: socket, pipe, anon:<kind>, or a file's
-    path with its digits as ``#`` (a data file of the cache: ``.../packs/#.pack``)."""
+    path with its digits as ``#`` (a cache data file: a path under ``<cache>/columns/``)."""
     if target is None:
         target = _fd_target(fd_dir, name)
     if target == "gone":
