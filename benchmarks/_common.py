@@ -39,6 +39,8 @@ from importlib import metadata
 from typing import Any, NamedTuple
 
 __all__ = [
+    "not_measured",
+    "read_results",
     "parser",
     "machine_info",
     "write_json",
@@ -272,6 +274,20 @@ def branch_bytes(
     out["branches"] = len(want) if want is not None else len(found)
     out["branches_found"] = len(found)
     return out
+
+
+def read_results(results: str, name: str) -> dict | None:
+    """``<results>/<name>.json`` as written by :func:`write_json`, or None if it is not there."""
+    path = os.path.join(results, f"{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def not_measured(script: str, name: str) -> str:
+    """What a renderer shows for a results file that is not there yet."""
+    return f"Not measured yet (`python benchmarks/{script}` writes `benchmarks/results/{name}.json`).\n"
 
 
 def write_json(path: str, config: dict[str, Any], results: Any, **extra: Any) -> None:

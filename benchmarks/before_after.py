@@ -31,7 +31,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from benchmarks._common import parser, pyplot, save_png, spread, write_json  # noqa: E402
+from benchmarks._common import not_measured, parser, pyplot, read_results, save_png, spread, write_json  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_ARGS = [
@@ -164,11 +164,9 @@ def _f(v: float | None) -> str:
 
 def render(results: str, name: str = "before_after") -> str:
     """docs/benchmarks.md's table of ``before_after.json`` (tools/render_readme.py)."""
-    path = os.path.join(results, f"{name}.json")
-    if not os.path.exists(path):
-        return f"Not measured yet (`python benchmarks/before_after.py` writes `benchmarks/results/{name}.json`).\n"
-    with open(path) as f:
-        doc = json.load(f)
+    doc = read_results(results, name)
+    if doc is None:
+        return not_measured("before_after.py", name)
     c, r = doc["config"], doc["results"]
     env = " ".join(f"{k}={v}" for k, v in (c.get("after_env") or {}).items())
     lines = [

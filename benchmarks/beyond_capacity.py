@@ -115,7 +115,7 @@ if str(ROOT) not in sys.path:
 
 # Only the standard library and benchmarks._common at the top: tools/render_readme.py
 # imports :func:`render` without dask or coffea; the benchmark imports them when it runs.
-from benchmarks._common import print_table, pyplot, save_png, spread, write_json  # noqa: E402
+from benchmarks._common import not_measured, print_table, pyplot, read_results, save_png, spread, write_json  # noqa: E402
 
 __all__ = [
     "MODES",
@@ -818,11 +818,9 @@ def render(results: str, name: str = NAME) -> str:
     written into the node caches (median [min, max] over the repeats); the targets; the
     command and commit.  Hook: ``"beyond_capacity": render`` in tools/render_readme.py's
     ``RENDERERS`` (a ``<!-- table:beyond_capacity -->`` marker in docs/benchmarks.md)."""
-    path = os.path.join(results, f"{name}.json")
-    if not os.path.exists(path):
-        return f"Not measured yet (`python benchmarks/beyond_capacity.py` writes `benchmarks/results/{name}.json`).\n"
-    with open(path) as f:
-        doc = json.load(f)
+    doc = read_results(results, name)
+    if doc is None:
+        return not_measured("beyond_capacity.py", name)
     r, c = doc["results"], doc["config"]
     s = r["summary"]
     forecast = any(x["forecast_hit_rate"]["median"] is not None for runs in s["modes"].values() for x in runs)

@@ -169,8 +169,10 @@ from cacheaffinity.worker._directory import DATA_DIR  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     DEFAULT_OUT,
     make_dataset,
+    not_measured,
     print_table,
     pyplot,
+    read_results,
     save_png,
     template_path,
     write_json,
@@ -2033,14 +2035,10 @@ def render(results: str, name: str = "soak", other: str = "soak_noprofiler") -> 
     and ``<other>.json`` (off) side by side: every figure of the issue with its bound, the
     hit rate per kind of phase, the command and commit.  Hook: ``"soak": render`` in
     tools/render_readme.py."""
-    docs = {}
-    for label, n in (("profiler on", name), ("profiler off", other)):
-        path = os.path.join(results, f"{n}.json")
-        if os.path.exists(path):
-            with open(path) as f:
-                docs[label] = json.load(f)
+    docs = {label: read_results(results, n) for label, n in (("profiler on", name), ("profiler off", other))}
+    docs = {label: d for label, d in docs.items() if d is not None}
     if not docs:
-        return f"Not measured yet (`python benchmarks/soak.py` writes `benchmarks/results/{name}.json`).\n"
+        return not_measured("soak.py", name)
     labels = list(docs)
     rows = ["| figure | bound | " + " | ".join(labels) + " |", "|" + " --- |" * (2 + len(labels))]
 
