@@ -52,7 +52,6 @@ from __future__ import annotations
 
 import argparse
 import difflib
-import json
 import os
 import re
 import statistics
@@ -75,12 +74,9 @@ __all__ = ["FILES", "RENDERERS", "main", "render"]
 # ----------------------------------------------------------------------------- helpers
 
 
-def _load(results: str, name: str) -> dict | None:
-    path = os.path.join(results, f"{name}.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+if REPO not in sys.path:
+    sys.path.insert(0, REPO)
+from benchmarks._common import read_results as _load  # noqa: E402  (stdlib only)
 
 
 def commit_label(doc: dict) -> str:
