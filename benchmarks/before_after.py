@@ -91,6 +91,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="environment of the after side only (e.g. a Dask config variable)")
     a = p.parse_args(argv)
     args = extra or DEFAULT_ARGS
+    bad = [kv for kv in a.after_env if "=" not in kv or kv.startswith("=")]
+    if bad:
+        p.error(f"--after-env takes KEY=VALUE pairs, got {' '.join(bad)} "
+                "(e.g. --after-env DASK_CACHEAFFINITY__WORKER__ADMISSION=fifo)")  # fmt: skip
     after_env = dict(kv.split("=", 1) for kv in a.after_env)
     commits = {"before": resolve(a.before), "after": resolve(a.after)}
     work = tempfile.mkdtemp(prefix="cacheaffinity-before-after-")

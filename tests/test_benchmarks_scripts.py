@@ -136,3 +136,22 @@ def test_gc_timer_counts_full_collections():
     finally:
         gc.callbacks[:] = before
         gc._benchmark_gc_timer = state
+
+
+def test_before_after_refuses_an_after_env_without_a_value(capsys):
+    from benchmarks import before_after
+
+    with pytest.raises(SystemExit) as e:
+        before_after.main(["--before", "HEAD", "--after-env", "NO_VALUE"])
+    assert e.value.code == 2
+    assert "--after-env takes KEY=VALUE pairs, got NO_VALUE" in capsys.readouterr().err
+
+
+def test_results_renderers_say_what_is_not_measured_yet(tmp_path):
+    from benchmarks import before_after, beyond_capacity, soak
+
+    for module, script in ((before_after, "before_after.py"), (beyond_capacity, "beyond_capacity.py"), (soak, "soak.py")):
+        assert module.render(str(tmp_path)).startswith(f"Not measured yet (`python benchmarks/{script}`")
+    (tmp_path / "x.json").write_text('{"commit": "abc"}')
+    assert _common.read_results(str(tmp_path), "x") == {"commit": "abc"}
+    assert _common.read_results(str(tmp_path), "y") is None

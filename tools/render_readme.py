@@ -74,7 +74,7 @@ __all__ = ["FILES", "RENDERERS", "main", "render"]
 # ----------------------------------------------------------------------------- helpers
 
 
-if REPO not in sys.path:
+if REPO not in sys.path:  # the renderers of benchmarks/ (imported when used) and _common
     sys.path.insert(0, REPO)
 from benchmarks._common import read_results as _load  # noqa: E402  (stdlib only)
 
@@ -999,8 +999,6 @@ def render_simulate_capacity(results: str, name: str = "simulate_capacity") -> s
 def render_beyond_capacity(results: str, name: str = "beyond_capacity") -> str:
     """FIFO vs rank admission with node caches at half the working set, from
     ``beyond_capacity.json``: rendered by benchmarks/beyond_capacity.py."""
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
     from benchmarks.beyond_capacity import render
 
     return render(results, name)
@@ -1018,8 +1016,6 @@ def _spread_of(values: list) -> dict:
 def render_soak(results: str, name: str = "soak") -> str:
     """The soak's figures (``soak.json``, ``soak_noprofiler.json``): rendered by
     benchmarks/soak.py."""
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
     from benchmarks.soak import render
 
     return render(results, name)
@@ -1028,8 +1024,6 @@ def render_soak(results: str, name: str = "soak") -> str:
 def render_before_after(results: str, name: str = "before_after") -> str:
     """The headline of two commits side by side (``before_after.json``): rendered by
     benchmarks/before_after.py."""
-    if REPO not in sys.path:
-        sys.path.insert(0, REPO)
     from benchmarks.before_after import render
 
     return render(results, name)
