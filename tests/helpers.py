@@ -100,13 +100,14 @@ class Processes:
         self.directory = directory
         self.procs: list[subprocess.Popen] = []
 
-    def start(self, *args: str, log: str, env: dict | None = None) -> subprocess.Popen:
+    def start(self, *args: str, log: str, env: dict | None = None, cwd: Path | None = None) -> subprocess.Popen:
         with open(self.directory / log, "w") as f:
             p = subprocess.Popen(
                 [str(BIN / "dask"), *args],
                 stdout=f,
                 stderr=subprocess.STDOUT,
                 env=None if env is None else dict(os.environ, **env),
+                cwd=cwd,
             )
         self.procs.append(p)
         return p

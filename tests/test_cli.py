@@ -11,10 +11,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from dask.utils import format_bytes
 import pytest
 from distributed import Client
 
 import cacheaffinity
+from cacheaffinity.worker import _forms as forms
 from cacheaffinity.worker._forms import FormStore
 from cacheaffinity.worker._directory import read_or_create_node_id
 from cacheaffinity.worker._store import ColumnCache
@@ -23,7 +25,7 @@ from helpers import Processes
 BIN = Path(sys.executable).parent
 CLI = BIN / "cacheaffinity"
 COLUMNS = 6
-CHUNKS = [f"uuid-{f}/Events/{i * 500}-{(i + 1) * 500}" for f in range(2) for i in range(3)]
+CHUNKS = [f"uuid-{f}/Events/s500:{i}" for f in range(2) for i in range(3)]
 
 
 def run(*args, input=None) -> subprocess.CompletedProcess:
@@ -85,14 +87,44 @@ def test_info_on_a_populated_cache(cache_dir):
     assert info["entries"] == COLUMNS and info["size"] == COLUMNS * 4096  # whole blocks
     assert info["capacity"] == 2**20 and info["capacity_source"] == "--capacity"
     assert info["forms"] == 1
+    forms_dir = directory / "forms"
+    assert info["forms_size"] == sum(f.stat().st_size for f in forms_dir.iterdir()) > 0
+    assert info["forms_max"] == {"documents": forms.MAX_DOCUMENTS, "bytes": forms.MAX_BYTES}
     assert time.time() - 600 < info["oldest"] <= info["newest"] <= time.time()
 
     assert human.returncode == 0, human.stderr
     lines = {line[:13].strip(): line[14:] for line in human.stdout.splitlines()}
     assert lines["node id"] == node
-    assert lines["entries"] == str(COLUMNS) and lines["forms"] == "1"
+    assert lines["entries"] == str(COLUMNS)
+    assert lines["forms"] == (
+        f"1, {format_bytes(info['forms_size'])} (at most {forms.MAX_DOCUMENTS:,} and "
+        f"{format_bytes(forms.MAX_BYTES)}, outside the capacity)"
+    )
     assert lines["size"].startswith("24.00 kiB")
     assert time.strftime("%Y-") in lines["oldest entry"] and "ago)" in lines["newest entry"]
+
+
+def test_info_counts_the_form_store(cache_dir):
+    """``cache info`` gives the form store's documents and bytes as the directory holds
+    them (documents of several sizes; a temporary file left by a killed writer is not a
+    document), and follows a removal."""
+    directory, _ = cache_dir
+    store = FormStore(str(directory))
+    for i in range(1, 6):
+        doc = {"kind": "TTree", "base_form": {"fields": [f"branch{j}" for j in range(200 * i)]}}
+        assert store.put(FormStore.key(f"file-{i}", "Events"), doc, identity={"i": i})
+    (directory / "forms" / "x.json.1.deadbeef.tmp").write_text("{")
+    docs = sorted((directory / "forms").glob("*.json"))
+    assert len(docs) == 6
+    info = json.loads(run("cache", "info", directory, "--json").stdout)
+    assert info["forms"] == 6
+    assert info["forms_size"] == sum(f.stat().st_size for f in docs) > 5 * 200 * 8
+    docs[0].unlink()
+    after = json.loads(run("cache", "info", directory, "--json").stdout)
+    assert after["forms"] == 5 and after["forms_size"] == sum(f.stat().st_size for f in docs[1:])
+    human = run("cache", "info", directory)
+    line = next(x for x in human.stdout.splitlines() if x.startswith("forms"))
+    assert line[14:].startswith(f"5, {format_bytes(after['forms_size'])} (at most ")
 
 
 def test_verify_detects_a_flipped_byte(cache_dir):
@@ -249,10 +281,19 @@ def schedulers(tmp_path_factory):
 
 
 def test_where_names_node_and_workers(schedulers):
-    text, machine = run_all(
+    text, machine, mistyped, own = run_all(
         ("where", schedulers["address"], *CHUNKS),
         ("where", "--json", schedulers["address"], CHUNKS[0]),
+        ("where", schedulers["address"], CHUNKS[0], "foo"),
+        ("where", "--any-id", "--json", schedulers["address"], "foo"),
     )
+    # an id outside the chunk-id grammar is refused in one line, unless --any-id says it is
+    # an identity of the user's own
+    assert mistyped.returncode == 2 and not mistyped.stdout, mistyped
+    assert mistyped.stderr.count("\n") == 1 and "'foo' is not a coffea chunk id" in mistyped.stderr
+    assert "--any-id" in mistyped.stderr and "Traceback" not in mistyped.stderr
+    assert own.returncode == 0, own.stderr
+    assert json.loads(own.stdout) == {"foo": {"node": schedulers["node"], "workers": [schedulers["worker"]]}}
     assert text.returncode == 0, text.stderr
     header, *rows = text.stdout.splitlines()
     assert header.split() == ["chunk", "node", "workers"]

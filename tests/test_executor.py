@@ -147,9 +147,21 @@ def test_refuses_a_scheduler_without_plugin():
         n_workers=1, processes=False, dashboard_address=":0"
     ) as cluster:
         with Client(cluster) as c:
-            executor = cacheaffinity.CacheAffinityExecutor(client=c, status=False)
-            with pytest.raises(RuntimeError, match="no cacheaffinity plugin"):
-                executor([object()], lambda x: x, None)
+            # refused when the executor is made, before any Runner call, in one line
+            with pytest.raises(RuntimeError, match="no cacheaffinity plugin") as refused:
+                cacheaffinity.CacheAffinityExecutor(client=c, status=False)
+            assert "\n" not in str(refused.value)
+            assert refused.value.__cause__ is None and refused.value.__suppress_context__
+            assert "dask scheduler --preload cacheaffinity" in str(refused.value)
+
+
+def test_refuses_a_misspelled_setting_when_made(client):
+    """The setting that stops a worker (DASK_CACHEAFFINITY__WORKER__CAPACTIY: the dask key
+    below) is refused on the client too, when the executor is made."""
+    with dask.config.set({"cacheaffinity.worker.capactiy": "1GiB"}):
+        with pytest.raises(ValueError, match=r"cacheaffinity\.worker\.capactiy='1GiB' is not a setting"):
+            cacheaffinity.CacheAffinityExecutor(client=client, status=False)
+    assert cacheaffinity.CacheAffinityExecutor(client=client, status=False).client is client
 
 
 def test_refuses_worker_affinity(client):

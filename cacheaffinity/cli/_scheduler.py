@@ -19,7 +19,9 @@ import click
 from dask.utils import format_bytes, parse_timedelta
 
 from cacheaffinity import config
+from cacheaffinity.chunk_id import parse_chunk_id
 from cacheaffinity.cli._common import JSON, CommandError, echo_json, when
+from cacheaffinity.protocol import PREPROCESS_PREFIX
 
 __all__ = ["check", "stats", "where"]
 
@@ -169,6 +171,12 @@ def _chunks_of_file(path: str, chunksize: int, treename: str) -> list[tuple[int,
 )
 @click.option("--chunksize", type=click.IntRange(min=1), help="The Runner's chunksize.")
 @click.option("--treename", default="Events", show_default=True, help="Tree of --file.")
+@click.option(
+    "--any-id",
+    is_flag=True,
+    help="Take each CHUNK as an identity of your own (plain Dask, cacheaffinity.chunk), "
+    "not a coffea chunk id: any non-empty string.",
+)
 @JSON
 @_TIMEOUT
 def where(
@@ -177,6 +185,7 @@ def where(
     path: str | None,
     chunksize: int | None,
     treename: str,
+    any_id: bool,
     as_json: bool,
     timeout: str,
 ) -> None:
@@ -186,6 +195,8 @@ def where(
     file.  The answer is each chunk's nearest live cache node (what a task of
     that chunk submitted now gets, bounded loads aside).  With ``--file F
     --chunksize N`` the chunks are those of coffea's Runner for that file.
+    A CHUNK must be a coffea chunk id (``<file>/<tree>/s<S>:<k>``) or a
+    preprocessing id (``file:<path>/<tree>``), unless ``--any-id`` is given.
     """
     import cacheaffinity
     from cacheaffinity.client import check_chunk_ids
@@ -207,6 +218,14 @@ def where(
         check_chunk_ids(chunks, what="CHUNK")
     except (TypeError, ValueError) as e:
         raise CommandError(str(e)) from e
+    if not any_id:
+        for c in chunks:
+            if parse_chunk_id(c) is None and not c.startswith(PREPROCESS_PREFIX):
+                raise CommandError(
+                    f"CHUNK {c!r} is not a coffea chunk id (<file>/<tree>/s<S>:<k>, as "
+                    "`cacheaffinity where SCHEDULER --file F.root --chunksize N` lists them); "
+                    "for an identity of your own (plain Dask), add --any-id"
+                )
     _target(scheduler)  # a bad address is refused before anything is imported or asked
     homes = _ask(scheduler, timeout, lambda client: cacheaffinity.where(client, chunks))
     if ranges:
@@ -324,7 +343,8 @@ def stats(scheduler: str, last: int, run: str | None, as_json: bool, timeout: st
     """Figures of the last run(s) the scheduler saw, counted by their own chunk tasks.
 
     One row per run (one coffea ``Runner`` call, its preprocessing included,
-    or one submitted graph): chunk tasks submitted, chunk tasks that reported
+    or one submitted graph): its status (FAILED when a chunk or preprocessing
+    task erred, with a line naming the first error below the table), chunk tasks submitted, chunk tasks that reported
     (a task run twice counts twice), column-cache hits, peer hits, misses,
     bytes served from caches, bytes read from storage, files opened (by chunk
     and preprocessing tasks), steals, chunks that ran uncached, files
@@ -348,24 +368,30 @@ def stats(scheduler: str, last: int, run: str | None, as_json: bool, timeout: st
         return
     cells = []
     for r in runs:
-        row = [r["run"][:32], when(r.get("started")).split(" (")[0]]
+        row = [r["run"][:32], when(r.get("started")).split(" (")[0],
+               "FAILED" if r.get("failed_tasks") else "ok"]  # fmt: skip
         for name, _, show in _STATS_COLUMNS:
             row.append(show(int(r.get(name, 0))))
         f = r.get("forecast") or {}
         hit_bytes = r.get("chunk_bytes_hit", 0) / r["chunk_bytes"] if r.get("chunk_bytes") else None
         row += [_percent(f.get("hit_rate")), _percent(hit_bytes)]
         cells.append(row)
-    titles = ["run", "started"] + [t for _, t, _ in _STATS_COLUMNS] + ["forecast", "hit bytes"]
+    titles = ["run", "started", "status"] + [t for _, t, _ in _STATS_COLUMNS] + ["forecast", "hit bytes"]
     widths = [max(len(t), *(len(c[i]) for c in cells)) for i, t in enumerate(titles)]
 
-    def line(values: list[str]) -> str:  # run and start time left-aligned, figures right
+    def line(values: list[str]) -> str:  # run, start time and status left-aligned, figures right
         return "  ".join(
-            v.ljust(w) if i < 2 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))
+            v.ljust(w) if i < 3 else v.rjust(w) for i, (v, w) in enumerate(zip(values, widths))
         )
 
     click.echo(line(titles))
     for c in cells:
         click.echo(line(c))
+    for r in runs:
+        if r.get("failed_tasks"):
+            n = r["failed_tasks"]
+            click.echo(f"  run {r['run'][:12]} FAILED: {n} task{'s' if n != 1 else ''} erred; "
+                       f"first: {r.get('error') or '-'}")  # fmt: skip
     for r in runs:
         for text in _forecast_lines(r):
             click.echo(text)

@@ -11,7 +11,9 @@ nodes that cache nothing, and keeps the figures its chunk tasks reported.  Retri
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import uuid
 from dataclasses import dataclass, field, fields
 
@@ -41,6 +43,12 @@ __all__ = ["CacheAffinityExecutor", "chunk_identity"]
 class CacheAffinityExecutor(DaskExecutor):
     """coffea ``DaskExecutor`` that places chunks on their cache node.
 
+    Made with a client, it checks the ``cacheaffinity`` settings of this process and
+    that the client's scheduler runs the plugin, and refuses (``InvalidSetting``,
+    ``RuntimeError``) before any run.  A relative path in a fileset is resolved
+    against this process's working directory before tasks are sent, as coffea's
+    local executors read it (``events.metadata["filename"]`` is then absolute).
+
     Parameters
     ----------
     client : distributed.Client
@@ -67,6 +75,22 @@ class CacheAffinityExecutor(DaskExecutor):
     #: ``{"last": figures}``, shared with the copies coffea's ``Runner`` makes.
     run_log: dict = field(default_factory=dict, repr=False, compare=False)
 
+    def __post_init__(self):
+        parent = getattr(super(), "__post_init__", None)
+        if parent is not None:
+            parent()
+        config.validate()  # a misspelled setting is refused here, as a worker refuses it
+        client = self.client
+        # coffea's Runner copies the executor (``type(self)(**self.__dict__)``) for every
+        # call: the copies share ``run_log``, so a client is asked once
+        if client is not None and not getattr(client, "asynchronous", False):
+            if self.run_log.get("checked") is not client:
+                try:
+                    ca_client.check(client, warn=False)
+                except RuntimeError as e:
+                    raise RuntimeError(f"CacheAffinityExecutor(client=...): {e}") from None
+                self.run_log["checked"] = client
+
     @property
     def last_run_stats(self) -> dict | None:
         """Figures of the last run, or None before one."""
@@ -75,6 +99,7 @@ class CacheAffinityExecutor(DaskExecutor):
     def __call__(self, items, function, accumulator):
         if len(items) == 0:
             return accumulator
+        items, relative = _absolute_paths(items)
         if self.worker_affinity:
             raise ValueError(
                 "CacheAffinityExecutor(worker_affinity=True): worker_affinity is coffea's "
@@ -111,6 +136,8 @@ class CacheAffinityExecutor(DaskExecutor):
             run = self.run_log.pop("pending", None) or uuid.uuid4().hex
         base.client = _ChunkClient(self.client, run) if place else self.client
         result = DaskExecutor.__call__(base, items, function, accumulator)
+        if relative and preprocessing:
+            _relative_paths(result, relative)
         if not preprocessing:
             stats = self._run_stats(run)
             self.run_log["last"] = stats
@@ -133,6 +160,46 @@ class CacheAffinityExecutor(DaskExecutor):
             **{name: int(stats.get(name, 0)) for name in RUN_FIGURES},
             "forecast": stats.get("forecast"),
         }
+
+
+def _local_relative(name) -> bool:
+    """Whether ``name`` is a relative path of the local file system (no URL scheme)."""
+    return isinstance(name, str) and bool(name) and "://" not in name and not os.path.isabs(name)
+
+
+def _absolute_paths(items) -> tuple[list, dict[str, str]]:
+    """``items`` with each relative file path made absolute against this process's working
+    directory (workers have their own), and ``{absolute: relative}`` of those changed."""
+    changed: dict[str, str] = {}
+
+    def fix(x):
+        if isinstance(x, tuple) and x:  # (item, heavy input)
+            return (fix(x[0]), *x[1:])
+        name = getattr(x, "filename", None)
+        if not _local_relative(name) or not isinstance(x, (adapter.WorkItem, adapter.FileMeta)):
+            return x
+        absolute = os.path.abspath(name)
+        changed[absolute] = name
+        if isinstance(x, adapter.WorkItem):
+            return dataclasses.replace(x, filename=absolute)
+        return adapter.FileMeta(x.dataset, absolute, x.treename, x.metadata, x.preload)
+
+    out = [fix(x) for x in items]
+    return out, changed
+
+
+def _relative_paths(result, relative: dict[str, str]) -> None:
+    """Give preprocessing's ``FileMeta`` results their fileset paths back (the Runner
+    matches them with its fileset and keys its metadata cache by them)."""
+    out = result[0] if isinstance(result, tuple) and result else result
+    if not isinstance(out, set):
+        return
+    metas = list(out)
+    out.clear()
+    for m in metas:
+        if isinstance(m, adapter.FileMeta) and m.filename in relative:
+            m = adapter.FileMeta(m.dataset, relative[m.filename], m.treename, m.metadata, m.preload)
+        out.add(m)
 
 
 class _ChunkClient:

@@ -4,23 +4,55 @@
 chunks each run placed per node, and estimates per node and run ``need_bytes``,
 ``hit_rate`` and ``capacity_hit_rate`` (the rate without first-run misses) against
 the capacities the workers report. It ignores steals and other users' entries.
-Event-loop only; memory: the last ``SIZES_KEPT`` sizes and ``RUNS_KEPT`` runs.
+A node that stored chunks but reports an empty cache since (``cacheaffinity cache clear``
+with its workers running) holds none of them: its chunks count as new in the runs
+placed after that report. Event-loop only; memory: the last ``SIZES_KEPT`` sizes and ``RUNS_KEPT`` runs.
 """
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import xxhash
 
-__all__ = ["RUNS_KEPT", "SIZES_KEPT", "Forecast", "size_key"]
+from cacheaffinity.protocol import WORKER_METRIC
+
+__all__ = ["EMPTY_AFTER", "RUNS_KEPT", "SIZES_KEPT", "Forecast", "emptied_nodes", "size_key"]
 
 #: Chunk sizes kept at most (about 100 bytes each).
 SIZES_KEPT = 500_000
 #: Runs whose forecast is kept at most.
 RUNS_KEPT = 20
+#: Seconds between a node's last stored chunk and a report of an empty cache that counts as
+#: emptied (a report computed before the chunk's write was queued is not).
+EMPTY_AFTER = 1.0
+
+
+def emptied_nodes(node_workers: Mapping[str, Iterable[str]], workers: Mapping[str, Any],
+                  stored: Mapping[str, float]) -> set[str]:
+    """Nodes whose every reporting worker says, in a heartbeat received more than
+    ``EMPTY_AFTER`` s after the node last stored a chunk (``stored``: scheduler time), that
+    the cache holds no entry and has no queued write."""
+    out = set()
+    for node, addrs in node_workers.items():
+        last = stored.get(node)
+        if last is None:
+            continue
+        seen = []
+        for a in addrs:
+            ws = workers.get(a)
+            m = (getattr(ws, "metrics", None) or {}).get(WORKER_METRIC) if ws is not None else None
+            stats = m.get("stats") if isinstance(m, dict) else None
+            if not isinstance(stats, dict) or "entries" not in stats:
+                continue
+            seen.append(stats.get("entries") == 0 and not stats.get("pending")
+                        and (getattr(ws, "last_seen", 0) or 0) > last + EMPTY_AFTER)  # fmt: skip
+        if seen and all(seen):
+            out.add(node)
+    return out
 
 
 def size_key(chunk: str, entries: Any = None) -> int:
@@ -39,30 +71,37 @@ class Forecast:
         self._total = 0
         # run -> node -> [chunks, bytes of known chunks, chunks of unknown size]
         self.runs: OrderedDict[str, dict[str, list[int]]] = OrderedDict()
+        #: node -> scheduler time of the last chunk it reported stored
+        self.stored: dict[str, float] = {}
 
-    def submitted(self, run: str, placed: Iterable[tuple[int, str]]) -> None:
-        """Chunk tasks ``(size key, node)`` of ``run`` were placed."""
+    def submitted(self, run: str, placed: Iterable[tuple[int, str]], empty: Iterable[str] = ()) -> None:
+        """Chunk tasks ``(size key, node)`` of ``run`` were placed; the nodes ``empty``
+        hold none of the chunks they stored (their chunks count as new)."""
         rec = self.runs.get(run)
         if rec is None:
             rec = self.runs[run] = {}
             while len(self.runs) > self.runs_kept:
                 self.runs.popitem(last=False)
         sizes = self.sizes
+        empty = set(empty)
         for sk, node in placed:
             n = rec.get(node)
             if n is None:
                 n = rec[node] = [0, 0, 0]
             n[0] += 1
             b = sizes.get(sk)
-            if b is None:
+            if b is None or node in empty:
                 n[2] += 1
             else:
                 n[1] += b
 
-    def reported(self, sk: int, nbytes: Any) -> None:
-        """A chunk task of size key ``sk`` reported the bytes of its columns."""
+    def reported(self, sk: int, nbytes: Any, node: str | None = None, kept: bool = True) -> None:
+        """A chunk task of size key ``sk`` reported the bytes of its columns (on ``node``,
+        which ``kept`` them)."""
         if not isinstance(nbytes, int) or nbytes <= 0:
             return
+        if node is not None and kept:
+            self.stored[node] = time.time()
         old = self.sizes.pop(sk, None)
         if old is not None:
             self._total -= old

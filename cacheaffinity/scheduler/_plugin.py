@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict, deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from distributed.diagnostics.plugin import SchedulerPlugin
@@ -35,7 +35,7 @@ from cacheaffinity.protocol import (
 )
 from cacheaffinity.scheduler import _distributed
 from cacheaffinity.scheduler._counters import NodeCounters
-from cacheaffinity.scheduler._forecast import Forecast, size_key
+from cacheaffinity.scheduler._forecast import Forecast, emptied_nodes, size_key
 from cacheaffinity.scheduler._inheritance import Inheritance
 from cacheaffinity.scheduler._locator import Locator
 from cacheaffinity.scheduler._membership import Membership
@@ -280,7 +280,13 @@ class CacheAffinityPlugin(SchedulerPlugin):
             key = msg.get("key")
             chunk = self.locator.chunk_of.get(key)
             if chunk is not None:  # the report arrives before the task finishes
-                self.forecast.reported(size_key(chunk, self.locator.entries.get(key)), msg.get("chunk_bytes"))
+                ts = self.scheduler.tasks.get(key)
+                ws = getattr(ts, "processing_on", None)
+                self.forecast.reported(
+                    size_key(chunk, self.locator.entries.get(key)), msg.get("chunk_bytes"),
+                    self.membership.worker_node.get(ws.address) if ws is not None else None,
+                    kept=not msg.get("chunks_not_kept"),
+                )
                 if msg.get("chunks_not_kept"):
                     self.not_kept.add(key)
         elif topic == NODE_REPORT_TOPIC and isinstance(msg, dict) and msg.get("worker"):
@@ -450,8 +456,9 @@ class CacheAffinityPlugin(SchedulerPlugin):
         for (ts, chunk), node in zip(todo, nodes):
             if not chunk.startswith(PREPROCESS_PREFIX):
                 per_run[runs.get(ts.key) or graph_run].append((size_key(chunk, entry_of(ts.key)), node))
+        empty = emptied_nodes(node_workers, self.membership.workers, self.forecast.stored) if per_run else ()
         for run, placed in per_run.items():
-            self.forecast.submitted(run, placed)
+            self.forecast.submitted(run, placed, empty)
         if debug:
             for (ts, chunk), node, h in zip(todo, nodes, hashed):
                 reason = "hash" if node == h else "locator"
@@ -517,8 +524,19 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 self.counters[which] += 1
                 self.node_counters.add(node, which)
             return
+        if finish == "erred":
+            self._run_erred(key, kwargs.get("exception_text"))
         # a worker may have died: re-target before Dask picks a new worker
         self._sync_workers(kwargs.get("stimulus_id") or "cacheaffinity-transition")
+
+    def _run_erred(self, key: Any, error: Any) -> None:
+        """Chunk or preprocessing task ``key`` failed: its run is marked failed."""
+        ts = self.scheduler.tasks.get(key)
+        run = (getattr(ts, "annotations", None) or {}).get(RUN_ANNOTATION)
+        if isinstance(run, Mapping):
+            run = run.get(key)
+        self.runs.erred(key, run if isinstance(run, str) else None,
+                        error or getattr(ts, "exception_text", None))  # fmt: skip
 
     def _count_steal(self, ts: TaskState, victim: WorkerState, thief: WorkerState) -> None:
         """The stealing policy moved chunk task ``ts`` from ``victim`` to ``thief``."""

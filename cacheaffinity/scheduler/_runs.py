@@ -3,7 +3,7 @@
 ``RunFigures`` adds up, per run (the tasks of one coffea ``Runner`` call, named by
 the ``cacheaffinity-run`` annotation; else one per submitted graph), the figures
 (:data:`~cacheaffinity.protocol.RUN_FIGURES`) each task reported when it ended and
-the run's steals. Sums of the run's own reports never go negative when a worker
+the run's steals, and the tasks that failed (a failed run). Sums of the run's own reports never go negative when a worker
 restarts; a task run twice counts twice. Memory: the last ``keep`` runs and an
 entry per chunk task the scheduler has. Event-loop only.
 """
@@ -36,6 +36,8 @@ class RunFigures:
                 "started": time.time(),
                 "updated": time.time(),
                 "tasks": 0,
+                "failed_tasks": 0,
+                "error": None,
                 "figures": Counter(),
             }
             while len(self.runs) > self.keep:
@@ -65,6 +67,19 @@ class RunFigures:
                 figures[name] += v
         rec["updated"] = time.time()
 
+    def erred(self, key: Hashable, run: str | None, error: Any = None) -> None:
+        """Task ``key`` of ``run`` (a chunk or preprocessing task) failed: the run is marked
+        failed, with the first error's text."""
+        run = run or self.task_run.get(key)
+        if not run:
+            return
+        rec = self._record(str(run))
+        rec["failed_tasks"] = rec.get("failed_tasks", 0) + 1
+        if not rec.get("error"):
+            text = " ".join(str(error or "").split())
+            rec["error"] = text[:300] or "a task failed"
+        rec["updated"] = time.time()
+
     def steal(self, key: Hashable) -> None:
         """The stealing policy moved chunk task ``key``."""
         run = self.task_run.get(key)
@@ -76,8 +91,9 @@ class RunFigures:
         self.task_run.pop(key, None)
 
     def get(self, run: str | None = None, last: int = 1) -> list[dict[str, Any]]:
-        """Records ``{"run", "started", "updated", "tasks", <figure>: n}`` of run ``run``
-        (``[]``: unknown), or of the ``last`` runs, newest last."""
+        """Records ``{"run", "started", "updated", "tasks", "failed_tasks", "error", <figure>: n}``
+        of run ``run`` (``[]``: unknown), or of the ``last`` runs, newest last; a run with
+        ``failed_tasks`` failed (``error``: the first task error's text)."""
         if run is not None:
             recs = [self.runs[run]] if run in self.runs else []
         else:
