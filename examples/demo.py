@@ -158,7 +158,8 @@ def main(argv=None) -> int:
             f"{cells[2]:>6s} {cells[3]:>8s}"
         )
     print("(speedup relative to cacheaffinity run 1; hit rate = column-cache hits / lookups;")
-    print(" storage = bytes and files read from the data files by chunk tasks)")
+    print(" storage = bytes and files read from the data files by chunk tasks;")
+    print(" on node = chunk tasks that ran on the cache node placement chose for them)")
     print()
     print("results identical to coffea's DaskExecutor:", "yes" if identical else "NO")
     if args.check and rows[-1][2] < 0.95:

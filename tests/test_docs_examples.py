@@ -199,3 +199,79 @@ def test_printed_lines_are_found():
     check_printed(script, "noise\n{'a': 1}\n[1, 2]\n0 0\n")
     with pytest.raises(AssertionError, match="prints no line"):
         check_printed(script, "{'a': 2}\n[1, 2]\n0 0\n")
+
+
+README_RUN = '''
+import sys
+import awkward as ak
+import cacheaffinity
+from coffea import processor
+from coffea.nanoevents import NanoAODSchema
+from distributed import Client
+
+class Muons(processor.ProcessorABC):
+    def process(self, events):
+        return {"muons": int(ak.sum(ak.num(events.Muon)))}
+    def postprocess(self, accumulator):
+        return accumulator
+
+client = Client(sys.argv[1])
+runner = processor.Runner(executor=cacheaffinity.CacheAffinityExecutor(client=client, status=False),
+                          schema=NanoAODSchema, chunksize=100_000)
+print(runner({"DY": [sys.argv[2]]}, processor_instance=Muons(), treename="Events"))
+'''
+
+
+def _emptied(dask_scheduler=None):
+    from cacheaffinity.scheduler._forecast import emptied_nodes
+
+    p = dask_scheduler.plugins["cacheaffinity"]
+    return sorted(emptied_nodes(p.membership.node_workers, p.membership.workers, p.forecast.stored))
+
+
+def _stats_row(address: str) -> tuple[dict[str, str], str]:
+    out = cli("stats", address, "--last", "1")
+    assert out.returncode == 0, out.stderr
+    titles, row, *rest = out.stdout.splitlines()
+    return dict(zip(cli_samples.cells(titles), cli_samples.cells(row))), "\n".join(rest)
+
+
+def test_failed_run_is_marked_and_a_cleared_cache_is_forecast_as_misses(cluster, nanoaod_dir, tmp_path):
+    """A run whose file is missing is FAILED in ``stats`` with its error; after ``cache
+    clear`` with the worker running, the next run's forecast is 0% (it gets no hit), not 100%."""
+    import time
+
+    address = cluster["address"]
+    script = tmp_path / "run.py"
+    script.write_text(README_RUN)
+    shutil.copy(nanoaod_dir / "nano_dy.root", tmp_path / "nano_dy.root")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DASK_")}
+
+    def analysis(name):
+        return subprocess.run([sys.executable, str(script), address, name], cwd=tmp_path, env=env,
+                              capture_output=True, text=True, timeout=300)  # fmt: skip
+
+    failed = analysis("missing.root")
+    assert failed.returncode != 0 and "FileNotFoundError" in failed.stderr
+    row, below = _stats_row(address)
+    assert row["status"] == "FAILED", (row, below)
+    assert "FAILED: 1 task erred; first: FileNotFoundError" in below, below
+
+    ok = analysis("nano_dy.root")
+    assert ok.returncode == 0, ok.stderr[-3000:]
+    with Client(address, timeout=60) as client:
+        cacheaffinity.cache_stats(client)  # waits for the worker's queued writes
+        import cloudpickle  # the scheduler process cannot import this test module
+
+        cloudpickle.register_pickle_by_value(sys.modules[__name__])
+        cleared = cli("cache", "clear", "--yes", str(cluster["cache"]))
+        assert cleared.returncode == 0, cleared.stderr
+        deadline = time.monotonic() + 60
+        while not client.run_on_scheduler(_emptied):  # the worker's heartbeats report it
+            assert time.monotonic() < deadline, "the scheduler never saw the cleared cache"
+            time.sleep(0.2)
+    again = analysis("nano_dy.root")
+    assert again.returncode == 0, again.stderr[-3000:]
+    row, below = _stats_row(address)
+    assert (row["status"], row["hits"], row["misses"]) == ("ok", "0", "1"), row
+    assert row["forecast"] == "0%" and row["hit bytes"] == "0%", row

@@ -272,7 +272,8 @@ def check(scheduler: str, as_json: bool, timeout: str) -> None:
         )
         for name, e in sorted(nodes.items()):
             stats = e.get("stats") or {}
-            cap = stats.get("capacity")
+            # an uncached node holds nothing: no capacity to show
+            cap = None if e.get("uncached") else stats.get("capacity")
             state = f"UNCACHED: {e['uncached']}" if e.get("uncached") else "cached"
             click.echo(
                 f"  {name}  workers {len(e.get('workers') or ())} on "
