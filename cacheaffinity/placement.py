@@ -337,6 +337,18 @@ class TorusPlacement:
         """Points of chunks on the torus, shape ``(n, dimensions)`` (for plots)."""
         return _points(_as_bytes(chunk_ids, "coordinates(chunk_ids)"), self._seeds)
 
+    def nearest_points(self, x: np.ndarray, layout: _Nodes | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """``(distance, point index)`` of the nearest replica point of every row of ``x``
+        (points from :meth:`coordinates`) in ``layout`` (default: the current one):
+        the tree query :meth:`assign` and :meth:`nearest` make, for callers that keep
+        chunk points (the scheduler's index of pending chunk tasks)."""
+        st = self._nodes_or_raise() if layout is None else layout
+        if len(x) <= _SMALL_BATCH:
+            d, i = st.tree.query(x, k=1, p=1)
+            return np.atleast_1d(d), np.atleast_1d(i)
+        d, i = self._query(st, x, 1)
+        return d[:, 0], i[:, 0]
+
     def nearest(self, chunk_ids: Iterable[str | bytes]) -> list[str]:
         """Node of the nearest replica point of every chunk (its *home*): :meth:`assign`
         without bounded loads, in input order."""

@@ -351,6 +351,8 @@ class Locator:
         self.entries: dict[Hashable, tuple[int, int]] = {}
         self.target: dict[Hashable, str] = {}
         self.node_tasks: defaultdict[str, set] = defaultdict(set)
+        # tracked tasks without a target (they wait for a cache node)
+        self.untargeted_keys: set = set()
         # task -> placement's node, for tasks sent to a holder instead
         self.hashed: dict[Hashable, str] = {}
         self.stolen: set = set()
@@ -363,6 +365,8 @@ class Locator:
         """Track chunk task ``key``; ``entries``: its ``cacheaffinity-entries``
         annotation (anything but ``(start, stop)``: the task is the whole id)."""
         self.chunk_of[key] = chunk
+        if key not in self.target:
+            self.untargeted_keys.add(key)
         if self._parts:
             self._parts.pop(key, None)
         rng = _entry_range(entries)
@@ -415,6 +419,8 @@ class Locator:
             self.node_tasks[old].discard(key)
         self.target[key] = node
         self.node_tasks[node].add(key)
+        if old is None:
+            self.untargeted_keys.discard(key)
         return old
 
     def forget_task(self, key: Hashable) -> None:
@@ -425,6 +431,7 @@ class Locator:
             self._parts.pop(key, None)
         self.hashed.pop(key, None)
         self.stolen.discard(key)
+        self.untargeted_keys.discard(key)
         node = self.target.pop(key, None)
         if node is not None:
             tasks = self.node_tasks.get(node)
@@ -435,7 +442,7 @@ class Locator:
 
     def untargeted(self) -> list[Hashable]:
         """Chunk tasks without a target (they wait for a cache node)."""
-        return [k for k in self.chunk_of if k not in self.target]
+        return list(self.untargeted_keys)
 
     def relocate(self, todo: Sequence[tuple[TaskState, str]], nodes: list[str]) -> int:
         """Replace ``nodes[i]``, the placement's node of ``todo[i]``, by the task's live

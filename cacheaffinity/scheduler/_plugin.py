@@ -13,6 +13,7 @@ task to Dask's placement: a cache miss, never a wrong result.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping
@@ -40,6 +41,7 @@ from cacheaffinity.scheduler._inheritance import Inheritance
 from cacheaffinity.scheduler._locator import Locator
 from cacheaffinity.scheduler._membership import Membership
 from cacheaffinity.scheduler._metrics import register_collector
+from cacheaffinity.scheduler._pending import PendingIndex
 from cacheaffinity.scheduler._queries import Queries
 from cacheaffinity.scheduler._retargeting import PENDING, Retargeting
 from cacheaffinity.scheduler._runs import RunFigures
@@ -58,6 +60,10 @@ __all__ = ["CacheAffinityPlugin"]
 _NO_NODE = "cacheaffinity://no-cache-node-yet"
 # Periodic look for pending workers whose node arrived in a heartbeat.
 PENDING_CALLBACK = "cacheaffinity-pending"
+#: From this many pending chunk tasks on, joins are gathered (all joins of one pass
+#: of the event loop are one membership change) and handled in slices that yield
+#: to the event loop; below, each change is handled at once, inside its hook.
+SLICED_FROM = 50_000
 
 
 def _compute_seconds(startstops: Any) -> float | None:
@@ -158,6 +164,16 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self.owners: set[str] = set()
         # (chunk id, node) of the last chunks placed, newest last
         self.recent_placements: deque[tuple[str, str]] = deque(maxlen=c["recent-placements"])
+        #: Pending chunk tasks by their nearest replica point (what a join moves).
+        self.pending = PendingIndex(self.placement)
+        self.sliced_from: int = SLICED_FROM
+        # a membership change not handled yet: (reason, stimulus_id, worker)
+        self._deferred: tuple | None = None
+        # the membership change in progress (a generator of slices), and its driver
+        self._steps = None
+        self._flush_task: asyncio.Task | None = None
+        # workers to offer unrunnable tasks to once the deferred change is done
+        self._unrunnable: dict[str, str] = {}
         self.retargeting = Retargeting(
             self.membership, self.placement, self.locator, self.counters, self.node_counters
         )
@@ -268,7 +284,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def add_worker(self, scheduler: Scheduler, worker: str) -> None:
         if self._learn_worker(worker):
             self._membership_changed(
-                "worker-added", worker=worker, stimulus_id=f"cacheaffinity-add-{worker}"
+                "worker-added", worker=worker, stimulus_id=f"cacheaffinity-add-{worker}",
+                join=True,
             )
 
     def remove_worker(self, scheduler: Scheduler, worker: str, **kwargs: Any) -> None:
@@ -305,7 +322,15 @@ class CacheAffinityPlugin(SchedulerPlugin):
         elif node is not None:
             node = str(node)
         if self._learn_worker(worker, node, weight, reported=reported, uncached=uncached):
-            self._membership_changed("node-reported", worker=worker, stimulus_id=stimulus_id)
+            self._unrunnable[worker] = stimulus_id
+            self._membership_changed(
+                "node-reported", worker=worker, stimulus_id=stimulus_id, join=True
+            )
+
+    def _offer_unrunnable(self) -> None:
+        """Workers whose node was reported may run the tasks waiting for a worker."""
+        todo, self._unrunnable = self._unrunnable, {}
+        for worker, stimulus_id in todo.items():
             ws = self.scheduler.workers.get(worker)
             if ws is not None and ws.status.name == "running":
                 _distributed.schedule_unrunnable(self.scheduler, ws, stimulus_id)
@@ -315,12 +340,72 @@ class CacheAffinityPlugin(SchedulerPlugin):
         gone = self.membership.gone()
         if not gone:
             return
+        self.flush()
         for addr in gone:
             self.membership.forget(addr)
         self._membership_changed("worker-removed", worker=gone, stimulus_id=stimulus_id)
 
-    def _membership_changed(self, reason: str, *, stimulus_id: str, worker=None) -> None:
-        """Rebuild the placement and re-target the tasks that must move."""
+    def _membership_changed(
+        self, reason: str, *, stimulus_id: str, worker=None, join: bool = False
+    ) -> None:
+        """Rebuild the placement and re-target the tasks that must move: at once, or
+        (a ``join`` with ``sliced_from`` pending tasks or more) after the other joins
+        of this pass of the event loop, in slices (``_flush_later``)."""
+        if join and len(self.pending) >= self.sliced_from and self.scheduler is not None:
+            if self._deferred is None:
+                self._deferred = (reason, stimulus_id, worker)
+            if self._flush_task is None:
+                self._flush_task = asyncio.ensure_future(self._flush_later())
+            return
+        self._deferred = None
+        self._finish_steps()
+        self._steps = self._membership_steps(reason, stimulus_id=stimulus_id, worker=worker)
+        self._finish_steps()
+        self._offer_unrunnable()
+
+    def _finish_steps(self) -> None:
+        """Run the membership change in progress to its end, in one piece."""
+        while self._steps is not None:
+            try:
+                next(self._steps)
+            except StopIteration:
+                self._steps = None
+
+    def flush(self) -> None:
+        """Handle a gathered or unfinished membership change now, in one piece: what
+        placement, queries and leaves need first."""
+        self._finish_steps()
+        if self._deferred is not None:
+            reason, stimulus_id, worker = self._deferred
+            self._membership_changed(reason, stimulus_id=stimulus_id, worker=worker)
+
+    @property
+    def settled(self) -> bool:
+        """Whether no membership change waits or runs."""
+        return self._deferred is None and self._steps is None
+
+    async def _flush_later(self) -> None:
+        """Handle gathered joins in slices, yielding to the event loop between them."""
+        try:
+            await asyncio.sleep(0)  # the joins of this pass of the loop come first
+            while self._deferred is not None or self._steps is not None:
+                if self._steps is None:
+                    reason, stimulus_id, worker = self._deferred
+                    self._deferred = None
+                    self._steps = self._membership_steps(
+                        reason, stimulus_id=stimulus_id, worker=worker
+                    )
+                try:
+                    next(self._steps)
+                except StopIteration:
+                    self._steps = None
+                    self._offer_unrunnable()
+                await asyncio.sleep(0)
+        finally:
+            self._flush_task = None
+
+    def _membership_steps(self, reason: str, *, stimulus_id: str, worker=None):
+        """The membership change as a generator of slices (see ``_membership_changed``)."""
         nodes = self.membership.placement_weights()
         before = set(self.placement.nodes) if self.placement.nodes else set()
         if nodes:
@@ -355,9 +440,11 @@ class CacheAffinityPlugin(SchedulerPlugin):
                     "" if set(uncached) & set(nodes) else " and get no placement",
                     "; ".join(f"{n}: {r}" for n, r in sorted(uncached.items())),
                 )
-        event = self.retargeting.retarget(
-            self.scheduler, self.stealing, self.owners, joined, left, stimulus_id
-        )
+        rehomed = yield from self.pending.relayout_steps()
+        event = yield from self.retargeting.retarget_steps(
+            self.scheduler, self.stealing, self.owners, joined, left, stimulus_id,
+            rehomed, self.pending,
+        )  # fmt: skip
         if event is not None:
             self._event(event)
 
@@ -374,6 +461,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         chunks = annotations.get(ANNOTATION)
         if not chunks:
             return
+        self.flush()
         entries = annotations.get(ENTRIES_ANNOTATION) or {}
         entry_of = entries.get
         # per-task loops: attributes read into locals
@@ -426,7 +514,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 if not chunk.startswith(PREPROCESS_PREFIX)
             }
         )
+        placement = self.placement
+        x = placement.coordinates([c for _, c in todo])
         if not node_workers:
+            self.pending.add([ts.key for ts, _ in todo], x)
             for ts, _ in todo:
                 ts.worker_restrictions = {_NO_NODE}
                 ts.loose_restrictions = True
@@ -439,7 +530,14 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 }
             )
             return
-        nodes = self.placement.assign([c for _, c in todo])
+        if placement.balance is None:  # assign() without hashing again
+            dist, idx = placement.nearest_points(x)
+            layout = placement.layout()
+            nodes = layout.names_arr[layout.point_node[idx]].tolist()
+        else:
+            nodes = placement.assign([c for _, c in todo])
+            dist = idx = None
+        self.pending.add([ts.key for ts, _ in todo], x, dist, idx)
         debug = task_logger.isEnabledFor(logging.DEBUG)
         hashed = list(nodes) if debug else nodes
         located = locator.relocate(todo, nodes)
@@ -488,6 +586,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if finish == "forgotten":
             locator = self.locator
             if key in locator.chunk_of:
+                self.pending.discard(key)
                 locator.forget_task(key)
                 self.runs.forget(key)
                 self.not_kept.discard(key)
@@ -495,10 +594,18 @@ class CacheAffinityPlugin(SchedulerPlugin):
                     self.stealing.forget(key)
             return
         if start != "processing":
+            if finish == "erred" or finish == "memory":
+                self.pending.discard(key)
+            elif (start == "memory" or start == "erred") and finish in PENDING:
+                chunk = self.locator.chunk_of.get(key)
+                if chunk is not None:  # pending again (lost data, retry)
+                    self.pending.add_chunks([key], [chunk])
             return
         locator = self.locator
         if key not in locator.chunk_of:
             return
+        if finish not in PENDING:
+            self.pending.discard(key)
         if finish == "memory":
             membership = self.membership
             worker = kwargs.get("worker")
@@ -559,10 +666,12 @@ class CacheAffinityPlugin(SchedulerPlugin):
 
     def where(self, chunks: Iterable[str]) -> dict[str, dict]:
         """Home node and live workers of each chunk under the current membership."""
+        self.flush()
         return self.queries.where(chunks)
 
     def info(self) -> dict:
         """A summary for clients, the dashboard and the command line."""
+        self.flush()
         return self.queries.info(self.stealing, self.owners)
 
     def run_stats(self, run: str | None = None, last: int = 1) -> list[dict]:

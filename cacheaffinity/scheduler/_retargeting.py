@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections import Counter
-    from collections.abc import Set
+    from collections.abc import Hashable, Iterable, Iterator, Set
 
     from distributed.scheduler import Scheduler, TaskState
 
@@ -20,9 +20,13 @@ if TYPE_CHECKING:
     from cacheaffinity.scheduler._counters import NodeCounters
     from cacheaffinity.scheduler._locator import Locator
     from cacheaffinity.scheduler._membership import Membership
+    from cacheaffinity.scheduler._pending import PendingIndex
     from cacheaffinity.scheduler._stealing import LocalityStealing
 
-__all__ = ["PENDING", "Retargeting", "user_took_over"]
+__all__ = ["PENDING", "SLICE", "Retargeting", "user_took_over"]
+
+#: Tasks handled per slice of a re-targeting (between yields to the event loop).
+SLICE = 20_000
 
 #: States of a chunk task that may still be placed.
 PENDING = frozenset({"released", "waiting", "no-worker", "processing"})
@@ -71,10 +75,70 @@ class Retargeting:
         joined: set[str],
         left: set[str],
         stimulus_id: str,
+        rehomed: Iterable[Hashable] | None = None,
+        pending: PendingIndex | None = None,
     ) -> dict | None:
-        """Re-target pending chunk tasks after nodes ``joined`` or ``left``; returns the
-        event to log (None: nothing moved). A task whose target is among ``owners``
-        keeps it unless its chunk now maps to a joined node."""
+        """:meth:`retarget_steps` in one piece."""
+        gen = self.retarget_steps(
+            scheduler, stealing, owners, joined, left, stimulus_id, rehomed, pending
+        )
+        while True:
+            try:
+                next(gen)
+            except StopIteration as stop:
+                return stop.value
+
+    def candidates(
+        self,
+        owners: Set[str],
+        joined: set[str],
+        left: set[str],
+        changed: set[str],
+        rehomed: Iterable[Hashable] | None,
+    ) -> list[Hashable]:
+        """Chunk tasks that may move, in the order they are handled.
+
+        ``rehomed`` None: a full scan (every targeted task, when nodes joined). Else
+        the keys whose home node changed with this layout (``PendingIndex``): with the
+        untargeted tasks and the tasks of changed, departed and non-owner nodes they
+        are every task the full scan would move or refresh (a task of an unchanged
+        owner whose home did not change keeps its target: see ``retarget_steps``).
+        """
+        locator = self.locator
+        node_tasks = locator.node_tasks
+        keys = list(locator.untargeted_keys)
+        if rehomed is None:
+            scan = set(node_tasks) - joined
+            if not joined:
+                scan &= changed | left
+        else:
+            scan = ((changed | left | (set(node_tasks) - set(owners))) & set(node_tasks)) - joined
+        for node in sorted(scan):
+            keys.extend(node_tasks[node])
+        if rehomed is not None:
+            seen = set(keys)
+            target = locator.target
+            for k in rehomed:
+                if k not in seen and target.get(k) not in joined:
+                    keys.append(k)
+        return keys
+
+    def retarget_steps(
+        self,
+        scheduler: Scheduler,
+        stealing: LocalityStealing | None,
+        owners: Set[str],
+        joined: set[str],
+        left: set[str],
+        stimulus_id: str,
+        rehomed: Iterable[Hashable] | None = None,
+        pending: PendingIndex | None = None,
+    ) -> Iterator[None]:
+        """Re-target pending chunk tasks after nodes ``joined`` or ``left``, yielding
+        between slices of ``SLICE`` tasks; returns (StopIteration value) the event to
+        log (None: nothing moved). A task whose target is among ``owners`` keeps it
+        unless its chunk now maps to a joined node. ``rehomed``/``pending``: the
+        index's changed keys and homes (None: full scan, homes from the placement)."""
         node_workers = self.membership.node_workers
         if not node_workers:
             return None
@@ -82,58 +146,67 @@ class Retargeting:
         node_counters = self.node_counters
         stasks = scheduler.tasks
         changed = self.membership.take_changed()
-        # a joined node may take tasks from any node; else only changed nodes' move
-        keys = locator.untargeted()
-        scan = set(locator.node_tasks) - joined
-        if not joined:
-            scan &= changed | left
-        for node in scan:
-            keys.extend(locator.node_tasks[node])
-        pending = []
-        for k in keys:
-            ts = stasks.get(k)
-            if ts is not None and ts.state in PENDING:
-                pending.append(ts)
-        if not pending:
-            return None
-        homes = self.placement.nearest([locator.chunk_of[ts.key] for ts in pending])
+        keys = self.candidates(owners, joined, left, changed, rehomed)
         moved = failovers = requested = placed = 0
         restrictions: dict[str, set] = {}
-        for ts, home in zip(pending, homes):
-            if user_took_over(ts):
+        for lo in range(0, len(keys), SLICE):
+            if lo:
+                yield
+                restrictions = {}  # membership may have changed meanwhile
+                node_workers = self.membership.node_workers
+                if not node_workers:
+                    break
+            pending_ts = []
+            for k in keys[lo:lo + SLICE]:
+                ts = stasks.get(k)
+                if ts is not None and ts.state in PENDING and k in locator.chunk_of:
+                    pending_ts.append(ts)
+            if not pending_ts:
                 continue
-            old = locator.target.get(ts.key)
-            if old in owners and home != old and home not in joined:
-                # keep a bounded-loads spill: the chunk's node set did not change
-                home = old
-            if home == old and old not in changed and ts.processing_on is None:
-                continue
-            victim = ts.processing_on
-            if victim is not None and victim.address not in scheduler.workers:
-                # on a worker being removed: Dask releases it right after this
-                if old is not None and old not in node_workers:
+            homes: list = [None] * len(pending_ts)
+            if pending is not None:
+                home_of = pending.home
+                homes = [home_of(ts.key) for ts in pending_ts]
+            missing = [i for i, h in enumerate(homes) if h is None or h not in node_workers]
+            if missing:
+                found = self.placement.nearest([locator.chunk_of[pending_ts[i].key] for i in missing])
+                for i, h in zip(missing, found):
+                    homes[i] = h
+            for ts, home in zip(pending_ts, homes):
+                if user_took_over(ts):
+                    continue
+                old = locator.target.get(ts.key)
+                if old in owners and home != old and home not in joined:
+                    # keep a bounded-loads spill: the chunk's node set did not change
+                    home = old
+                if home == old and old not in changed and ts.processing_on is None:
+                    continue
+                victim = ts.processing_on
+                if victim is not None and victim.address not in scheduler.workers:
+                    # on a worker being removed: Dask releases it right after this
+                    if old is not None and old not in node_workers:
+                        failovers += 1
+                        node_counters.add(old, "failovers")
+                    self.set_target(ts, home)
+                    continue
+                if victim is not None:
+                    if home == old or victim.address in node_workers[home]:
+                        continue
+                    self.set_target(ts, home)
+                    thief = self.membership.pick_worker(home)
+                    if stealing is not None and thief is not None:
+                        requested += stealing.move(ts, thief, reason="membership")
+                    moved += 1
+                    continue
+                if old is None:
+                    placed += 1
+                    node_counters.add(home, "placements")
+                elif old not in node_workers:
                     failovers += 1
                     node_counters.add(old, "failovers")
-                self.set_target(ts, home)
-                continue
-            if victim is not None:
-                if home == old or victim.address in node_workers[home]:
-                    continue
-                self.set_target(ts, home)
-                thief = self.membership.pick_worker(home)
-                if stealing is not None and thief is not None:
-                    requested += stealing.move(ts, thief, reason="membership")
-                moved += 1
-                continue
-            if old is None:
-                placed += 1
-                node_counters.add(home, "placements")
-            elif old not in node_workers:
-                failovers += 1
-                node_counters.add(old, "failovers")
-            elif home != old:
-                moved += 1
-            self.set_target(ts, home, restrictions)
+                elif home != old:
+                    moved += 1
+                self.set_target(ts, home, restrictions)
         self.counters["failovers"] += failovers
         self.counters["retargets"] += moved
         self.counters["placements"] += placed
