@@ -54,6 +54,11 @@ def _row_l1(x: np.ndarray, p: np.ndarray) -> np.ndarray:
 class PendingIndex:
     """Pending chunk tasks by nearest replica point of ``placement``'s layout."""
 
+    #: How added points find their tasks: ``"points"`` (buckets near each added
+    #: point), ``"tasks"`` (every task asks the added points' tree: bursts) or None
+    #: (whichever reads fewer entries).
+    side: str | None = None
+
     def __init__(self, placement: TorusPlacement):
         self.placement = placement
         dim = placement.dimensions
@@ -314,7 +319,10 @@ class PendingIndex:
                 # ~points a ball of radius 2 * rmax holds around an added point
                 dim = layout.points.shape[1]
                 ball = len(layout.points) * (4 * self._rmax) ** dim / math.factorial(dim)
-                if len(added) * max(ball, 1.0) <= len(self._bucket):
+                side = self.side or (
+                    "points" if len(added) * max(ball, 1.0) <= len(self._bucket) else "tasks"
+                )
+                if side == "points":
                     for i in range(0, len(added), SLICE):
                         self._attract(layout, sids, added[i:i + SLICE], changed)
                         yield

@@ -54,6 +54,9 @@ class Retargeting:
         self.locator = locator
         self.counters = counters
         self.node_counters = node_counters
+        #: Scan every targeted task on a join, homes from the placement (the reference
+        #: the index is tested against).
+        self.full_scan = False
 
     def set_target(self, ts: TaskState, node: str, restrictions: dict | None = None) -> None:
         """Restrict chunk task ``ts`` loosely to ``node``'s workers."""
@@ -142,6 +145,8 @@ class Retargeting:
         node_workers = self.membership.node_workers
         if not node_workers:
             return None
+        if self.full_scan:
+            rehomed = pending = None
         locator = self.locator
         node_counters = self.node_counters
         stasks = scheduler.tasks
