@@ -369,6 +369,10 @@ class Locator:
             self.untargeted_keys.add(key)
         if self._parts:
             self._parts.pop(key, None)
+        if entries is None:  # the common case: no entry range
+            if self.entries:
+                self.entries.pop(key, None)
+            return
         rng = _entry_range(entries)
         if rng is not None:
             self.entries[key] = rng

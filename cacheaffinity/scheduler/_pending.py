@@ -176,9 +176,10 @@ class PendingIndex:
         distance and point index in the current layout (None: queried here)."""
         if not len(keys):
             return
-        for k in keys:
-            if k in self.slot:
-                self.discard(k)
+        if self.slot and not self.slot.keys().isdisjoint(keys):
+            for k in keys:
+                if k in self.slot:
+                    self.discard(k)
         layout = self.placement.layout()
         self._sync_layout(layout)
         if d is None:
@@ -198,8 +199,12 @@ class PendingIndex:
         slot_list = slots.tolist()
         self.slot.update(zip(keys, slot_list))
         names = self._keys
-        for k, s in zip(keys, slot_list):
-            names[s] = k
+        lo = slot_list[0]
+        if slot_list[-1] - lo == len(slot_list) - 1 and slot_list == list(range(lo, lo + len(slot_list))):
+            names[lo:lo + len(slot_list)] = keys
+        else:
+            for k, s in zip(keys, slot_list):
+                names[s] = k
         homed = pids >= 0
         if not homed.all():
             self._unhomed.update(slots[~homed].tolist())
