@@ -149,5 +149,5 @@ def test_rank_sample_heap_stays_bounded_when_sampled_keys_are_forgotten():
     for i in range(20000):  # ever new keys, and the sample forgets the stale ones
         p.lookup(f"k{i}", 1)
         p.lookup(f"k{i // 2}", 1)
-    assert len(p._sample) <= 16
-    assert len(p._sample_heap) <= 2 * len(p._sample) + 64
+    assert len(p.sample) <= 16
+    assert len(p.sample._heap) <= 2 * len(p.sample) + 64

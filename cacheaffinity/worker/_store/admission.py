@@ -8,6 +8,7 @@ the others' figures: docs/design.md, "Beyond capacity"."""
 from __future__ import annotations
 
 import heapq
+import itertools
 import math
 import random
 import statistics
@@ -219,6 +220,138 @@ class RandomEvict(Fifo):
         self._rng.setstate((version, tuple(internal), gauss))
 
 
+class RankEntries:
+    """The entries of a :class:`StableRank` in memory (the simulator's; the store keeps them
+    as columns of its index rows: ``admitter.IndexEntries``, the same interface).
+
+    Each entry is ``(size, rank, last lookup, stale from, last reuse distance)`` (clocks;
+    the last two None until looked up again) and has an insertion number: ties of the
+    orders below go to the older entry (the store: the row id)."""
+
+    def __init__(self) -> None:
+        #: key -> [size, rank, last lookup, stale from, last reuse distance, insertion number]
+        self._e: dict[str, list] = {}
+        self._seq = itertools.count()
+        self._by_rank: list[tuple[float, int, str]] = []  # (-rank, -number, key), lazy
+        self._fresh: list[tuple[float, int, str]] = []  # (inserted, number, key): never looked up since, lazy
+        self._due: list[tuple[float, int, str]] = []  # (stale from, number, key): looked up since, lazy
+        #: bytes of the entries held
+        self.used = 0.0
+
+    def __len__(self) -> int:
+        return len(self._e)
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._e
+
+    def get(self, key: str) -> tuple | None:
+        """``(size, rank, last lookup, stale from, last reuse distance)`` of ``key``, or None."""
+        e = self._e.get(key)
+        return None if e is None else tuple(e[:5])
+
+    def add(self, key: str, size: float, r: float, used: float, due: float | None, dist: float | None) -> None:
+        n = next(self._seq)
+        self._e[key] = [size, r, used, due, dist, n]
+        self.used += size
+        heapq.heappush(self._by_rank, (-r, -n, key))
+        if due is None:
+            heapq.heappush(self._fresh, (used, n, key))
+        else:
+            heapq.heappush(self._due, (due, n, key))
+        if len(self._by_rank) + len(self._fresh) > 8 * len(self._e) + 128:
+            # drop the lazy heaps' dead items (bounded memory)
+            self._by_rank = [(-v[1], -v[5], k) for k, v in self._e.items()]
+            self._fresh = [(v[2], v[5], k) for k, v in self._e.items() if v[3] is None]
+            heapq.heapify(self._by_rank)
+            heapq.heapify(self._fresh)
+
+    def touch(self, key: str, used: float, due: float, dist: float) -> None:
+        """``key`` was looked up at ``used``: stale from ``due``."""
+        e = self._e[key]
+        e[2], e[3], e[4] = used, due, dist
+        heapq.heappush(self._due, (due, e[5], key))
+        if len(self._due) > 4 * len(self._e) + 64:
+            self._due = [(v[3], v[5], k) for k, v in self._e.items() if v[3] is not None]
+            heapq.heapify(self._due)
+
+    def remove(self, key: str) -> None:
+        e = self._e.pop(key, None)
+        if e is not None:
+            self.used -= e[0]
+
+    @staticmethod
+    def _top(heap, valid):
+        while heap:
+            if valid(heap[0]):
+                return heap[0]
+            heapq.heappop(heap)
+        return None
+
+    def first_due(self) -> tuple[float, str] | None:
+        """``(stale from, key)`` of the looked-up entry stale first."""
+        e = self._e
+        it = self._top(self._due, lambda it: (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] == it[0])
+        return None if it is None else (it[0], it[2])
+
+    def first_fresh(self) -> tuple[float, str] | None:
+        """``(inserted, key)`` of the oldest entry not looked up since inserted."""
+        e = self._e
+        it = self._top(self._fresh, lambda it: (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] is None)
+        return None if it is None else (it[0], it[2])
+
+    def highest(self) -> tuple[float, str] | None:
+        """``(rank, key)`` of the entry of highest rank."""
+        e = self._e
+        it = self._top(self._by_rank, lambda it: (v := e.get(it[2])) is not None and v[5] == -it[1])
+        return None if it is None else (-it[0], it[2])
+
+    def items(self) -> list[tuple]:
+        """``(key, size, rank, last lookup, stale from, distance)`` of every entry, oldest first."""
+        return [(k, *v[:5]) for k, v in sorted(self._e.items(), key=lambda kv: kv[1][5])]
+
+
+class RankSample:
+    """The bottom-k sample of :class:`StableRank` in memory: key hash -> clock of its last
+    lookup, and the largest hash (the store's: ``admitter.IndexSample``)."""
+
+    def __init__(self) -> None:
+        self._t: dict[int, float] = {}
+        self._heap: list[int] = []  # -hash, lazy
+
+    def __len__(self) -> int:
+        return len(self._t)
+
+    def get(self, h: int) -> float | None:
+        return self._t.get(h)
+
+    def set(self, h: int, t: float) -> None:
+        """Record ``h`` (new or held) as looked up at ``t``."""
+        if h not in self._t:
+            heapq.heappush(self._heap, -h)
+            if len(self._heap) > 2 * len(self._t) + 64:
+                # hashes forgotten from the sample stay in the lazy heap below its top: rebuild
+                self._heap = [-k for k in self._t]
+                heapq.heapify(self._heap)
+        self._t[h] = t
+
+    def largest(self) -> int | None:
+        heap = self._heap
+        while heap and -heap[0] not in self._t:
+            heapq.heappop(heap)
+        return -heap[0] if heap else None
+
+    def remove(self, h: int) -> None:
+        self._t.pop(h, None)
+
+    def forget_before(self, cut: float) -> None:
+        """Forget the hashes last looked up before ``cut``."""
+        for h in [h for h, t in self._t.items() if t < cut]:
+            del self._t[h]
+
+    def items(self) -> list[tuple[int, float]]:
+        return sorted(self._t.items())
+
+
 class StableRank(Policy):
     """Keep the keys of lowest stable rank (``xxh3_64(key) / 2**64``) that are still in use.
 
@@ -227,6 +360,11 @@ class StableRank(Policy):
     node's *demand*, the median reuse distance of a bottom-k sample of keys, as SHARDS
     samples).  Stale entries go first (stalest first), then the highest rank.  A missed
     key is admitted into room (free or stale) or if a held entry ranks higher.
+
+    Every decision asks the entries and the sample for one entry or one extreme (a hash
+    lookup or the top of an ordered index), never for all of them: what the store keeps
+    in its index costs the same per operation whatever it holds (``entries``/``sample``:
+    :class:`RankEntries`/:class:`RankSample` by default, the store's in its index).
 
     Parameters
     ----------
@@ -252,6 +390,8 @@ class StableRank(Policy):
     def __init__(self, capacity: float, seed: int = 0, live: float = 1.25, slack: float = 1.1,
                  sample: int = 1024, window: int = 63, gate: str = "none", min_live: float = 1.05,
                  quantile: float = 0.98, jitter: float = 0.25, learn: float = 0.2):  # fmt: skip
+        self.table: RankEntries = RankEntries()
+        self.sample: RankSample = RankSample()
         super().__init__(capacity)
         self.seed, self.live, self.slack, self.sample_size, self.window = seed, live, slack, sample, window
         self._reuses: deque[float] = deque(maxlen=window)
@@ -260,19 +400,18 @@ class StableRank(Policy):
         self.jitter = jitter
         #: median sampled reuse distance in bytes (None: none seen yet)
         self.demand: float | None = None
-        #: key -> [size, rank, last lookup, stale from, last reuse distance] (clocks;
-        #: the last two None until looked up again)
-        self._entries: dict[str, list] = {}
-        self._by_rank: list[tuple[float, str]] = []  # heap of (-rank, key), lazy
-        self._fresh: list[tuple[float, str]] = []  # heap of (inserted, key), never looked up since, lazy
-        self._due: list[tuple[float, str]] = []  # heap of (stale from, key), looked up since, lazy
-        #: bottom-k sample: hash -> [rank, clock of the last lookup]
-        self._sample: dict[int, list] = {}
-        self._sample_heap: list[tuple[float, int]] = []  # (-rank, hash), lazy
         self._sampled = 0
         #: Bytes of other processes' lookups not saved yet: staleness must exceed it
         #: (0 with one process, as in the simulator; not persisted).
         self.grace = 0.0
+
+    @property
+    def used(self) -> float:  # type: ignore[override]
+        return self.table.used
+
+    @used.setter
+    def used(self, value: float) -> None:  # Policy.__init__'s 0: the entries count their bytes
+        pass
 
     def params(self):
         return {"seed": self.seed, "live": self.live, "slack": self.slack, "sample": self.sample_size,
@@ -280,10 +419,10 @@ class StableRank(Policy):
                 "quantile": self.quantile, "learn": self.learn}  # fmt: skip
 
     def __contains__(self, key):
-        return key in self._entries
+        return key in self.table
 
     def __len__(self):
-        return len(self._entries)
+        return len(self.table)
 
     @property
     def theta(self) -> float:
@@ -297,41 +436,31 @@ class StableRank(Policy):
         """Stale after this many reuse distances: ``1 + jitter`` within ``[min_live, live]``."""
         return min(self.live, max(self.min_live, 1.0 + self.jitter))
 
-    def _observe(self, h: int, r: float) -> None:
-        s = self._sample.get(h)
-        if s is not None:
-            d = self.clock - s[1]
-            s[1] = self.clock
-            self._reuses.append(d)
+    def _observe(self, h: int) -> None:
+        smp = self.sample
+        t = smp.get(h)
+        if t is not None:
+            smp.set(h, self.clock)
+            self._reuses.append(self.clock - t)
             if len(self._reuses) >= MIN_REUSES:
                 self.demand = statistics.median(self._reuses)
             return
-        heap = self._sample_heap
-        while heap and heap[0][1] not in self._sample:
-            heapq.heappop(heap)
-        if len(self._sample) >= self.sample_size:
-            if not heap or r >= -heap[0][0]:
+        if len(smp) >= self.sample_size:
+            top = smp.largest()
+            if top is None or h >= top:
                 return
-            del self._sample[heapq.heappop(heap)[1]]
-        self._sample[h] = [r, self.clock]
-        heapq.heappush(heap, (-r, h))
+            smp.remove(top)
+        smp.set(h, self.clock)
         self._sampled += 1
-        if len(heap) > 2 * len(self._sample) + 64:
-            # keys forgotten from the sample stay in the lazy heap below its top: rebuild
-            self._sample_heap = [(-v[0], k) for k, v in self._sample.items()]
-            heapq.heapify(self._sample_heap)
         if self._sampled >= self.sample_size and self.demand:
             # forget keys idle for 4 reuse distances, so the sample follows a new workload
             self._sampled = 0
-            cut = self.clock - 4 * self.demand
-            for k in [k for k, v in self._sample.items() if v[1] < cut]:
-                del self._sample[k]
+            smp.forget_before(self.clock - 4 * self.demand)
 
     def lookup(self, key, size):
         self.clock += size
-        h = key_hash(key, self.seed)
-        self._observe(h, h / _TWO64)
-        e = self._entries.get(key)
+        self._observe(key_hash(key, self.seed))
+        e = self.table.get(key)
         if e is None:
             return False
         d = self.clock - e[2]
@@ -342,44 +471,25 @@ class StableRank(Policy):
             step = self.quantile if dev > self.jitter else self.quantile - 1.0
             self.jitter = min(1.0, max(0.01, self.jitter * math.exp(self.learn * step)))
         # at least the demand: a key run early this time is not due early next time
-        e[2], e[3], e[4] = self.clock, self.clock + self.live_factor * max(d, self.demand or 0.0), d
-        heapq.heappush(self._due, (e[3], key))
-        if len(self._due) > 4 * len(self._entries) + 64:
-            self._due = [(v[3], k) for k, v in self._entries.items() if v[3] is not None]
-            heapq.heapify(self._due)
+        self.table.touch(key, self.clock, self.clock + self.live_factor * max(d, self.demand or 0.0), d)
         return True
-
-    @staticmethod
-    def _top(heap, valid):
-        while heap:
-            item = heap[0]
-            if valid(item):
-                return item
-            heapq.heappop(heap)
-        return None
 
     def _stalest(self) -> tuple[float, str] | None:
         """``(how long stale, key)`` of the entry stale longest, or None if none is."""
-        ent = self._entries
         best = None
-        due = self._top(self._due, lambda it: it[1] in ent and ent[it[1]][3] == it[0])
+        due = self.table.first_due()
         if due is not None and due[0] + self.grace < self.clock:
             best = (self.clock - due[0], due[1])
         if self.demand:
-            fresh = self._top(self._fresh, lambda it: it[1] in ent and ent[it[1]][3] is None
-                              and ent[it[1]][2] == it[0])  # fmt: skip
+            fresh = self.table.first_fresh()
             if fresh is not None:
                 over = self.clock - self.live_factor * self.demand - fresh[0] - self.grace
                 if over > 0 and (best is None or over > best[0]):
                     best = (over, fresh[1])
         return best
 
-    def _highest(self):
-        ent = self._entries
-        return self._top(self._by_rank, lambda it: it[1] in ent)
-
     def admit(self, key, size):
-        if key in self._entries or size > self.capacity:
+        if size > self.capacity or key in self.table:
             return False
         r = rank(key, self.seed)
         gated = r < self.theta or self.gate == "none"
@@ -387,69 +497,62 @@ class StableRank(Policy):
             return False
         if self.used + size <= self.capacity or self._stalest() is not None:
             return True
-        top = self._highest()
-        return gated and top is not None and r < -top[0]
+        top = self.table.highest()
+        return gated and top is not None and r < top[0]
 
     def victims(self, size, key=None):
         out = []
-        while self._entries and self.used + size > self.capacity:
+        while len(self.table) and self.used + size > self.capacity:
             stale = self._stalest()
-            k = stale[1] if stale is not None else self._highest()[1]
+            k = stale[1] if stale is not None else self.table.highest()[1]
             self.remove(k)
             out.append(k)
         return out
 
     def _insert(self, key, size, used=None, due=None, dist=None):
-        r = rank(key, self.seed)
-        t = self.clock if used is None else used
-        self._entries[key] = [size, r, t, due, dist]
-        self.used += size
-        heapq.heappush(self._by_rank, (-r, key))
-        if due is None:
-            heapq.heappush(self._fresh, (t, key))
-        else:
-            heapq.heappush(self._due, (due, key))
-        if len(self._by_rank) + len(self._fresh) > 8 * len(self._entries) + 128:
-            # drop the lazy heaps' dead items (bounded memory)
-            ent = self._entries
-            self._by_rank = [(-v[1], k) for k, v in ent.items()]
-            self._fresh = [(v[2], k) for k, v in ent.items() if v[3] is None]
-            heapq.heapify(self._by_rank)
-            heapq.heapify(self._fresh)
+        self.table.add(key, size, rank(key, self.seed), self.clock if used is None else used, due, dist)
 
     def remove(self, key):
-        e = self._entries.pop(key, None)
-        if e is not None:
-            self.used -= e[0]
+        self.table.remove(key)
 
-    def state(self):
+    def scalars(self) -> dict[str, Any]:
+        """:meth:`state` without the sample (the store keeps it in its index)."""
         st = super().state()
         st["demand"] = self.demand
         st["reuses"] = list(self._reuses)
         st["jitter"] = self.jitter
-        st["sample"] = sorted([h, v[0], v[1]] for h, v in self._sample.items())
         st["sampled"] = self._sampled
+        return st
+
+    def set_scalars(self, st: dict[str, Any]) -> None:
+        """Adopt what :meth:`scalars` gave (capacity and parameters stay this policy's)."""
+        self.clock = float(st["clock"])
+        self.demand = None if st.get("demand") is None else float(st["demand"])
+        self._reuses.clear()
+        self._reuses.extend(float(x) for x in st.get("reuses", []))
+        self.jitter = float(st.get("jitter", self.jitter))
+        self._sampled = int(st.get("sampled", 0))
+
+    def state(self):
+        st = self.scalars()
+        st["sample"] = [[h, h / _TWO64, t] for h, t in self.sample.items()]
         return st
 
     def meta(self, key: str) -> list | None:
         """``[last lookup, stale from, last reuse distance]`` of ``key`` (what :meth:`entries`
         gives after key and size), or None if not held."""
-        e = self._entries.get(key)
+        e = self.table.get(key)
         return None if e is None else list(e[2:])
 
     def entries(self):
         """``[key, size, last lookup, stale from, last reuse distance]`` per entry (the last two
         None if never looked up since inserted), by last lookup."""
-        return [[k, v[0], *v[2:]] for k, v in sorted(self._entries.items(), key=lambda kv: kv[1][2])]
+        return [[k, size, *rest] for k, size, _, *rest in sorted(self.table.items(), key=lambda it: it[3])]
 
     def _restore(self, state, entries):
-        self.demand = state.get("demand")
-        self._reuses.extend(state.get("reuses", []))
-        self.jitter = state.get("jitter", 0.0)
-        self._sampled = state.get("sampled", 0)
-        for h, r, t in state.get("sample", []):
-            self._sample[h] = [r, t]
-            heapq.heappush(self._sample_heap, (-r, h))
+        self.set_scalars({**state, "jitter": state.get("jitter", 0.0)})
+        for h, _, t in state.get("sample", []):
+            self.sample.set(h, t)
         for key, size, *rest in entries:
             self._insert(key, size, *rest[:3])
 
@@ -473,7 +576,7 @@ class RankFifo(StableRank):
         self._order: OrderedDict[str, None] = OrderedDict()
 
     def admit(self, key, size):
-        return key not in self._entries and size <= self.capacity and rank(key, self.seed) < self.theta
+        return key not in self.table and size <= self.capacity and rank(key, self.seed) < self.theta
 
     def victims(self, size, key=None):
         out = []
@@ -492,7 +595,7 @@ class RankFifo(StableRank):
         super().remove(key)
 
     def entries(self):
-        return [[k, self._entries[k][0], *self._entries[k][2:]] for k in self._order]
+        return [[k, e[0], *e[2:]] for k in self._order if (e := self.table.get(k)) is not None]
 
 
 class S3Fifo(Policy):

@@ -1,11 +1,18 @@
 """The node's admission policy inside the store: :class:`Admitter` (workers and the CLI).
 
-One per ``ColumnCache`` running ``rank`` (``fifo`` has none).  Its state lives in the
-index beside the rows (``admission_state``: the policy's JSON state and a ``version``;
-``admission``: each entry's metadata, deleted with its row by a trigger).  Every insert
-transaction runs :meth:`Admitter.deciding`: reload if another process saved or rows
-changed, replay this process's unsaved lookups, decide, save; so a crash loses at most
-unsaved lookups.  A state that does not parse is replaced by a fresh one."""
+One per ``ColumnCache`` running ``rank`` (``fifo`` has none).  The policy's per-entry
+fields are columns of the index rows (``rank``, ``last_used``, ``stale_from``,
+``reuse_dist``; ordered indexes find the stalest entry and the highest rank), its
+bottom-k sample is the ``admission_sample`` table and its node-wide scalars (clock,
+demand, jitter, ...) one small JSON row of ``admission_state`` with a ``version``.  No
+process holds the entries: every operation reads and writes only the rows it concerns,
+so its cost and a process's memory do not grow with what the node holds.
+
+A process records its lookups in memory; every insert transaction and every save
+(:data:`SAVE_EVERY` lookups, or :data:`SAVE_AFTER` seconds) runs :meth:`Admitter.deciding`:
+re-read the scalars if another process saved since (the version), apply this process's
+unsaved lookups to the rows, decide, save the scalars; so a crash loses at most unsaved
+lookups.  A state that does not parse is replaced by a fresh one (entries kept)."""
 
 from __future__ import annotations
 
@@ -20,9 +27,10 @@ import time
 from collections import deque
 from collections.abc import Iterator
 
-from cacheaffinity.worker._store.admission import POLICIES, Policy, StableRank, make_policy
+from cacheaffinity.exceptions import Closed
+from cacheaffinity.worker._store.admission import POLICIES, StableRank, make_policy, rank
 
-__all__ = ["STORE_POLICIES", "UNSAVED", "Admitter", "SAVE_EVERY"]
+__all__ = ["STORE_POLICIES", "UNSAVED", "Admitter", "IndexEntries", "IndexSample", "SAVE_EVERY"]
 
 logger = logging.getLogger("cacheaffinity.worker")
 
@@ -38,25 +46,129 @@ SAVE_AFTER = 1.0
 #: the grace (see :meth:`Admitter.grace`); at most :data:`WRITERS_KEPT` are remembered.
 WRITERS_WITHIN = 2.0
 WRITERS_KEPT = 64
+#: Sample hashes are unsigned 64-bit, SQLite's integers signed: stored shifted by this.
+_SHIFT = 2**63
 
-_TABLES = (
-    "CREATE TABLE IF NOT EXISTS admission (key TEXT PRIMARY KEY, meta TEXT NOT NULL) WITHOUT ROWID",
-    "CREATE TABLE IF NOT EXISTS admission_state (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
-    "CREATE TRIGGER IF NOT EXISTS entries_delete_admission AFTER DELETE ON entries BEGIN "
-    "DELETE FROM admission WHERE key = OLD.key; END",
-)
+
+class IndexEntries:
+    """:class:`~cacheaffinity.worker._store.admission.RankEntries` as columns of the index
+    rows, through ``con`` (inside the caller's transaction for changes).  Rows the policy
+    evicts are deleted here (their data files in :attr:`removed`, to delete after the
+    commit); an admitted key's fields wait in :attr:`fields` for the row its caller inserts."""
+
+    def __init__(self, con: sqlite3.Connection):
+        self.con = con
+        #: data files of the rows deleted, and their bytes
+        self.removed: list[str] = []
+        self.freed = 0
+        #: key -> (rank, last lookup, stale from, reuse distance) of keys admitted
+        self.fields: dict[str, tuple] = {}
+
+    def _one(self, sql: str, args: tuple = ()) -> tuple | None:
+        return self.con.execute(sql, args).fetchone()
+
+    @property
+    def used(self) -> int:
+        return int(self._one("SELECT value FROM meta WHERE name = 'size'")[0])
+
+    def __len__(self) -> int:
+        return int(self._one("SELECT value FROM meta WHERE name = 'count'")[0])
+
+    def __contains__(self, key: str) -> bool:
+        return self._one("SELECT 1 FROM entries WHERE key = ?", (key,)) is not None
+
+    def get(self, key: str) -> tuple | None:
+        row = self._one("SELECT size, rank, last_used, stale_from, reuse_dist FROM entries WHERE key = ?", (key,))
+        if row is None:
+            return None
+        size, r, used, due, dist = row
+        return (size, rank(key) if r is None else r, used or 0.0, due, dist)
+
+    def add(self, key: str, size: float, r: float, used: float, due: float | None, dist: float | None) -> None:
+        self.fields[key] = (r, used, due, dist)
+
+    def touch(self, key: str, used: float, due: float, dist: float) -> None:
+        self.con.execute(
+            "UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ? WHERE key = ?", (used, due, dist, key)
+        )
+
+    def remove(self, key: str) -> None:
+        row = self._one("SELECT id, file, size FROM entries WHERE key = ?", (key,))
+        if row is not None:
+            self.con.execute("DELETE FROM entries WHERE id = ?", (row[0],))
+            self.removed.append(row[1])
+            self.freed += int(row[2])
+
+    def first_due(self) -> tuple[float, str] | None:
+        return self._one(
+            "SELECT stale_from, key FROM entries WHERE stale_from IS NOT NULL ORDER BY stale_from, id LIMIT 1"
+        )
+
+    def first_fresh(self) -> tuple[float, str] | None:
+        return self._one("SELECT last_used, key FROM entries WHERE stale_from IS NULL ORDER BY last_used, id LIMIT 1")
+
+    def highest(self) -> tuple[float, str] | None:
+        return self._one("SELECT rank, key FROM entries ORDER BY rank DESC, id DESC LIMIT 1")
+
+    def items(self) -> list[tuple]:
+        return self.con.execute(
+            "SELECT key, size, rank, last_used, stale_from, reuse_dist FROM entries ORDER BY id"
+        ).fetchall()
+
+
+class IndexSample:
+    """:class:`~cacheaffinity.worker._store.admission.RankSample` as the
+    ``admission_sample`` table, through ``con``."""
+
+    def __init__(self, con: sqlite3.Connection):
+        self.con = con
+        self._n: int | None = None
+
+    def __len__(self) -> int:
+        if self._n is None:
+            self._n = int(self.con.execute("SELECT count(*) FROM admission_sample").fetchone()[0])
+        return self._n
+
+    def get(self, h: int) -> float | None:
+        row = self.con.execute("SELECT t FROM admission_sample WHERE h = ?", (h - _SHIFT,)).fetchone()
+        return None if row is None else row[0]
+
+    def set(self, h: int, t: float) -> None:
+        if self.con.execute("UPDATE admission_sample SET t = ? WHERE h = ?", (t, h - _SHIFT)).rowcount == 0:
+            len(self)
+            self.con.execute("INSERT INTO admission_sample VALUES (?, ?)", (h - _SHIFT, t))
+            self._n += 1  # type: ignore[operator]
+
+    def largest(self) -> int | None:
+        top = self.con.execute("SELECT max(h) FROM admission_sample").fetchone()[0]
+        return None if top is None else top + _SHIFT
+
+    def remove(self, h: int) -> None:
+        len(self)
+        self._n -= self.con.execute("DELETE FROM admission_sample WHERE h = ?", (h - _SHIFT,)).rowcount  # type: ignore[operator]
+
+    def forget_before(self, cut: float) -> None:
+        len(self)
+        self._n -= self.con.execute("DELETE FROM admission_sample WHERE t < ?", (cut,)).rowcount  # type: ignore[operator]
+
+    def items(self) -> list[tuple[int, float]]:
+        return [(h + _SHIFT, t) for h, t in self.con.execute("SELECT h, t FROM admission_sample ORDER BY h")]
 
 
 class Admitter:
     """Owner of a node cache's admission policy ``name`` (one of :data:`STORE_POLICIES`)
-    for ``capacity`` bytes (updated by every :meth:`deciding`)."""
+    for ``capacity`` bytes (updated by every :meth:`deciding`), kept in ``index``."""
 
-    def __init__(self, name: str, capacity: int):
+    def __init__(self, name: str, capacity: int, index=None):
         if name not in STORE_POLICIES:
             known = ", ".join(("fifo", *STORE_POLICIES))
             raise ValueError(f"cacheaffinity.worker.admission={name!r} is not a store policy; use one of {known}")
         self.name = name
+        self._index = index
+        #: guards the policy object and its transactions
         self._lock = threading.RLock()
+        #: guards :attr:`_unsaved` only (a lookup never waits for a transaction)
+        self._ulock = threading.Lock()
         self._policy: StableRank = make_policy(name, capacity)  # type: ignore[assignment]
         #: ``admission_state.version`` as this process last read or wrote it (None: never)
         self._version: int | None = None
@@ -64,41 +176,57 @@ class Admitter:
         #: (sequence number, key, size) of lookups not saved yet
         self._unsaved: deque[tuple[int, str, int]] = deque(maxlen=UNSAVED)
         self._saving_upto = 0
-        self._dirty: set[str] = set()
         self._last_save = time.monotonic()
-        #: Times the policy was read again from the index.
+        #: Times the scalars were read again because another process (or none yet) saved.
         self.reloads = 0
         self._warned = False
         #: writer -> the clock at its last save, of the node's caches that save here
         self._writers: dict[str, float] = {}
         self._token = f"{os.getpid()}-{id(self):x}"
+        #: (entries, bytes) the index held at the last transaction
+        self._held = (0, 0)
 
     def reset_after_fork(self) -> None:
-        """A fresh lock, and the next transaction reloads (a forked child)."""
+        """Fresh locks, and the next transaction re-reads the scalars (a forked child)."""
         self._lock = threading.RLock()
+        self._ulock = threading.Lock()
         self._version = None
         self._token = f"{os.getpid()}-{id(self):x}"
 
     def looked_up(self, key: str, size: int) -> bool:
         """A lookup of ``key`` (``size`` bytes): a hit, or a miss whose value is offered.
         Returns whether :data:`SAVE_EVERY` lookups wait to be saved (the caller saves)."""
-        with self._lock:
-            if self._policy.lookup(key, size):
-                self._dirty.add(key)
+        with self._ulock:
             self._unsaved.append((next(self._seq), key, int(size)))
             return len(self._unsaved) >= SAVE_EVERY
 
+    def _bind(self, con: sqlite3.Connection) -> IndexEntries:
+        p = self._policy
+        p.table, p.sample = IndexEntries(con), IndexSample(con)  # type: ignore[assignment]
+        return p.table  # type: ignore[return-value]
+
     def admits(self, key: str, size: int) -> bool:
-        """Whether the policy would store ``key`` now (no index access: this process's
-        view; the insert transaction decides)."""
-        with self._lock:
-            return key in self._policy or self._policy.admit(key, size)
+        """Whether the policy would store ``key`` now, on the index as it is and this
+        process's saved lookups (the insert transaction decides; an error says yes)."""
+        index = self._index
+        if index is None:
+            return True
+        try:
+            with index.con_lock(), self._lock:  # the order of a transaction: no deadlock
+                con = index.connection()
+                self._read_scalars(con)
+                self._bind(con)
+                p = self._policy
+                return key in p or p.admit(key, size)  # a held key's value is replaced
+        except (sqlite3.Error, OSError, Closed) as e:
+            logger.debug("cacheaffinity: admission pre-check failed (%r); the insert decides", e)
+            return True
 
     def save_due(self) -> bool:
         """Whether unsaved lookups should be saved now (many, or old)."""
-        with self._lock:
+        with self._ulock:
             n = len(self._unsaved)
-            return n >= SAVE_EVERY or (n > 0 and time.monotonic() - self._last_save > SAVE_AFTER)
+        return n >= SAVE_EVERY or (n > 0 and time.monotonic() - self._last_save > SAVE_AFTER)
 
     @contextlib.contextmanager
     def deciding(self, con: sqlite3.Connection, capacity: int) -> Iterator[Admitter]:
@@ -111,34 +239,44 @@ class Admitter:
             self._save(con)
 
     def place(self, key: str, size: int) -> list[str] | None:
-        """Offer ``key`` (inside :meth:`deciding`): the keys to evict for it, or None
-        if it is not admitted.  A held ``key`` (a value replaced) is offered anew."""
+        """Offer ``key`` (inside :meth:`deciding`): the keys evicted for it (their rows
+        deleted: :meth:`evicted`), or None if it is not admitted.  A held ``key`` (a value
+        replaced) is offered anew."""
         p = self._policy
         p.remove(key)
-        victims = p.offer(key, size)
-        if victims is not None:
-            self._dirty.add(key)
-            self._dirty.difference_update(victims)
-        return victims
+        return p.offer(key, size)
+
+    def evicted(self) -> tuple[list[str], int]:
+        """Data files and bytes of the rows :meth:`place` deleted since the last call."""
+        table = self._policy.table
+        assert isinstance(table, IndexEntries)
+        out = table.removed, table.freed
+        table.removed, table.freed = [], 0
+        return out
+
+    def fields(self, key: str) -> tuple | None:
+        """``(rank, last_used, stale_from, reuse_dist)`` for the row of ``key`` just admitted."""
+        table = self._policy.table
+        return table.fields.pop(key, None) if isinstance(table, IndexEntries) else None
 
     def committed(self) -> None:
         """The transaction of the last :meth:`deciding` committed."""
-        with self._lock:
+        with self._ulock:
             upto = self._saving_upto
             while self._unsaved and self._unsaved[0][0] <= upto:
                 self._unsaved.popleft()
-            self._last_save = time.monotonic()
+        self._last_save = time.monotonic()
 
     def rolled_back(self) -> None:
-        """The transaction of the last :meth:`deciding` failed: reload next time."""
+        """The transaction of the last :meth:`deciding` failed: re-read the scalars next time."""
         with self._lock:
             self._version = None
 
     def save(self, index) -> None:
         """Save unsaved lookups in a transaction of their own (best effort: a cache
         problem only delays them)."""
-        with self._lock:
-            if not self._unsaved and not self._dirty:
+        with self._ulock:
+            if not self._unsaved:
                 return
         try:
             with index.transaction() as con, self.deciding(con, self._policy.capacity):
@@ -149,90 +287,76 @@ class Admitter:
             return
         self.committed()
 
-    def _sync(self, con: sqlite3.Connection) -> None:
-        for sql in _TABLES:
-            con.execute(sql)
-        row = con.execute("SELECT value FROM admission_state WHERE name = 'version'").fetchone()
-        version = int(row[0]) if row else 0
-        row = con.execute("SELECT value FROM admission_state WHERE name = 'writers'").fetchone()
+    def _read_scalars(self, con: sqlite3.Connection) -> None:
+        """Adopt the scalars another process saved (one small row), if any did since."""
+        rows = dict(con.execute("SELECT name, value FROM admission_state WHERE name IN ('version', 'writers')"))
+        version = int(rows.get("version", 0))
+        if version == self._version:
+            return
         try:
-            writers = json.loads(row[0]) if row else {}
+            writers = json.loads(rows["writers"]) if "writers" in rows else {}
             self._writers = {str(k): float(v) for k, v in writers.items()}
         except (TypeError, ValueError, AttributeError):
             self._writers = {}
-        size, count = (
-            int(v)
-            for (v,) in con.execute("SELECT value FROM meta WHERE name IN ('size', 'count') ORDER BY name DESC")
-        )
+        row = con.execute("SELECT value FROM admission_state WHERE name = 'state'").fetchone()
         p = self._policy
-        if version != self._version or size != p.used or count != len(p):
-            self._reload(con, version)
-        self._policy.grace = self.grace()
+        if row is None:
+            p.set_scalars({"clock": 0.0, "demand": None, "reuses": [], "sampled": 0})
+        else:
+            try:
+                state = json.loads(row[0])
+                if not isinstance(state, dict) or POLICIES.get(state.get("policy")) is not type(p):
+                    raise ValueError(f"a {state.get('policy') if isinstance(state, dict) else '?'} state")
+                p.set_scalars(state)
+            except (TypeError, ValueError, AttributeError, KeyError) as e:
+                self._replace_state(con, e)
+        self._version = version
+        self.reloads += 1
+
+    def _replace_state(self, con: sqlite3.Connection, why: BaseException) -> None:
+        if not self._warned:
+            logger.info(
+                "cacheaffinity: admission state of this cache replaced by a fresh %r one (%s); "
+                "entries are kept", self.name, why,
+            )  # fmt: skip
+            self._warned = True
+        fresh = make_policy(self.name, self._policy.capacity)
+        self._policy.set_scalars(fresh.scalars())  # type: ignore[attr-defined]
+        if con.in_transaction:  # the entries' clocks were the old state's: all fresh now
+            con.execute("UPDATE entries SET last_used = 0, stale_from = NULL, reuse_dist = NULL")
+            con.execute("DELETE FROM admission_sample")
+
+    def _sync(self, con: sqlite3.Connection) -> None:
+        """Inside a write transaction: the scalars, the rows bound, this process's lookups applied."""
+        self._read_scalars(con)
+        p = self._policy
+        # rows a fifo process of the node inserted (no lookup clock): fresh as of now
+        con.execute(
+            "UPDATE entries SET last_used = ? WHERE stale_from IS NULL AND last_used IS NULL", (p.clock,)
+        )
+        table = self._bind(con)
+        self._held = (len(table), table.used)
+        p.grace = self.grace()
+        with self._ulock:
+            batch = list(self._unsaved)
+        for _, key, size in batch:
+            p.lookup(key, size)
+        self._saving_upto = batch[-1][0] if batch else 0
 
     def grace(self) -> float:
         """Bytes of lookups the node's other recent savers may not have saved yet (:data:`SAVE_EVERY`
         mean entries each): an entry is stale only beyond it."""
-        p = self._policy
         others = sum(1 for w in self._writers if w != self._token)
-        if not others or not len(p):
+        count, size = self._held
+        if not others or not count:
             return 0.0
-        return float(others * SAVE_EVERY * p.used / len(p))
-
-    def _reload(self, con: sqlite3.Connection, version: int) -> None:
-        capacity = self._policy.capacity
-        row = con.execute("SELECT value FROM admission_state WHERE name = 'state'").fetchone()
-        state = None
-        if row is not None:
-            try:
-                state = json.loads(row[0])
-                if not isinstance(state, dict) or POLICIES.get(state.get("policy")) is not type(self._policy):
-                    raise ValueError(f"a {state.get('policy') if isinstance(state, dict) else '?'} state")
-            except (TypeError, ValueError, AttributeError) as e:
-                if not self._warned:
-                    logger.info(
-                        "cacheaffinity: admission state of this cache replaced by a fresh %r "
-                        "one (%s); entries are kept", self.name, e,
-                    )  # fmt: skip
-                    self._warned = True
-                state = None
-        entries = []
-        for key, size, meta in con.execute(
-            "SELECT e.key, e.size, a.meta FROM entries e LEFT JOIN admission a ON a.key = e.key ORDER BY e.id"
-        ):
-            extra: list = []
-            if state is not None and meta is not None:
-                try:
-                    extra = json.loads(meta)
-                except ValueError:
-                    extra = []
-                if not isinstance(extra, list) or len(extra) != 3:
-                    extra = []
-            entries.append([key, int(size), *extra])
-        if state is None:
-            fresh: Policy = make_policy(self.name, capacity)
-            fresh._restore({}, [[k, s] for k, s, *_ in entries])
-            self._policy = fresh  # type: ignore[assignment]
-        else:
-            state["capacity"] = capacity
-            self._policy = Policy.from_state(state, entries)  # type: ignore[assignment]
-        self._version = version
-        self.reloads += 1
-        self._dirty = {e[0] for e in self._policy.entries()} if state is None else set()
-        for _, key, size in self._unsaved:  # this process's lookups the index lacks
-            if self._policy.lookup(key, size):
-                self._dirty.add(key)
+        return float(others * SAVE_EVERY * size / count)
 
     def _save(self, con: sqlite3.Connection) -> None:
         p = self._policy
-        rows = []
-        for key in self._dirty:
-            m = p.meta(key)
-            if m is not None:
-                rows.append((key, json.dumps(m)))
-        con.executemany("INSERT OR REPLACE INTO admission VALUES (?, ?)", rows)
         con.execute(
             "INSERT OR REPLACE INTO admission_state VALUES ('state', ?)",
-            (json.dumps(p.state(), separators=(",", ":")),),
+            (json.dumps(p.scalars(), separators=(",", ":")),),
         )
         version = (self._version or 0) + 1
         con.execute("INSERT OR REPLACE INTO admission_state VALUES ('version', ?)", (str(version),))
@@ -246,17 +370,19 @@ class Admitter:
             "INSERT OR REPLACE INTO admission_state VALUES ('writers', ?)", (json.dumps(self._writers),)
         )
         self._version = version
-        self._dirty.clear()
-        self._saving_upto = self._unsaved[-1][0] if self._unsaved else 0
+        table = p.table
+        if isinstance(table, IndexEntries):
+            self._held = (len(table), table.used)
 
     def describe(self) -> dict:
-        """``{"policy", "entries", "bytes", "demand", "theta", "reloads"}`` (this process's view)."""
+        """``{"policy", "entries", "bytes", "demand", "theta", "reloads"}`` (as of this
+        process's last transaction)."""
         with self._lock:
             p = self._policy
             return {
                 "policy": self.name,
-                "entries": len(p),
-                "bytes": int(p.used),
+                "entries": self._held[0],
+                "bytes": int(self._held[1]),
                 "demand": None if p.demand is None else int(p.demand),
                 "theta": round(p.theta, 4),
                 "reloads": self.reloads,

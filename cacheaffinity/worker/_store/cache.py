@@ -144,7 +144,7 @@ class ColumnCache(MutableMapping, ColumnStore):
         )  # fmt: skip
         self.limit = Capacity(self.index, self.files, self.health, self.directory, configured, fit_disk=fit_disk)
         self.admission: Admitter | None = (
-            None if self.admission_policy == "fifo" else Admitter(self.admission_policy, self.capacity)
+            None if self.admission_policy == "fifo" else Admitter(self.admission_policy, self.capacity, self.index)
         )
         #: Byte bound of the background writer's queue (0 writes inline).
         self.write_queue: int = queue_bytes(write_queue)

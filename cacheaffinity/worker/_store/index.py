@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -43,12 +44,32 @@ __all__ = ["FileStore", "Index", "corruption", "problem"]
 
 #: Seconds SQLite waits for another process's write transaction.
 BUSY_TIMEOUT = 30.0
+#: The schema version this one upgrades in place (:func:`migrate`); older ones are dropped.
+MIGRATES_FROM = 3
+#: Bytes the WAL file is truncated to after a checkpoint (``PRAGMA journal_size_limit``).
+WAL_LIMIT = 4 * 2**20
 #: Seconds after a rebuild during which a damaged index is only a miss.
 HEAL_INTERVAL = 30.0
 #: SQLite result codes of a damaged index.
 _SQLITE_CORRUPT = {11, 26}  # SQLITE_CORRUPT, SQLITE_NOTADB
 #: Columns of an index row, in the order :meth:`Index.salvage` returns them.
-ROW = "id, key, grp, start, stop, file, toc, nbytes, size, checksum, stored, writer"
+ROW = (
+    "id, key, grp, start, stop, file, toc, nbytes, size, checksum, stored, writer, "
+    "rank, last_used, stale_from, reuse_dist"
+)
+#: The admission policy's columns of a row (worker/_store/admitter.py), added by schema 4.
+POLICY_COLUMNS = ("rank", "last_used", "stale_from", "reuse_dist")
+
+#: What the admission policy keeps beside the rows: ordered indexes on the rows' policy
+#: columns (the stalest entry, the highest rank: one index seek each), its bottom-k sample
+#: and its node-wide scalars.
+ADMISSION = """
+CREATE INDEX IF NOT EXISTS entries_rank ON entries(rank);
+CREATE INDEX IF NOT EXISTS entries_due ON entries(stale_from) WHERE stale_from IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entries_fresh ON entries(last_used) WHERE stale_from IS NULL;
+CREATE TABLE IF NOT EXISTS admission_state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS admission_sample (h INTEGER PRIMARY KEY, t REAL NOT NULL);
+"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -63,11 +84,15 @@ CREATE TABLE IF NOT EXISTS entries (
     size     INTEGER NOT NULL,                   -- nbytes in whole blocks
     checksum BLOB NOT NULL,                      -- xxh3_64 digest of the file (8 bytes)
     stored   REAL NOT NULL,                      -- time.time() of the store
-    writer   INTEGER                             -- uid that wrote the data file
+    writer   INTEGER,                            -- uid that wrote the data file
+    rank       REAL,  -- admission: xxh3 rank of key in [0, 1)
+    last_used  REAL,  -- admission clock (bytes looked up on the node) of the last lookup
+    stale_from REAL,  -- admission clock from which it is stale (NULL: no lookup since stored)
+    reuse_dist REAL   -- bytes looked up between its last two lookups
 );
 CREATE INDEX IF NOT EXISTS entries_file ON entries(file);
 CREATE INDEX IF NOT EXISTS entries_grp ON entries(grp, start);
-CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+""" + ADMISSION + """CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('size', 0), ('count', 0);
 CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TRIGGER IF NOT EXISTS entries_insert AFTER INSERT ON entries BEGIN
@@ -234,6 +259,8 @@ class Index:
                         raise
                     time.sleep(0.05)
             con.execute("PRAGMA synchronous=NORMAL")
+            # the WAL is truncated to this after a checkpoint (it never keeps a burst's size)
+            con.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
             version = con.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise NewerLayout(
@@ -243,6 +270,9 @@ class Index:
                     f"{self.directory}` to set the index aside and start empty (the node id "
                     "is kept)"
                 )
+            if version == MIGRATES_FROM and self.heals:
+                migrate(con)
+                version = SCHEMA_VERSION
             if 0 < version < SCHEMA_VERSION or (version == 0 and _has_tables(con)):
                 raise OlderLayout(f"index {self.path} has schema version {version}")
             if version == 0:
@@ -485,7 +515,7 @@ class Index:
 
     def usable_row(self, row: tuple) -> bool:
         """Whether a salvaged row's data file exists with the recorded size."""
-        _, key, _, _, _, name, toc, nbytes, size, checksum, _, writer = row
+        _, key, _, _, _, name, toc, nbytes, size, checksum, _, writer = row[:12]
         if not (isinstance(key, str) and isinstance(name, str) and FILE_NAME.match(name)):
             return False
         if not (isinstance(nbytes, int) and isinstance(size, int) and size == blocks(nbytes)):
@@ -546,7 +576,7 @@ class Index:
                     fresh.executescript(f"BEGIN;{SCHEMA}PRAGMA user_version={SCHEMA_VERSION};COMMIT;")
                     fresh.execute("BEGIN")
                     fresh.executemany(
-                        f"INSERT OR IGNORE INTO entries ({ROW}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        f"INSERT OR IGNORE INTO entries ({ROW}) VALUES ({', '.join('?' * ROW.count(','))}, ?)",
                         kept,
                     )
                     settings["layout"] = LAYOUT_VERSION
@@ -583,6 +613,60 @@ class Index:
     def reachable_files(self, lo: str, hi: str) -> set[str]:
         """Data file names the index references in ``[lo, hi)``."""
         return {n for (n,) in self.query("SELECT file FROM entries WHERE file >= ? AND file < ?", (lo, hi))}
+
+
+def migrate(con: sqlite3.Connection) -> None:
+    """Schema 3 -> 4 in place, in one transaction (the first process to open it; the others
+    find version 4): the admission policy's per-entry metadata (a JSON row per entry in the
+    ``admission`` table) and its sample become columns, indexes and a table; every row's
+    rank is computed.  O(entries), once."""
+    from cacheaffinity.worker._store.admission import rank
+
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if con.execute("PRAGMA user_version").fetchone()[0] != MIGRATES_FROM:
+            con.execute("ROLLBACK")
+            return
+        for column in POLICY_COLUMNS:
+            con.execute(f"ALTER TABLE entries ADD COLUMN {column} REAL")
+        con.executemany(
+            "UPDATE entries SET rank = ? WHERE id = ?",
+            ((rank(key), i) for i, key in con.execute("SELECT id, key FROM entries").fetchall()),
+        )
+        tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        updates = []
+        if "admission" in tables:
+            for key, meta in con.execute("SELECT key, meta FROM admission").fetchall():
+                try:
+                    used, due, dist = json.loads(meta)
+                    updates.append((float(used), due, dist, key))
+                except (TypeError, ValueError):
+                    continue
+            con.execute("DROP TRIGGER IF EXISTS entries_delete_admission")
+            con.execute("DROP TABLE admission")
+        con.executemany("UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ? WHERE key = ?", updates)
+        sample = []
+        if "admission_state" in tables:
+            row = con.execute("SELECT value FROM admission_state WHERE name = 'state'").fetchone()
+            try:
+                state = json.loads(row[0]) if row else None
+                sample = [(int(h) - 2**63, float(t)) for h, _, t in state.pop("sample", [])]
+                con.execute(
+                    "UPDATE admission_state SET value = ? WHERE name = 'state'", (json.dumps(state),)
+                )
+            except (TypeError, ValueError, AttributeError):
+                pass
+        for statement in ADMISSION.strip().split(";"):
+            if statement.strip():
+                con.execute(statement)
+        con.executemany("INSERT OR REPLACE INTO admission_sample VALUES (?, ?)", sample)
+        con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        con.execute("COMMIT")
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+    logger.info("cacheaffinity: index upgraded from schema %d to %d in place (entries kept)", MIGRATES_FROM, SCHEMA_VERSION)
 
 
 def _has_tables(con: sqlite3.Connection) -> bool:

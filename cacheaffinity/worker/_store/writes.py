@@ -23,6 +23,7 @@ import numpy as np
 from dask.utils import format_bytes, parse_bytes
 
 from cacheaffinity.exceptions import Closed, Lost
+from cacheaffinity.worker._store.admission import rank
 from cacheaffinity.worker._store.admitter import Admitter
 from cacheaffinity.worker._store.capacity import Capacity, evict_rows, make_room
 from cacheaffinity.worker._store.files import DataFiles, toc_of
@@ -255,22 +256,23 @@ class WritePath:
                         if old is not None:
                             con.execute("DELETE FROM entries WHERE id = ?", (old[0],))
                             doomed.append(old[1])
+                        fields = None
                         if decider is not None:
-                            victims = decider.place(item.key, item.size)
-                            if victims is None:
+                            if decider.place(item.key, item.size) is None:
                                 doomed.append(name)  # not admitted after all: nothing names it
                                 refused += 1
                                 continue
-                            gone, n = delete_keys(con, victims)
+                            gone, n = decider.evicted()  # rows the policy deleted
                             doomed.extend(gone)
                             evicted += len(gone)
                             freed += n
+                            fields = decider.fields(item.key)
                         used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
                         gone, n = evict_rows(con, used + item.size - capacity)  # FIFO, or a safety net
                         doomed.extend(gone)
                         evicted += len(gone)
                         freed += n
-                        insert_row(con, item, name, toc, nbytes, digest, now, files.uid)
+                        insert_row(con, item, name, toc, nbytes, digest, now, files.uid, fields)
         except BaseException:
             if adm is not None:
                 adm.rolled_back()
@@ -307,26 +309,16 @@ class WritePath:
             self._files.remove([row[0]])
 
 
-def delete_keys(con: sqlite3.Connection, keys: list[str]) -> tuple[list[str], int]:
-    """Delete the rows of ``keys`` (inside the caller's transaction): their data
-    files (to delete after the commit) and the bytes freed."""
-    files, freed = [], 0
-    for key in keys:
-        row = con.execute("SELECT file, size FROM entries WHERE key = ?", (key,)).fetchone()
-        if row is not None:
-            con.execute("DELETE FROM entries WHERE key = ?", (key,))
-            files.append(row[0])
-            freed += int(row[1])
-    return files, freed
-
-
 def insert_row(con: sqlite3.Connection, item: Item, name: str, toc: list, nbytes: int, digest: bytes,
-               now: float, writer: int) -> None:  # fmt: skip
-    """The index row of ``item`` (data file ``name``, written by uid ``writer``),
-    inside the caller's transaction."""
+               now: float, writer: int, fields: tuple | None = None) -> None:  # fmt: skip
+    """The index row of ``item`` (data file ``name``, written by uid ``writer``, the
+    admission policy's ``fields``: rank, last_used, stale_from, reuse_dist), inside the
+    caller's transaction.  Without ``fields`` (``fifo``) the rank is still recorded."""
+    if fields is None:
+        fields = (rank(item.key), None, None, None)
     con.execute(
-        "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, "
-        "checksum, stored, writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, checksum, stored, "
+        "writer, rank, last_used, stale_from, reuse_dist) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         (item.key, item.grp, item.start, item.stop, name,
-         json.dumps(toc, separators=(",", ":")), nbytes, item.size, digest, now, writer),
+         json.dumps(toc, separators=(",", ":")), nbytes, item.size, digest, now, writer, *fields),
     )  # fmt: skip
