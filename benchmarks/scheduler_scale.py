@@ -156,6 +156,7 @@ async def bursts(s: Scheduler, plugin, first: int, burst: int, threads: int, pro
         join_fake_worker(s, i, threads)
         await _settled(plugin)
         cpu.append(time.process_time() - c0)
+        await asyncio.sleep(0)  # each join is its own message: the loop runs between them
     await asyncio.sleep(0.01)
     out["join_one_cpu_s"] = cpu
     out["join_one_max_block_s"] = probe.max_busy
@@ -177,6 +178,7 @@ async def bursts(s: Scheduler, plugin, first: int, burst: int, threads: int, pro
         await s.remove_worker(addr, stimulus_id=f"scale-leave-{i}", close=False)
         await _settled(plugin)
         cpu.append(time.process_time() - c0)
+        await asyncio.sleep(0)  # remove_worker may not yield: each leave is its own message
     await asyncio.sleep(0.01)
     out["leave_cpu_s"] = cpu
     out["leave_max_block_s"] = probe.max_busy

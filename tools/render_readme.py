@@ -33,6 +33,10 @@ Tables (``RENDERERS``):
 ``simulate_capacity``
     working sets larger than the caches (``simulate_capacity.json``): per cache policy the
     hit rate against the offline optimum and the bytes written, per scenario and per run.
+``scheduler_scale``
+    the scheduler at 10^5-10^6 pending chunk tasks (``scheduler_scale.json``): CPU of
+    placement, of a join, of a burst of joins and of a leave, the event loop's longest
+    block and RSS per pending task, with and without the plugin; the commit before.
 ``before_after``
     the reduced headline of two commits, alternating rounds (``before_after.json``): is the
     behaviour unchanged within noise.
@@ -76,6 +80,7 @@ __all__ = ["FILES", "RENDERERS", "main", "render"]
 
 if REPO not in sys.path:  # the renderers of benchmarks/ (imported when used) and _common
     sys.path.insert(0, REPO)
+from benchmarks._common import not_measured  # noqa: E402  (stdlib only)
 from benchmarks._common import read_results as _load  # noqa: E402  (stdlib only)
 
 
@@ -605,13 +610,75 @@ def _scheduler_scale(results: str) -> list[str]:
         return []
     rows = {x["tasks"]: x for x in doc["results"]}
     big = rows[max(rows)]
-    small = rows[min(rows)]
-    text = (f"{big['tasks']:,} tasks placed in {big['place_s']:.1f} s "
-            f"({big['place_tracemalloc_peak_bytes'] / 1e6:.0f} MB tracemalloc peak); re-targeting "
-            f"{small['tasks']:,} queued tasks: {small['retarget_leave_s']:.2f} s when a node leaves, "
-            f"{small['retarget_join_s']:.2f} s when one joins")  # fmt: skip
+    peak = big.get("place_tracemalloc_peak_bytes")
+    text = (f"{big['tasks']:,} tasks placed in {big['place_cpu_s']:.1f} s CPU"
+            + (f" ({peak / 1e6:.0f} MB tracemalloc peak)" if peak else "")
+            + f"; a node leaving {big['retarget_leave_cpu_s']:.2f} s, one joining "
+            f"{big['retarget_join_cpu_s']:.2f} s CPU at {big['tasks']:,} pending")  # fmt: skip
     return [_row(f"placing chunk tasks over {big['nodes']} nodes (real scheduler, fake workers)", text,
                  "python benchmarks/scheduler_scale.py", doc)]  # fmt: skip
+
+
+def render_scheduler_scale(results: str, name: str = "scheduler_scale") -> str:
+    """Scheduler cost of placement, joins and leaves at 10^5-10^6 pending chunk tasks,
+    with the plugin and without it, and the figures of the commit measured before."""
+    doc = _load(results, name)
+    if doc is None or not doc.get("summary"):
+        return not_measured("scheduler_scale.py", name)
+    burst = doc["config"].get("burst")
+    head = ["pending chunk tasks"]
+    sm = doc["summary"]
+    head += [f"{x['tasks']:,}" for x in sm]
+
+    def ms(v):
+        return "-" if v is None else f"{v * 1e3:,.0f} ms" if v < 10 else f"{v:,.1f} s"
+
+    def row(label, key, fmt=ms, stock=None):
+        cells = []
+        for x in sm:
+            c = fmt(x.get(key))
+            if stock and x.get(stock) is not None:
+                c += f" ({fmt(x.get(stock))})"
+            cells.append(c)
+        return [label] + cells
+
+    body = [
+        row("placement, CPU (Dask's own task creation)", "place_cpu_s", stock="dask_new_task_cpu_s"),
+        row("placement / Dask's task creation", "place_over_dask", fmt=lambda v: "-" if v is None else f"{v:.2f}x"),
+        row("one join, CPU (median; without the plugin)", "join_one_median_cpu_s", stock="stock_join_one_median_cpu_s"),
+        row("one join, CPU (slowest of them)", "join_one_max_cpu_s"),
+        row(f"{burst} joins at once, CPU in all (without)", "join_burst_cpu_s", stock="stock_join_burst_cpu_s"),
+        row("one leave, CPU (median; without)", "leave_median_cpu_s", stock="stock_leave_median_cpu_s"),
+        row("one leave, CPU (slowest of them)", "leave_max_cpu_s"),
+        row("longest loop block: joins one at a time (without)", "join_one_max_block_s", stock="stock_join_one_max_block_s"),
+        row(f"longest loop block: {burst} joins at once (without)", "join_burst_max_block_s",
+            stock="stock_join_burst_max_block_s"),
+        row("longest loop block: leaves (without)", "leave_max_block_s", stock="stock_leave_max_block_s"),
+        row("loop block of placement (Dask's own task creation)", "place_block_s", stock="dask_new_task_block_s"),
+        row("scheduler RSS per pending chunk task (without)", "rss_per_task_bytes",
+            fmt=lambda v: "-" if v is None else f"{v:,.0f} B", stock="stock_rss_per_task_bytes"),
+    ]  # fmt: skip
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines += ["| " + " | ".join(r) + " |" for r in body]
+    out = "\n".join(lines) + "\n"
+    before = doc.get("before") or {}
+    old = {x["tasks"]: x for x in before.get("results") or []}
+    if old:
+        cells = []
+        for x in sm:
+            o = old.get(x["tasks"])
+            cells.append("-" if o is None else
+                         f"join {o['retarget_join_cpu_s']:.2f} s, leave {o['retarget_leave_cpu_s']:.2f} s, "
+                         f"placement {o['place_cpu_s']:.1f} s (Dask {o['dask_new_task_cpu_s']:.1f} s)")  # fmt: skip
+        out += ("\nBefore (`" + str(before.get("commit") or "?")[:7] + "`, one join and one leave, CPU): "
+                + "; ".join(f"{x['tasks']:,}: {c}" for x, c in zip(sm, cells)) + ".\n")
+    checks = (doc.get("checks") or {}).get("must_show_1e6_over_1000_nodes")
+    if checks:
+        verdict = [f"{k[:-3]}: {'met' if v else 'missed'}" for k, v in checks.items() if k.endswith("_ok")]
+        out += "\nMust-show at 10^6 over 1000 nodes: " + ", ".join(verdict) + ".\n"
+    out += f"\nMeasured at {commit_label(doc)}, {_date(doc)}: `python benchmarks/scheduler_scale.py`" \
+           " (CPU is `time.process_time`; a loop block is the loop thread's CPU while a 2 ms probe waited).\n"
+    return out
 
 
 def _simulate(results: str) -> list[str]:
@@ -1038,6 +1105,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "beyond_capacity": render_beyond_capacity,
     "cluster_box": render_cluster_box,
     "simulate_hetero": render_simulate_hetero,
+    "scheduler_scale": render_scheduler_scale,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"
