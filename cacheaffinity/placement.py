@@ -341,7 +341,12 @@ class TorusPlacement:
         """``(distance, point index)`` of the nearest replica point of every row of ``x``
         (points from :meth:`coordinates`) in ``layout`` (default: the current one):
         the tree query :meth:`assign` and :meth:`nearest` make, for callers that keep
-        chunk points (the scheduler's index of pending chunk tasks)."""
+        chunk points (the scheduler's index of pending chunk tasks).
+
+        :type x: numpy.ndarray
+        :type layout: a snapshot from :meth:`layout`, or None
+        :rtype: tuple[numpy.ndarray, numpy.ndarray]
+        """
         st = self._nodes_or_raise() if layout is None else layout
         if len(x) <= _SMALL_BATCH:
             d, i = st.tree.query(x, k=1, p=1)
