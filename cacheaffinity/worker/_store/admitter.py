@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from cacheaffinity.exceptions import Closed
-from cacheaffinity.worker._store.admission import POLICIES, StableRank, make_policy, rank
+from cacheaffinity.worker._store.admission import POLICIES, RankSample, StableRank, make_policy, rank
 
 __all__ = ["STORE_POLICIES", "UNSAVED", "Admitter", "IndexEntries", "IndexSample", "SAVE_EVERY"]
 
@@ -39,8 +39,12 @@ STORE_POLICIES = ("rank",)
 #: Lookups kept in memory until saved, at most (the oldest are dropped).
 UNSAVED = 8192
 #: Unsaved lookups are saved once there are this many (by the thread that made the last
-#: one), or when older than :data:`SAVE_AFTER` seconds (workers: with each heartbeat).
+#: one), or when older than :data:`SAVE_AFTER` seconds (workers: with each heartbeat); a
+#: cache of many entries saves every 1/:data:`SAVE_SHARE` of its entries, at most
+#: :data:`SAVE_MOST` (fewer transactions; the grace stays that share of the cache).
 SAVE_EVERY = 64
+SAVE_SHARE = 64
+SAVE_MOST = 1024
 SAVE_AFTER = 1.0
 #: Processes of the node that saved within this many demands (a run's lookups) count in
 #: the grace (see :meth:`Admitter.grace`); at most :data:`WRITERS_KEPT` are remembered.
@@ -63,6 +67,46 @@ class IndexEntries:
         self.freed = 0
         #: key -> (rank, last lookup, stale from, reuse distance) of keys admitted
         self.fields: dict[str, tuple] = {}
+        #: rows read ahead (:meth:`prefetch`; None: not held) and lookups not written yet
+        self._rows: dict[str, tuple | None] = {}
+        self._ids: dict[str, int] = {}
+        self._touched: dict[str, tuple] = {}
+
+    def prefetch(self, lookups) -> None:
+        """Read the rows of a batch of ``(seq, key, size, row id or None)`` lookups in a few
+        queries: by row id where the lookup found one (a row of that key since replaced
+        is not that id: not held), else by key."""
+        ids = {rid: key for _, key, _, rid in lookups if rid is not None}
+        keys = list({key for _, key, _, rid in lookups if rid is None and key not in ids.values()})
+        self._rows.update(dict.fromkeys(ids.values()))
+        self._rows.update(dict.fromkeys(keys))
+        for column, values in (("id", list(ids)), ("key", keys)):
+            for i in range(0, len(values), 500):
+                part = values[i : i + 500]
+                for key, rid, *row in self.con.execute(
+                    "SELECT key, id, size, rank, last_used, stale_from, reuse_dist FROM entries "
+                    f"WHERE {column} IN ({','.join('?' * len(part))})",
+                    part,
+                ):
+                    if column == "key" or ids.get(rid) == key:
+                        self._rows[key] = tuple(row)
+                        self._ids[key] = rid
+
+    def flush(self) -> None:
+        """Write the lookups :meth:`touch` recorded (before any decision reads the rows)."""
+        if self._touched:
+            ids = self._ids
+            self.con.executemany(
+                "UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ? WHERE id = ?",
+                [(*v, ids[k]) for k, v in self._touched.items() if k in ids],
+            )
+            self.con.executemany(
+                "UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ? WHERE key = ?",
+                [(*v, k) for k, v in self._touched.items() if k not in ids],
+            )
+            self._touched.clear()
+        self._rows.clear()
+        self._ids.clear()
 
     def _one(self, sql: str, args: tuple = ()) -> tuple | None:
         return self.con.execute(sql, args).fetchone()
@@ -71,6 +115,11 @@ class IndexEntries:
     def used(self) -> int:
         return int(self._one("SELECT value FROM meta WHERE name = 'size'")[0])
 
+    def held(self) -> tuple[int, int]:
+        """``(entries, bytes)`` the index holds."""
+        rows = dict(self.con.execute("SELECT name, value FROM meta WHERE name IN ('count', 'size')"))
+        return int(rows["count"]), int(rows["size"])
+
     def __len__(self) -> int:
         return int(self._one("SELECT value FROM meta WHERE name = 'count'")[0])
 
@@ -78,7 +127,10 @@ class IndexEntries:
         return self._one("SELECT 1 FROM entries WHERE key = ?", (key,)) is not None
 
     def get(self, key: str) -> tuple | None:
-        row = self._one("SELECT size, rank, last_used, stale_from, reuse_dist FROM entries WHERE key = ?", (key,))
+        if key in self._rows:
+            row = self._rows[key]
+        else:
+            row = self._one("SELECT size, rank, last_used, stale_from, reuse_dist FROM entries WHERE key = ?", (key,))
         if row is None:
             return None
         size, r, used, due, dist = row
@@ -88,9 +140,9 @@ class IndexEntries:
         self.fields[key] = (r, used, due, dist)
 
     def touch(self, key: str, used: float, due: float, dist: float) -> None:
-        self.con.execute(
-            "UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ? WHERE key = ?", (used, due, dist, key)
-        )
+        row = self.get(key)
+        self._rows[key] = (row[0], row[1], used, due, dist)  # type: ignore[index]
+        self._touched[key] = (used, due, dist)
 
     def remove(self, key: str) -> None:
         row = self._one("SELECT id, file, size FROM entries WHERE key = ?", (key,))
@@ -117,42 +169,61 @@ class IndexEntries:
 
 
 class IndexSample:
-    """:class:`~cacheaffinity.worker._store.admission.RankSample` as the
-    ``admission_sample`` table, through ``con``."""
+    """:class:`~cacheaffinity.worker._store.admission.RankSample` kept in the
+    ``admission_sample`` table (at most the sample size of rows): changes go to ``mirror``,
+    this process's copy, and are written by :meth:`flush`."""
 
-    def __init__(self, con: sqlite3.Connection):
+    def __init__(self, con: sqlite3.Connection, mirror: RankSample):
         self.con = con
-        self._n: int | None = None
+        self.mirror = mirror
+        self._set: set[int] = set()
+        self._gone: set[int] = set()
+
+    @staticmethod
+    def load(con: sqlite3.Connection) -> RankSample:
+        """The sample as the table holds it."""
+        out = RankSample()
+        for h, t in con.execute("SELECT h, t FROM admission_sample"):
+            out.set(h + _SHIFT, t)
+        return out
 
     def __len__(self) -> int:
-        if self._n is None:
-            self._n = int(self.con.execute("SELECT count(*) FROM admission_sample").fetchone()[0])
-        return self._n
+        return len(self.mirror)
 
     def get(self, h: int) -> float | None:
-        row = self.con.execute("SELECT t FROM admission_sample WHERE h = ?", (h - _SHIFT,)).fetchone()
-        return None if row is None else row[0]
+        return self.mirror.get(h)
 
     def set(self, h: int, t: float) -> None:
-        if self.con.execute("UPDATE admission_sample SET t = ? WHERE h = ?", (t, h - _SHIFT)).rowcount == 0:
-            len(self)
-            self.con.execute("INSERT INTO admission_sample VALUES (?, ?)", (h - _SHIFT, t))
-            self._n += 1  # type: ignore[operator]
+        self.mirror.set(h, t)
+        self._set.add(h)
+        self._gone.discard(h)
 
     def largest(self) -> int | None:
-        top = self.con.execute("SELECT max(h) FROM admission_sample").fetchone()[0]
-        return None if top is None else top + _SHIFT
+        return self.mirror.largest()
 
     def remove(self, h: int) -> None:
-        len(self)
-        self._n -= self.con.execute("DELETE FROM admission_sample WHERE h = ?", (h - _SHIFT,)).rowcount  # type: ignore[operator]
+        self.mirror.remove(h)
+        self._gone.add(h)
+        self._set.discard(h)
 
     def forget_before(self, cut: float) -> None:
-        len(self)
-        self._n -= self.con.execute("DELETE FROM admission_sample WHERE t < ?", (cut,)).rowcount  # type: ignore[operator]
+        for h, t in self.mirror.items():
+            if t < cut:
+                self.remove(h)
 
     def items(self) -> list[tuple[int, float]]:
-        return [(h + _SHIFT, t) for h, t in self.con.execute("SELECT h, t FROM admission_sample ORDER BY h")]
+        return self.mirror.items()
+
+    def flush(self) -> None:
+        if self._gone:
+            self.con.executemany("DELETE FROM admission_sample WHERE h = ?", [(h - _SHIFT,) for h in self._gone])
+        if self._set:
+            self.con.executemany(
+                "INSERT OR REPLACE INTO admission_sample VALUES (?, ?)",
+                [(h - _SHIFT, t) for h in self._set if (t := self.mirror.get(h)) is not None],
+            )
+        self._set.clear()
+        self._gone.clear()
 
 
 class Admitter:
@@ -173,8 +244,8 @@ class Admitter:
         #: ``admission_state.version`` as this process last read or wrote it (None: never)
         self._version: int | None = None
         self._seq = itertools.count(1)
-        #: (sequence number, key, size) of lookups not saved yet
-        self._unsaved: deque[tuple[int, str, int]] = deque(maxlen=UNSAVED)
+        #: (sequence number, key, size, row id or None) of lookups not saved yet
+        self._unsaved: deque[tuple[int, str, int, int | None]] = deque(maxlen=UNSAVED)
         self._saving_upto = 0
         self._last_save = time.monotonic()
         #: Times the scalars were read again because another process (or none yet) saved.
@@ -185,24 +256,30 @@ class Admitter:
         self._token = f"{os.getpid()}-{id(self):x}"
         #: (entries, bytes) the index held at the last transaction
         self._held = (0, 0)
+        #: the sample as of :attr:`_version` (read again when another process saved)
+        self._sample: RankSample | None = None
 
     def reset_after_fork(self) -> None:
         """Fresh locks, and the next transaction re-reads the scalars (a forked child)."""
         self._lock = threading.RLock()
         self._ulock = threading.Lock()
         self._version = None
+        self._sample = None
         self._token = f"{os.getpid()}-{id(self):x}"
 
-    def looked_up(self, key: str, size: int) -> bool:
-        """A lookup of ``key`` (``size`` bytes): a hit, or a miss whose value is offered.
-        Returns whether :data:`SAVE_EVERY` lookups wait to be saved (the caller saves)."""
+    def looked_up(self, key: str, size: int, rid: int | None = None) -> bool:
+        """A lookup of ``key`` (``size`` bytes): a hit (``rid``: the row it found), or a miss
+        whose value is offered.  Returns whether :data:`SAVE_EVERY` lookups wait to be
+        saved (the caller saves)."""
         with self._ulock:
-            self._unsaved.append((next(self._seq), key, int(size)))
-            return len(self._unsaved) >= SAVE_EVERY
+            self._unsaved.append((next(self._seq), key, int(size), rid))
+            return len(self._unsaved) >= self.save_every
 
     def _bind(self, con: sqlite3.Connection) -> IndexEntries:
         p = self._policy
-        p.table, p.sample = IndexEntries(con), IndexSample(con)  # type: ignore[assignment]
+        if self._sample is None:
+            self._sample = IndexSample.load(con)
+        p.table, p.sample = IndexEntries(con), IndexSample(con, self._sample)  # type: ignore[assignment]
         return p.table  # type: ignore[return-value]
 
     def admits(self, key: str, size: int) -> bool:
@@ -222,11 +299,17 @@ class Admitter:
             logger.debug("cacheaffinity: admission pre-check failed (%r); the insert decides", e)
             return True
 
+    @property
+    def save_every(self) -> int:
+        """Lookups saved together: :data:`SAVE_EVERY`, or 1/:data:`SAVE_SHARE` of the entries
+        (at most :data:`SAVE_MOST`)."""
+        return min(SAVE_MOST, max(SAVE_EVERY, self._held[0] // SAVE_SHARE))
+
     def save_due(self) -> bool:
         """Whether unsaved lookups should be saved now (many, or old)."""
         with self._ulock:
             n = len(self._unsaved)
-        return n >= SAVE_EVERY or (n > 0 and time.monotonic() - self._last_save > SAVE_AFTER)
+        return n >= self.save_every or (n > 0 and time.monotonic() - self._last_save > SAVE_AFTER)
 
     @contextlib.contextmanager
     def deciding(self, con: sqlite3.Connection, capacity: int) -> Iterator[Admitter]:
@@ -271,6 +354,7 @@ class Admitter:
         """The transaction of the last :meth:`deciding` failed: re-read the scalars next time."""
         with self._lock:
             self._version = None
+            self._sample = None
 
     def save(self, index) -> None:
         """Save unsaved lookups in a transaction of their own (best effort: a cache
@@ -293,6 +377,7 @@ class Admitter:
         version = int(rows.get("version", 0))
         if version == self._version:
             return
+        self._sample = None  # read again with the rows
         try:
             writers = json.loads(rows["writers"]) if "writers" in rows else {}
             self._writers = {str(k): float(v) for k, v in writers.items()}
@@ -325,6 +410,7 @@ class Admitter:
         if con.in_transaction:  # the entries' clocks were the old state's: all fresh now
             con.execute("UPDATE entries SET last_used = 0, stale_from = NULL, reuse_dist = NULL")
             con.execute("DELETE FROM admission_sample")
+            self._sample = RankSample()
 
     def _sync(self, con: sqlite3.Connection) -> None:
         """Inside a write transaction: the scalars, the rows bound, this process's lookups applied."""
@@ -335,22 +421,25 @@ class Admitter:
             "UPDATE entries SET last_used = ? WHERE stale_from IS NULL AND last_used IS NULL", (p.clock,)
         )
         table = self._bind(con)
-        self._held = (len(table), table.used)
+        self._held = table.held()
         p.grace = self.grace()
         with self._ulock:
             batch = list(self._unsaved)
-        for _, key, size in batch:
+        table.prefetch(batch)
+        for _, key, size, _ in batch:
             p.lookup(key, size)
+        table.flush()
+        p.sample.flush()  # type: ignore[attr-defined]
         self._saving_upto = batch[-1][0] if batch else 0
 
     def grace(self) -> float:
-        """Bytes of lookups the node's other recent savers may not have saved yet (:data:`SAVE_EVERY`
-        mean entries each): an entry is stale only beyond it."""
+        """Bytes of lookups the node's other recent savers may not have saved yet
+        (:attr:`save_every` mean entries each): an entry is stale only beyond it."""
         others = sum(1 for w in self._writers if w != self._token)
         count, size = self._held
         if not others or not count:
             return 0.0
-        return float(others * SAVE_EVERY * size / count)
+        return float(others * self.save_every * size / count)
 
     def _save(self, con: sqlite3.Connection) -> None:
         p = self._policy
@@ -372,7 +461,7 @@ class Admitter:
         self._version = version
         table = p.table
         if isinstance(table, IndexEntries):
-            self._held = (len(table), table.used)
+            self._held = table.held()
 
     def describe(self) -> dict:
         """``{"policy", "entries", "bytes", "demand", "theta", "reloads"}`` (as of this

@@ -33,10 +33,10 @@ _MISSING = object()
 
 
 class Reader:
-    """Verified reads of one cache; ``looked_up(key, size)`` is called for every hit."""
+    """Verified reads of one cache; ``looked_up(key, size, row id)`` is called for every hit."""
 
     def __init__(self, index: Index, files: DataFiles, health: Health, writer: WriteBehind,
-                 looked_up: Callable[[str, int], None]):  # fmt: skip
+                 looked_up: Callable[[str, int, int], None]):  # fmt: skip
         self._index = index
         self._files = files
         self._health = health
@@ -99,7 +99,7 @@ class Reader:
             part = keys[i : i + QUERY_KEYS]
             marks = ",".join("?" * len(part))
             for row in self._index.query(
-                f"SELECT key, file, toc, nbytes, checksum, writer, size FROM entries WHERE key IN ({marks})",
+                f"SELECT key, file, toc, nbytes, checksum, writer, size, id FROM entries WHERE key IN ({marks})",
                 tuple(part),
             ):
                 rows[row[0]] = row[1:]
@@ -126,11 +126,11 @@ class Reader:
             self.failed(todo[0], e)
             rows = {}
         for k, row in rows.items():
-            members = self.read(k, row[:-1])
+            members = self.read(k, row[:-2])
             value = None if members is None else members.get(PLAIN)
             if value is not None:
                 out[k] = value
-                self._looked_up(k, row[-1])
+                self._looked_up(k, row[-2], row[-1])
         served = sum(v.nbytes for v in out.values())
         self._health.count(hits=len(out), misses=len(keys) - len(out), bytes_served=served)
         return out
@@ -147,7 +147,7 @@ class Reader:
         ]
         try:
             rows = self._index.query(
-                "SELECT key, start, stop, size, file, toc, nbytes, checksum, writer FROM entries "
+                "SELECT key, start, stop, size, id, file, toc, nbytes, checksum, writer FROM entries "
                 "WHERE grp = ? AND start < ? AND stop > ? ORDER BY id DESC",
                 (grp, int(stop), int(start)),
             )
@@ -156,10 +156,10 @@ class Reader:
         except (OSError, sqlite3.Error, ValueError) as e:
             self.failed(grp, e)
             return out
-        for key, a, b, size, *row in rows:
+        for key, a, b, size, rid, *row in rows:
             members = self.read(key, tuple(row))
             if members is not None:
                 out.append(Pack(int(a), int(b), members, int(size)))
                 self._health.count(packs_read=1)
-                self._looked_up(key, size)
+                self._looked_up(key, size, rid)
         return out

@@ -1,0 +1,362 @@
+"""How a node cache's bookkeeping costs grow with what it holds and how many processes share it.
+
+One node cache directory holds N chunk packs (1e3 to 1e6; small data files: this measures
+the index and the admission policy, not the disk), built directly in the store's on-disk
+format as a node's cache is after earlier work: full, each pack stored once.  P spawned
+processes (1, 2, 4, 8: the worker processes of one node) open it together and run three
+phases, each process ``--ops`` operations, the phases started together (a barrier):
+
+- **hit**: ``get_packs`` of held packs in the order they were stored, each process its own
+  stretch (a warm re-run's lookups: index query, verified read, the admission policy's
+  bookkeeping, saved every 64 lookups as a worker does);
+- **hit_random**: the same for held packs drawn at random (no two lookups near each other
+  in the index: the worst case of the bookkeeping's page writes);
+- **miss**: ``get_packs`` of a pack the cache does not hold;
+- **insert**: ``put_pack`` of a new pack into the full cache (a first run: admission,
+  eviction, the row; inline, each a transaction).
+
+Reported per (N, policy, P): CPU per operation summed over the P processes (2 cores here:
+CPU, not speed-up), each process's RSS after the phases, a worker's open time of the
+cache (``ColumnCache(...)``), and per N the time of ``cacheaffinity cache info`` (the
+command, a new process) and of ``verify`` (in process).  ``rank`` (the default) and
+``fifo`` side by side, on caches built alike.  Medians of ``--repeats``.
+
+    python benchmarks/store_scale.py            # 1e3 .. 1e6 packs, 1/2/4/8 processes (~30 min)
+    python benchmarks/store_scale.py --quick    # 1e3 and 1e4 packs, 1 and 2 processes
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+
+from benchmarks._common import parser, print_table, pyplot, save_png, write_json  # noqa: E402
+
+POLICIES = ("rank", "fifo")
+PHASES = ("hit", "hit_random", "miss", "insert")
+#: Rows per pack group (one file's tree): chunk packs of 1,000 entries each.
+PER_GROUP = 100
+#: Member arrays of a pack (int64 each): small data files.
+MEMBER_LEN = 16
+
+
+def _arrays(i: int) -> dict[str, np.ndarray]:
+    return {"Muon_pt/f0/data": np.full(MEMBER_LEN, i, np.int64)}
+
+
+def _where(i: int, prefix: str = "f") -> tuple[str, int, int]:
+    """(group, start, stop) of pack ``i``."""
+    return f"{prefix}{i // PER_GROUP:07d}/Events", (i % PER_GROUP) * 1000, (i % PER_GROUP) * 1000 + 1000
+
+
+def build(directory: str, n: int) -> dict:
+    """A full node cache of ``n`` packs in the store's format (index rows with the rank
+    policy's columns, as if each pack was stored once in order), capacity = their size."""
+    import cacheaffinity.config  # noqa: F401
+    from cacheaffinity.worker._store import ColumnCache
+    from cacheaffinity.worker._store.admission import rank
+    from cacheaffinity.worker._store.files import DataFiles, toc_of
+    from cacheaffinity.worker._store.layout import blocks, pack_key
+
+    t0 = time.perf_counter()
+    arrays = _arrays(0)
+    with ColumnCache(directory, capacity=1 << 40, admission="fifo") as cache:
+        files: DataFiles = cache.files
+        name, toc, nbytes, digest = files.write(arrays)
+        template = files.path(name)
+        with open(template, "rb") as f:
+            content = f.read()
+        files.remove([name])
+    size = blocks(nbytes)
+    toc_json = json.dumps(toc, separators=(",", ":"))
+    members = sorted(arrays)
+    uid = os.geteuid()
+    rows = []
+    for i in range(n):
+        grp, start, stop = _where(i)
+        name = uuid.UUID(int=(i + 1) * 0x9E3779B97F4A7C15 % (1 << 128)).hex
+        path = files.path(name)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileNotFoundError:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, content)
+        os.close(fd)
+        key = pack_key(grp, start, stop, members)
+        rows.append((key, grp, start, stop, name, toc_json, nbytes, size, digest, time.time(), uid,
+                     rank(key), float(i * size), None, None))  # fmt: skip
+    from cacheaffinity.worker._directory import INDEX_NAME
+
+    con = sqlite3.connect(os.path.join(directory, INDEX_NAME), isolation_level=None)
+    con.execute("BEGIN")
+    con.executemany(
+        "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, checksum, stored, writer, "
+        "rank, last_used, stale_from, reuse_dist) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        rows,
+    )
+    demand = float(n * size)  # a run looks every pack up once
+    state = {"policy": "rank", "capacity": n * size, "clock": float(n * size), "params": {},
+             "demand": demand, "reuses": [demand] * 5, "jitter": 0.25, "sampled": 0}  # fmt: skip
+    con.execute("INSERT OR REPLACE INTO admission_state VALUES ('state', ?)", (json.dumps(state),))
+    con.execute("INSERT OR REPLACE INTO admission_state VALUES ('version', '1')")
+    con.execute("INSERT OR REPLACE INTO settings VALUES ('capacity', ?)", (n * size,))
+    con.execute("COMMIT")
+    con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    index_bytes = os.path.getsize(os.path.join(directory, INDEX_NAME))
+    con.close()
+    return {"packs": n, "pack_bytes": size, "capacity": n * size, "build_s": time.perf_counter() - t0,
+            "index_bytes": index_bytes}  # fmt: skip
+
+
+def _rss_kb() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _process(directory: str, policy: str, capacity: int, plan: dict, barrier, queue) -> None:
+    """One worker process of the node: open, then the phases (each started with the others)."""
+    import cacheaffinity.config  # noqa: F401
+    from cacheaffinity.worker._store import ColumnCache
+
+    rss_start = _rss_kb()
+    barrier.wait(600)
+    w0, c0 = time.perf_counter(), time.process_time()
+    cache = ColumnCache(directory, capacity=capacity, admission=policy, write_queue=0)
+    open_wall, open_cpu = time.perf_counter() - w0, time.process_time() - c0
+    rss_open = _rss_kb()
+    out = {"open_wall_s": open_wall, "open_cpu_s": open_cpu, "rss_start_kb": rss_start, "rss_open_kb": rss_open}
+    for phase in PHASES:
+        barrier.wait(600)
+        ops = plan[phase]
+        c0, w0 = time.process_time(), time.perf_counter()
+        done = 0
+        if phase == "insert":
+            for grp, start, stop, i in ops:
+                done += cache.put_pack(grp, start, stop, _arrays(i))[1]
+        else:
+            for grp, start, stop in ops:
+                done += bool(cache.get_packs(grp, start, stop))
+        cache.save_admission(force=True)  # what the worker's heartbeat does
+        out[phase] = {"cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - w0, "ops": len(ops),
+                      "done": done}  # fmt: skip
+    out["rss_end_kb"] = _rss_kb()
+    out["stats"] = {k: v for k, v in cache.stats().items() if k in ("evictions", "not_admitted", "writes")}
+    cache.close()
+    queue.put(out)
+
+
+def held_sample(directory: str, k: int, seed: int) -> list[tuple[str, int, int]]:
+    """``k`` packs the cache holds now (random, by row id)."""
+    from cacheaffinity.worker._directory import INDEX_NAME
+
+    con = sqlite3.connect(os.path.join(directory, INDEX_NAME))
+    lo, hi = con.execute("SELECT min(id), max(id) FROM entries").fetchone()
+    rng = np.random.default_rng(seed)
+    out: list[tuple[str, int, int]] = []
+    while len(out) < k:
+        ids = [int(x) for x in rng.integers(lo, hi + 1, 4 * k)]
+        for i in range(0, len(ids), 500):
+            marks = ",".join("?" * len(ids[i : i + 500]))
+            out += con.execute(f"SELECT grp, start, stop FROM entries WHERE id IN ({marks})", ids[i : i + 500]).fetchall()
+    con.close()
+    return out[:k]
+
+
+def held_run(directory: str, k: int, seed: int) -> list[tuple[str, int, int]]:
+    """``k`` packs the cache holds now, consecutive in storing order from a random one."""
+    from cacheaffinity.worker._directory import INDEX_NAME
+
+    con = sqlite3.connect(os.path.join(directory, INDEX_NAME))
+    lo, hi = con.execute("SELECT min(id), max(id) FROM entries").fetchone()
+    first = int(np.random.default_rng(seed).integers(lo, max(lo, hi - k) + 1))
+    out = con.execute("SELECT grp, start, stop FROM entries WHERE id >= ? ORDER BY id LIMIT ?", (first, k)).fetchall()
+    con.close()
+    return (out * (k // max(1, len(out)) + 1))[:k]
+
+
+def run_case(directory: str, policy: str, capacity: int, procs: int, ops: int, seed: int) -> dict:
+    """P processes on one node cache: per-phase CPU per operation summed over processes."""
+    hits = held_sample(directory, ops * procs, seed)
+    runs = held_run(directory, ops * procs, seed + 1000)
+    plans = []
+    for p in range(procs):
+        plans.append({
+            "hit": runs[p * ops : (p + 1) * ops],
+            "hit_random": hits[p * ops : (p + 1) * ops],
+            "miss": [_where(i, "m") for i in range(seed * 10**7 + p * ops, seed * 10**7 + (p + 1) * ops)],
+            "insert": [(*_where(i, "n"), i) for i in range(seed * 10**7 + p * ops, seed * 10**7 + (p + 1) * ops)],
+        })  # fmt: skip
+    ctx = multiprocessing.get_context("spawn")
+    barrier, queue = ctx.Barrier(procs), ctx.Queue()
+    workers = [ctx.Process(target=_process, args=(directory, policy, capacity, plans[p], barrier, queue)) for p in range(procs)]
+    for w in workers:
+        w.start()
+    outs = [queue.get(timeout=1800) for _ in workers]
+    for w in workers:
+        w.join(60)
+        if w.exitcode != 0:
+            raise RuntimeError(f"a node process exited with {w.exitcode}")
+    res = {"procs": procs, "policy": policy}
+    for phase in PHASES:
+        n = sum(o[phase]["ops"] for o in outs)
+        res[f"{phase}_cpu_us"] = 1e6 * sum(o[phase]["cpu_s"] for o in outs) / n
+        res[f"{phase}_done"] = sum(o[phase]["done"] for o in outs) / n
+    res["open_s"] = max(o["open_wall_s"] for o in outs)
+    res["rss_end_mb"] = max(o["rss_end_kb"] for o in outs) / 1024
+    res["rss_growth_mb"] = max(o["rss_end_kb"] - o["rss_start_kb"] for o in outs) / 1024
+    res["evictions"] = sum(o["stats"].get("evictions", 0) for o in outs)
+    return res
+
+
+def cli_info_seconds(directory: str) -> float:
+    """Wall time of ``cacheaffinity cache info DIR`` (a new process, as an operator runs it)."""
+    t0 = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "cacheaffinity.cli", "cache", "info", directory],
+                       capture_output=True, text=True, timeout=600)  # fmt: skip
+    if r.returncode != 0:
+        raise RuntimeError(f"cache info failed: {r.stderr}")
+    return time.perf_counter() - t0
+
+
+def verify_seconds(directory: str) -> float:
+    import cacheaffinity.config  # noqa: F401
+    from cacheaffinity.worker._store import ColumnCache
+
+    with ColumnCache(directory) as cache:
+        t0 = time.perf_counter()
+        cache.verify()
+        return time.perf_counter() - t0
+
+
+def _median_case(cases: list[dict]) -> dict:
+    out = dict(cases[0])
+    for k, v in cases[0].items():
+        if isinstance(v, float):
+            out[k] = statistics.median(c[k] for c in cases)
+    out["repeats"] = len(cases)
+    return out
+
+
+def checks(rows: list[dict]) -> dict:
+    """The issue's bounds at the largest N, for the default policy."""
+    sizes = sorted({r["packs"] for r in rows})
+    lo, hi = sizes[0], sizes[-1]
+    find = {(r["packs"], r["policy"], r["procs"]): r for r in rows}
+    out = {}
+    for procs in sorted({r["procs"] for r in rows}):
+        big, small, fifo = find.get((hi, "rank", procs)), find.get((lo, "rank", procs)), find.get((hi, "fifo", procs))
+        if not (big and small and fifo):
+            continue
+        for phase in ("hit", "hit_random", "miss", "insert"):
+            own = big[f"{phase}_cpu_us"] / small[f"{phase}_cpu_us"]
+            vs_fifo = big[f"{phase}_cpu_us"] / fifo[f"{phase}_cpu_us"]
+            out[f"{phase}_vs_own_{lo}_p{procs}"] = {"ratio": round(own, 3), "bound": 1.5, "met": own <= 1.5}
+            out[f"{phase}_vs_fifo_p{procs}"] = {"ratio": round(vs_fifo, 3), "bound": 1.5, "met": vs_fifo <= 1.5}
+        growth = big["rss_end_mb"] - small["rss_end_mb"]
+        out[f"rss_growth_mb_p{procs}"] = {"value": round(growth, 1), "bound": 16, "met": growth <= 16}
+        out[f"open_s_p{procs}"] = {"value": round(big["open_s"], 3), "bound": 1.0, "met": big["open_s"] <= 1.0}
+    return out
+
+
+def plot(rows: list[dict], sizes: list[dict], path: str) -> None:
+    plt = pyplot()
+    fig, axes = plt.subplots(1, 5, figsize=(22, 4.2))
+    titles = {"hit": "lookup hit (storing order)", "hit_random": "lookup hit (random order)",
+              "miss": "lookup miss", "insert": "insert with eviction"}  # fmt: skip
+    for ax, phase in zip(axes[:4], PHASES):
+        for policy, style in (("rank", "-"), ("fifo", "--")):
+            for procs in sorted({r["procs"] for r in rows}):
+                pts = sorted((r["packs"], r[f"{phase}_cpu_us"]) for r in rows if r["policy"] == policy and r["procs"] == procs)
+                if pts:
+                    ax.plot(*zip(*pts), style, marker="o", label=f"{policy}, {procs} proc")
+        ax.set(xscale="log", yscale="log", xlabel="packs in the node cache", ylabel="CPU µs per operation (all processes)",
+               title=titles[phase])  # fmt: skip
+        ax.grid(True, which="both", alpha=0.3)
+    axes[0].legend(fontsize=7)
+    ax = axes[4]
+    for policy, style in (("rank", "-"), ("fifo", "--")):
+        for procs in sorted({r["procs"] for r in rows}):
+            pts = sorted((r["packs"], r["rss_end_mb"]) for r in rows if r["policy"] == policy and r["procs"] == procs)
+            if pts:
+                ax.plot(*zip(*pts), style, marker="o", label=f"{policy}, {procs} proc")
+    ax.set(xscale="log", xlabel="packs in the node cache", ylabel="RSS per process after the phases (MB)", title="memory")
+    ax.grid(True, which="both", alpha=0.3)
+    fig.suptitle("Node cache bookkeeping against what it holds (store_scale.py)")
+    fig.tight_layout()
+    save_png(fig, path)
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--sizes", type=lambda s: [int(float(x)) for x in s.split(",")], default=None,
+                   help="packs per node cache, comma separated (default 1e3,1e4,1e5,1e6)")  # fmt: skip
+    p.add_argument("--procs", type=lambda s: [int(x) for x in s.split(",")], default=None,
+                   help="processes sharing the node cache (default 1,2,4,8)")  # fmt: skip
+    p.add_argument("--ops", type=int, default=None, help="operations per process and phase (default 400)")
+    p.add_argument("--repeats", type=int, default=None, help="repeats of each case (median; default 3)")
+    p.add_argument("--work", default=None, help="where the caches are built (default: a temporary folder)")
+    args = p.parse_args(argv)
+    sizes = args.sizes or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000, 1_000_000])
+    procs_list = args.procs or ([1, 2] if args.quick else [1, 2, 4, 8])
+    ops = args.ops or (100 if args.quick else 400)
+    repeats = args.repeats or (1 if args.quick else 3)
+    work = tempfile.mkdtemp(prefix="store-scale-", dir=args.work)
+    config = {"sizes": sizes, "procs": procs_list, "ops": ops, "repeats": repeats, "quick": args.quick,
+              "member_len": MEMBER_LEN, "per_group": PER_GROUP}  # fmt: skip
+    rows: list[dict] = []
+    per_size: list[dict] = []
+    try:
+        for n in sizes:
+            for policy in POLICIES:
+                directory = os.path.join(work, f"{policy}-{n}")
+                info = build(directory, n)
+                print(f"built {n} packs in {info['build_s']:.1f} s (index {info['index_bytes'] / 2**20:.1f} MiB)", flush=True)
+                if policy == "rank":
+                    info["cache_info_s"] = statistics.median(cli_info_seconds(directory) for _ in range(repeats))
+                    info["verify_s"] = verify_seconds(directory)
+                    per_size.append(info)
+                for procs in procs_list:
+                    cases = [run_case(directory, policy, info["capacity"], procs, ops, seed=r + 1) for r in range(repeats)]
+                    row = {"packs": n, **_median_case(cases)}
+                    rows.append(row)
+                    print(f"  {policy:4s} {procs} proc: hit {row['hit_cpu_us']:.0f} µs, random {row['hit_random_cpu_us']:.0f}, miss {row['miss_cpu_us']:.0f}, "
+                          f"insert {row['insert_cpu_us']:.0f}, open {row['open_s']:.3f} s, RSS {row['rss_end_mb']:.0f} MB",
+                          flush=True)  # fmt: skip
+                shutil.rmtree(directory, ignore_errors=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    verdict = checks(rows)
+    print_table(
+        [{"packs": r["packs"], "policy": r["policy"], "procs": r["procs"], "hit µs": round(r["hit_cpu_us"]), "random hit µs": round(r["hit_random_cpu_us"]),
+          "miss µs": round(r["miss_cpu_us"]), "insert µs": round(r["insert_cpu_us"]),
+          "open s": round(r["open_s"], 3), "RSS MB": round(r["rss_end_mb"])} for r in rows]
+    )  # fmt: skip
+    for k, v in verdict.items():
+        print(f"{k}: {v}")
+    name = "store_scale_quick" if args.quick else "store_scale"
+    os.makedirs(args.out, exist_ok=True)
+    write_json(os.path.join(args.out, f"{name}.json"), config, rows, sizes=per_size, checks=verdict)
+    plot(rows, per_size, os.path.join(args.out, f"{name}.png"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
