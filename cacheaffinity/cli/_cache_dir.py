@@ -251,7 +251,7 @@ def cache() -> None:
     "directory, else cacheaffinity.worker.capacity of this machine's Dask config).",
 )
 def info(directory: str | None, as_json: bool, capacity: str | None) -> None:
-    """Node id, entries, size, capacity, entry ages and forms of cache directory DIR.
+    """Node id, entries, size, capacity, entry ages and form documents of cache directory DIR.
 
     Without DIR: the directory this machine's Dask config gives the workers
     (``cacheaffinity.worker.directory``, else the default one).  Changes
@@ -276,6 +276,8 @@ def info(directory: str | None, as_json: bool, capacity: str | None) -> None:
                     recorded = store.capacity
     if capacity is None and recorded is not None:
         cap, cap_source = int(recorded), "the cache directory's settings"
+    forms = FormStore(directory)
+    form_count, form_size = forms.usage()
     out = {
         "directory": directory,
         "node": node,
@@ -286,7 +288,10 @@ def info(directory: str | None, as_json: bool, capacity: str | None) -> None:
         "capacity_source": cap_source,
         "oldest": summary["oldest"],
         "newest": summary["newest"],
-        "forms": len(FormStore(directory)),
+        "forms": form_count,
+        "forms_size": form_size,
+        # the form store's own bound (not part of the capacity): first written removed first
+        "forms_max": {"documents": forms.max_documents, "bytes": forms.max_bytes},
         "read_only": read_only,
     }
     if as_json:
@@ -301,7 +306,8 @@ def info(directory: str | None, as_json: bool, capacity: str | None) -> None:
         ("capacity", f"{format_bytes(cap)} (from {cap_source})"),
         ("oldest entry", when(out["oldest"])),
         ("newest entry", when(out["newest"])),
-        ("forms", f"{out['forms']:,}"),
+        ("forms", f"{form_count:,}, {format_bytes(form_size)} (at most {forms.max_documents:,} and "
+                  f"{format_bytes(forms.max_bytes)}, outside the capacity)"),
     ]
     if read_only is not None:
         rows.append(("opened", f"read-only ({read_only})"))

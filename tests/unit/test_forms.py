@@ -124,3 +124,97 @@ def test_parquet_footer_digest(tmp_path):
     (tmp_path / "bad.parquet").write_bytes(b"not parquet at all")
     with pytest.raises(IdentityUnavailable):
         parquet_footer_digest(str(tmp_path / "bad.parquet"))
+
+
+def _aged(store: FormStore, name: str, t: int) -> None:
+    """Give document ``name`` the modification time ``t`` (the order written, distinct)."""
+    os.utime(os.path.join(store.directory, name), (t, t))
+
+
+def test_byte_bound_holds_and_the_kept_documents_are_intact(tmp_path, caplog):
+    """More documents than the byte bound holds (each about 3 kB, as a tiny form; real
+    NanoAOD forms are 0.2-1 MB): after every put the store is within the bound, the first
+    written are gone, and every document still there reads back as written."""
+    probe = FormStore(str(tmp_path / "probe"), max_bytes=0)
+    docs = [dict(DOC, num_entries=i, base_form={"fields": [f"b{i}_{j}" for j in range(300)]}) for i in range(60)]
+    assert probe.put("x.json", docs[0], identity={"i": 0})
+    one = os.path.getsize(os.path.join(probe.directory, "x.json"))
+    assert 2000 < one < 5000, one
+    store = FormStore(str(tmp_path), max_documents=1000, max_bytes=10 * one)
+    names = [FormStore.key(f"file-{i}", "Events") for i in range(len(docs))]
+    with caplog.at_level(logging.DEBUG, logger="cacheaffinity.worker"):
+        for i, (name, doc) in enumerate(zip(names, docs)):
+            assert store.put(name, doc, identity={"i": i})
+            _aged(store, name, 1_000_000 + i)
+            count, size = store.usage()
+            assert size <= store.max_bytes and count <= 10, (i, count, size)
+    assert store.evicted >= len(docs) - 10
+    bound = [r for r in caplog.records if "beyond its bound" in r.getMessage()]
+    assert bound and bound[0].levelno == logging.INFO
+    assert sum(r.levelno == logging.INFO for r in bound) == 1  # once, then debug
+    kept = [i for i, n in enumerate(names) if os.path.exists(os.path.join(store.directory, n))]
+    assert kept == list(range(len(docs) - len(kept), len(docs))) and len(kept) >= 8  # the newest
+    for i in kept:
+        assert store.get(names[i], identity={"i": i}) == docs[i]
+    # an evicted document is a miss, not an error; the next put writes it again
+    assert store.get(names[0], identity={"i": 0}) is None
+    assert store.put(names[0], docs[0], identity={"i": 0})
+    assert store.get(names[0], identity={"i": 0}) == docs[0]
+
+
+def test_bound_never_removes_the_document_just_written(tmp_path):
+    """One document larger than the whole byte bound: kept (the file's chunks need it);
+    everything older goes."""
+    store = FormStore(str(tmp_path), max_bytes=2000)
+    small = FormStore.key("small", "Events")
+    assert store.put(small, DOC)
+    _aged(store, small, 1_000_000)
+    big = FormStore.key("big", "Events")
+    doc = dict(DOC, base_form={"fields": ["x" * 50] * 100})
+    assert store.put(big, doc)
+    assert store.get(big) == doc and store.get(small) is None
+    assert store.usage()[0] == 1
+
+
+def test_orphaned_temporaries_are_collected_and_not_counted(tmp_path):
+    """A writer killed mid-write leaves ``<name>.<pid>.<random>.tmp``: not a document
+    (``len``, ``usage``), and removed by a later put once older than ORPHAN_SECONDS."""
+    from cacheaffinity.worker import _forms
+
+    store = FormStore(str(tmp_path))
+    assert store.put(FormStore.key("a", "Events"), DOC)
+    old = os.path.join(store.directory, "0123.json.99.abcdef01.tmp")
+    young = os.path.join(store.directory, "4567.json.99.abcdef02.tmp")
+    for path in (old, young):
+        with open(path, "w") as f:
+            f.write('{"layout": 2, "chec')
+    t = 1_000_000
+    os.utime(old, (t, t))
+    assert len(store) == 1 and store.usage()[0] == 1
+    assert store.put(FormStore.key("b", "Events"), DOC)
+    assert not os.path.exists(old)  # older than _forms.ORPHAN_SECONDS
+    assert os.path.exists(young)  # may be a write in progress
+    assert _forms.ORPHAN_SECONDS >= 600
+
+
+def test_a_missing_or_corrupt_document_among_many_is_a_miss(tmp_path, caplog):
+    """Documents removed or damaged behind the store's back (another process's bound, a
+    disk fault) are misses with a log line, never errors; the bound still holds after."""
+    store = FormStore(str(tmp_path), max_documents=8)
+    names = [FormStore.key(f"f{i}", "Events") for i in range(8)]
+    for i, name in enumerate(names):
+        assert store.put(name, dict(DOC, num_entries=i))
+        _aged(store, name, 1_000_000 + i)
+    os.remove(os.path.join(store.directory, names[6]))
+    with open(os.path.join(store.directory, names[7]), "r+b") as f:
+        f.seek(40)
+        f.write(b"\x00\xff")
+    with caplog.at_level(logging.DEBUG, logger="cacheaffinity.worker"):
+        assert store.get(names[6]) is None and store.get(names[7]) is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("no form" in m and names[6] in m for m in messages), messages
+    assert any(names[7] in m and r.levelno >= logging.WARNING for m, r in zip(messages, caplog.records)), messages
+    for i in range(8, 20):
+        assert store.put(FormStore.key(f"f{i}", "Events"), dict(DOC, num_entries=i))
+        assert len(store) <= 8
+    assert store.get(FormStore.key("f19", "Events")) == dict(DOC, num_entries=19)
