@@ -20,7 +20,7 @@ import click
 from cacheaffinity import config
 from cacheaffinity.exceptions import InvalidSetting
 
-__all__ = ["command_line_setup", "dask_setup", "setup"]
+__all__ = ["command_line_setup", "dask_setup", "preload_help", "setup"]
 
 
 async def setup(
@@ -248,10 +248,26 @@ def _parse_time(ctx, outer, values: list) -> dict:
     return recovered
 
 
+#: The command that prints the preload's options with their help (``dask worker --help`` cannot:
+#: it prints its help before distributed imports the preload modules).
+HELP_COMMAND = "cacheaffinity preload-options"
+
+
+def _option_help(key: str) -> str:
+    """An option's help: its role, the schema's description, its config key and default."""
+    role = key.split(".", 1)[0]
+    described = config._subschema(key)
+    text = f"{role}: {described['description'] if described else ''}"
+    default = config.default(key)
+    suffix = f"; default {default}" if default is not None else ""
+    return f"{text} [config cacheaffinity.{key}{suffix}]"
+
+
 class _PreloadCommand(click.Command):
     """The preload's click command, named in usage errors as ``dask worker --preload
     cacheaffinity`` (distributed's context has no name), listing its options after the usage
-    and offering no ``--help`` (``dask worker`` takes ``--help`` itself: no one sees it)."""
+    and naming the command that describes them (``cacheaffinity preload-options``). It offers
+    no ``--help``: ``dask worker`` takes ``--help`` itself, so no one would see it."""
 
     def parse_args(self, ctx: click.Context, args: list) -> list:
         if not ctx.info_name or ctx.info_name == "dask_setup":
@@ -265,6 +281,30 @@ class _PreloadCommand(click.Command):
         super().format_usage(ctx, formatter)
         names = [p.opts[0] for p in self.params if isinstance(p, click.Option)]
         formatter.write(f"Options: {' '.join(names)}\n")
+        formatter.write(f"Described by: {HELP_COMMAND}\n")
+
+
+def preload_help() -> str:
+    """The help of ``dask scheduler|worker --preload cacheaffinity``: usage and every option
+    (what ``cacheaffinity preload-options`` prints)."""
+    ctx = click.Context(command_line_setup, info_name="dask scheduler|worker --preload cacheaffinity")
+    formatter = ctx.make_formatter()
+    click.Command.format_usage(command_line_setup, ctx, formatter)
+    formatter.write_paragraph()
+    formatter.write_text(
+        "Options of the preload, given after --preload cacheaffinity (dask worker --help "
+        "does not list them: Dask prints its help before it imports the preload). Each "
+        "takes the place of the Dask config key named in brackets; a scheduler ignores the "
+        "worker options and a worker ignores --balance. Example:"
+    )
+    formatter.write_paragraph()
+    formatter.write_text(
+        '\b\ndask scheduler --preload cacheaffinity --balance 1.05\n'
+        'dask worker tcp://scheduler:8786 --preload cacheaffinity \\\n'
+        '    --cache-directory /scratch/$USER/cacheaffinity --cache-capacity "200 GiB"'
+    )
+    command_line_setup.format_options(ctx, formatter)
+    return formatter.getvalue().rstrip("\n")
 
 
 def _program() -> str:
@@ -279,24 +319,21 @@ def _program() -> str:
     cls=_PreloadCommand,
     context_settings={"ignore_unknown_options": False},
 )
-@click.option("--cache-directory", default=None, help="worker: cacheaffinity.worker.directory")
+@click.option("--cache-directory", default=None, metavar="DIR", help=_option_help("worker.directory"))
 @click.option(
-    "--cache-capacity",
-    default=None,
-    type=_Setting("worker.capacity"),
-    help='worker: cacheaffinity.worker.capacity, e.g. "200 GiB"',
+    "--cache-capacity", default=None, type=_Setting("worker.capacity"), help=_option_help("worker.capacity")
 )
 @click.option(
-    "--cache-memory", default=None, type=_Setting("worker.memory"), help="worker: cacheaffinity.worker.memory"
+    "--cache-memory", default=None, type=_Setting("worker.memory"), help=_option_help("worker.memory")
 )
 @click.option(
-    "--node-weight", default=None, type=_Setting("worker.weight", float), help="worker: cacheaffinity.worker.weight"
+    "--node-weight", default=None, type=_Setting("worker.weight", float), help=_option_help("worker.weight")
 )
 @click.option(
-    "--cache-shared-group", default=None, help="worker: cacheaffinity.worker.shared-group"
+    "--cache-shared-group", default=None, metavar="GROUP", help=_option_help("worker.shared-group")
 )
 @click.option(
-    "--balance", default=None, type=_Setting("scheduler.balance", float), help="scheduler: cacheaffinity.scheduler.balance"
+    "--balance", default=None, type=_Setting("scheduler.balance", float), help=_option_help("scheduler.balance")
 )
 @click.argument("split", nargs=-1, callback=_command_line, metavar="")
 async def command_line_setup(

@@ -61,6 +61,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_hosts.py",  # network namespaces
         "test_disk_faults.py",  # a tmpfs of a given size
         "test_file_modes.py::test_a_read_only_file_system_is_named_as_such",  # a read-only tmpfs
+        "test_worker_plugin.py::test_a_read_only_directory_warns_once_naming_its_fix_once",  # same
     ),
     "slow": (
         "test_consecutive_runs.py",

@@ -542,3 +542,41 @@ def test_where_file_lists_the_chunk_ids_the_executor_gives(tmp_path, nanoaod_dir
         "chunk", "node", "entries", "workers",
     ]  # fmt: skip
     assert bad.returncode == 2 and not bad.stdout and "no such file" in bad.stderr
+
+
+def test_preload_options_lists_what_dask_worker_help_cannot():
+    """``dask worker --preload cacheaffinity --help`` prints Dask's own help (it runs before
+    distributed imports the preload), so ``cacheaffinity preload-options`` lists the preload's
+    options with their config keys, ``cacheaffinity --help`` names that command, and so does
+    a usage error of the preload."""
+    from cacheaffinity.preload import _VALUED_OPTIONS
+
+    procs = [
+        subprocess.Popen(
+            cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for cmd in (
+            [str(BIN / "dask"), "worker", "--preload", "cacheaffinity", "--help"],
+            [str(CLI), "preload-options"],
+            [str(CLI), "--help"],
+            [str(BIN / "dask"), "worker", "tcp://127.0.0.1:1", "--no-nanny", "--preload",
+             "cacheaffinity", "--cache-capasity", "1"],
+        )
+    ]  # fmt: skip
+    (dask_help, _), (listed, listed_err), (top, _), (_, usage_error) = (
+        p.communicate(timeout=120) for p in procs
+    )
+    assert [p.returncode for p in procs] == [0, 0, 0, 2], (listed_err, usage_error)
+    # what the docs say: Dask's help does not show them (if it ever does, say so in the docs)
+    assert "Usage: dask worker" in dask_help
+    assert not [o for o in _VALUED_OPTIONS if o in dask_help]
+    lines = listed.splitlines()
+    assert lines[0] == "Usage: dask scheduler|worker --preload cacheaffinity [OPTIONS]"
+    body = " ".join(listed.split())  # the help wraps its columns
+    table = lines[lines.index("Options:") + 1:]
+    assert sorted(line.split()[0] for line in table if line.startswith("  --")) == sorted(_VALUED_OPTIONS)
+    for option, (_, key) in _VALUED_OPTIONS.items():
+        assert f"[configcacheaffinity.{key}" in "".join(body.split()), key  # wrapped at "-" too
+    assert "[config cacheaffinity.worker.capacity; default 10 GiB]" in body
+    assert any(line.split()[:1] == ["preload-options"] for line in top.splitlines()), top
+    assert "Described by: cacheaffinity preload-options" in usage_error.splitlines(), usage_error

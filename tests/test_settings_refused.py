@@ -250,6 +250,7 @@ def test_a_usage_error_names_the_program(role, args, error):
     options = lines[lines.index(usage[0]) + 1]
     assert options.startswith("Options: --cache-directory --cache-capacity"), r.stderr
     assert "--balance" in options
+    assert lines[lines.index(usage[0]) + 2] == "Described by: cacheaffinity preload-options", r.stderr
     assert "Try '" not in r.stderr and "Usage:  " not in r.stderr
     assert sum(line.startswith(error) for line in lines) == 1, r.stderr
     assert "Traceback" not in r.stderr

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
 
 import dask.config
 import numpy as np
@@ -235,3 +237,37 @@ def test_cachestrategy_mapping_reads_many_keys_with_one_lookup_each(tmp_path):
     assert after["misses"] - before["misses"] == 1
     assert reader.front.stats()["hits"] == 5
     assert reader.front.stats()["memory_hits"] == 0
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0, reason="mounts a read-only tmpfs (mount -t tmpfs -o ro): needs root"
+)
+@pytest.mark.parametrize(
+    "mode, sub",
+    [("1777", ""), ("0700", ""), ("1777", "cache")],
+    ids=["refused-by-the-mode-check", "first-write-fails", "cannot-create"],
+)
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)])
+async def test_a_read_only_directory_warns_once_naming_its_fix_once(c, s, a, tmp_path, caplog, mode, sub):
+    """A worker whose cache directory is on a read-only file system gives one warning that
+    names the directory and the fix once each (the trust check's refusal, the first write's
+    EROFS and a directory it cannot create say the same), and runs uncached."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", f"ro,size=1m,mode={mode}", "tmpfs", str(ro)],
+                   check=True, timeout=30)  # fmt: skip
+    try:
+        directory = ro / sub if sub else ro
+        with caplog.at_level(logging.WARNING, logger="cacheaffinity.worker"):
+            await c.register_plugin(CacheWorkerPlugin(directory=str(directory)))
+        warnings = [r.getMessage() for r in caplog.records if r.name.startswith("cacheaffinity")]
+        assert warnings == [
+            f"cacheaffinity: cache directory {directory} is on a read-only file system; give a "
+            "writable node-local directory with --cache-directory (or set "
+            "cacheaffinity.worker.directory). This worker caches nothing."
+        ]
+        assert warnings[0].count("--cache-directory") == 1 and warnings[0].count(str(directory)) == 1
+        plugin = a.plugins["cacheaffinity"]
+        assert plugin.cache is None and "read-only file system" in plugin.uncached
+    finally:
+        subprocess.run(["umount", str(ro)], check=True, timeout=30)

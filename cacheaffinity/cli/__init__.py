@@ -2,6 +2,8 @@
 
 ``cacheaffinity cache info|verify|clear [DIR]`` run on a cache node and open its
 directory directly (safe while workers use it; the node id is never touched);
+``cacheaffinity preload-options`` lists the options of ``dask scheduler|worker --preload
+cacheaffinity`` (which ``dask worker --help`` cannot show);
 ``cacheaffinity where|check|stats SCHEDULER`` ask the scheduler plugin from
 anywhere a Dask client reaches it and give up after ``--timeout``, whatever
 answers at the address.
@@ -37,7 +39,15 @@ def cli() -> None:
     """Inspect and maintain cacheaffinity cache directories; ask where chunks go."""
 
 
-for _command in (cache, where, check, stats):
+@click.command("preload-options", short_help="The options of --preload cacheaffinity.")
+def preload_options() -> None:
+    """Options of dask scheduler|worker --preload cacheaffinity (--cache-directory, ...)."""
+    from cacheaffinity.preload import preload_help
+
+    click.echo(preload_help())
+
+
+for _command in (cache, where, check, stats, preload_options):
     cli.add_command(_command)
 
 

@@ -9,6 +9,7 @@ untrusted directory gives one warning and an *uncached* worker (its host as node
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import threading
@@ -29,7 +30,7 @@ from cacheaffinity.protocol import (
     WORKER_METRIC,
 )
 from cacheaffinity.worker._collector import Collector
-from cacheaffinity.worker._directory import CacheDirectory, UntrustedDirectory
+from cacheaffinity.worker._directory import CacheDirectory, ReadOnlyDirectory, UntrustedDirectory
 from cacheaffinity.worker._forms import FormStore
 from cacheaffinity.worker._store.cache import ColumnCache
 from cacheaffinity.worker._store.front import MemoryFront
@@ -221,16 +222,23 @@ class CacheWorkerPlugin(WorkerPlugin):
             self.node_id = None
             self.uncached = f"untrusted cache directory: {e}"
         except (OSError, ValueError) as e:
-            logger.warning(
-                "cacheaffinity: cache directory %s is unusable (%s); this worker caches "
-                "nothing. Set cacheaffinity.worker.directory to a writable node-local path.",
-                self.directory,
-                e,
-            )
+            if isinstance(e, OSError) and e.errno == errno.EROFS:
+                # a read-only file system, met by the trust check or by a first write: one
+                # sentence naming the directory and its fix once
+                ro = e if isinstance(e, ReadOnlyDirectory) else ReadOnlyDirectory(self.directory)
+                logger.warning("cacheaffinity: %s. This worker caches nothing.", ro)
+                self.uncached = str(ro)
+            else:
+                logger.warning(
+                    "cacheaffinity: cache directory %s is unusable (%s); this worker caches "
+                    "nothing. Set cacheaffinity.worker.directory to a writable node-local path.",
+                    self.directory,
+                    e,
+                )
+                self.uncached = f"cache directory {self.directory} unusable: {e}"
             self.cache = None
             self.forms = None
             self.node_id = None
-            self.uncached = f"cache directory {self.directory} unusable: {e}"
         self._check_capacity_given()
         worker.metrics[WORKER_METRIC] = self.metric
         from cacheaffinity.worker._peers import serve_form, serve_packs
