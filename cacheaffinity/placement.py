@@ -283,7 +283,11 @@ class TorusPlacement:
                 cache[n] = new if have is None else np.concatenate([have, new])
         if names:
             points = np.concatenate([cache[n][:c] for n, c in zip(names, counts)])
-            tree = cKDTree(points, boxsize=1.0, leafsize=16)
+            # sliding-midpoint splits, uncompacted nodes: half the build time of a join
+            # at 256k points, queries as fast; the same nearest distances
+            tree = cKDTree(
+                points, boxsize=1.0, leafsize=16, balanced_tree=False, compact_nodes=False
+            )
         else:
             points, tree = np.empty((0, self._dimensions)), None
         starts = np.zeros(len(names), dtype=np.int64)

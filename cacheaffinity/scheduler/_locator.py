@@ -18,6 +18,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import xxhash
 
 from cacheaffinity.chunk_id import parse_stripe
@@ -379,6 +380,86 @@ class Locator:
         else:
             self.entries.pop(key, None)
 
+    def track_many(
+        self,
+        keys: Sequence[Hashable],
+        chunks: Sequence[str],
+        entries: Mapping[Hashable, Any],
+        untargeted: bool = True,
+    ) -> None:
+        """:meth:`track` of every ``keys[i]``, ``chunks[i]`` (``entries``: the
+        ``cacheaffinity-entries`` annotation by key) without per-task calls; with
+        ``untargeted`` False the caller targets them all next (:meth:`set_targets`)."""
+        self.chunk_of.update(zip(keys, chunks))
+        if untargeted:
+            target = self.target
+            self.untargeted_keys.update(
+                [k for k in keys if k not in target] if target else keys
+            )
+        if self._parts:
+            pop = self._parts.pop
+            for k in keys:
+                pop(k, None)
+        if entries:
+            own = self.entries
+            for k in keys:
+                e = entries.get(k)
+                rng = None if e is None else _entry_range(e)
+                if rng is not None:
+                    own[k] = rng
+                elif own:
+                    own.pop(k, None)
+        elif self.entries:
+            pop = self.entries.pop
+            for k in keys:
+                pop(k, None)
+
+    def set_targets(self, keys: Sequence[Hashable], nodes: Sequence[str]) -> None:
+        """:meth:`set_target` of every ``keys[i]`` to ``nodes[i]``, grouped by node."""
+        target = self.target
+        if target and not target.keys().isdisjoint(keys):
+            set_target = self.set_target
+            for k, n in zip(keys, nodes):
+                set_target(k, n)
+            return
+        target.update(zip(keys, nodes))
+        if self.untargeted_keys:
+            self.untargeted_keys.difference_update(keys)
+        code: dict[str, int] = {}
+        codes = np.fromiter(
+            (code.setdefault(n, len(code)) for n in nodes), dtype=np.int64, count=len(nodes)
+        )
+        self._group(keys, codes, list(code))
+
+    def set_targets_coded(
+        self, keys: Sequence[Hashable], codes: np.ndarray, names: Sequence[str]
+    ) -> None:
+        """:meth:`set_targets` with node ``names[codes[i]]`` for ``keys[i]``."""
+        target = self.target
+        if target and not target.keys().isdisjoint(keys):
+            self.set_targets(keys, [names[c] for c in codes.tolist()])
+            return
+        target.update(zip(keys, np.asarray(names, dtype=object)[codes].tolist()))
+        if self.untargeted_keys:
+            self.untargeted_keys.difference_update(keys)
+        self._group(keys, codes, names)
+
+    def _group(self, keys: Sequence[Hashable], codes: np.ndarray, names: Sequence[str]) -> None:
+        """Add ``keys[i]`` to ``node_tasks[names[codes[i]]]`` (keys not targeted before)."""
+        if not len(keys):
+            return
+        order = np.argsort(codes, kind="stable")
+        sc = codes[order]
+        cut = np.flatnonzero(sc[1:] != sc[:-1]) + 1
+        karr = np.empty(len(keys), dtype=object)
+        karr[:] = keys
+        ks = karr[order].tolist()
+        node_tasks = self.node_tasks
+        lo = 0
+        for c, hi in zip(sc[np.r_[0, cut]].tolist(), cut.tolist() + [len(ks)]):
+            node_tasks[names[c]].update(ks[lo:hi])
+            lo = hi
+
     def _compute_parts(self, key: Hashable, chunk: str) -> int | tuple:
         """The digest of the task's id, or ``(digest, start, stop, ...)`` per stripe it
         spans (``stripe_parts``): ints only, nothing for the garbage collector."""
@@ -448,14 +529,15 @@ class Locator:
         """Chunk tasks without a target (they wait for a cache node)."""
         return list(self.untargeted_keys)
 
-    def relocate(self, todo: Sequence[tuple[TaskState, str]], nodes: list[str]) -> int:
-        """Replace ``nodes[i]``, the placement's node of ``todo[i]``, by the task's live
-        holder within the bound; returns how many moved. Also prunes departed nodes."""
+    def relocate(self, keys: Sequence[Hashable], chunks: Sequence[str], nodes: list[str]) -> int:
+        """Replace ``nodes[i]``, the placement's node of task ``keys[i]`` (chunk
+        ``chunks[i]``), by the task's live holder within the bound; returns how many
+        moved. Also prunes departed nodes."""
         self.prune_nodes()
         if not self.use_locator or not self.holder:
             return 0
         of_task = self.holder_of_task
-        holders = [of_task(ts.key, chunk) for ts, chunk in todo]
+        holders = [of_task(k, chunk) for k, chunk in zip(keys, chunks)]
         speed = {node: self.speed.speed(node) for node in self.membership.node_workers}
         capacity = {node: self.membership.weight(node) * s for node, s in speed.items()}
         before = list(nodes)
@@ -465,13 +547,13 @@ class Locator:
             holders,
             capacity,
             self.slack,
-            runner_up=lambda i: (placement.ranking(todo[i][1], 2)[1:] or [None])[0],
+            runner_up=lambda i: (placement.ranking(chunks[i], 2)[1:] or [None])[0],
             speed=speed,
         )
         if moved:
-            for (ts, _), h, n in zip(todo, before, nodes):
+            for k, h, n in zip(keys, before, nodes):
                 if h != n:
-                    self.hashed[ts.key] = h
+                    self.hashed[k] = h
         return moved
 
     def prune_nodes(self) -> int:

@@ -19,6 +19,7 @@ from collections import Counter, defaultdict, deque
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from distributed.diagnostics.plugin import SchedulerPlugin
 
 from cacheaffinity import config
@@ -468,9 +469,12 @@ class CacheAffinityPlugin(SchedulerPlugin):
         stasks = scheduler.tasks
         locator = self.locator
         chunk_of = locator.chunk_of
-        track = locator.track
-        todo: list[tuple[TaskState, str]] = []
-        append = todo.append
+        # parallel lists, not (task, chunk) tuples: a million tuples that outlive
+        # two young collections would trigger a full one (10^6 tasks: ~1.5 s)
+        todo: list[TaskState] = []
+        todo_keys: list = []
+        todo_chunks: list[str] = []
+        append, append_key, append_chunk = todo.append, todo_keys.append, todo_chunks.append
         restricted = 0
         for key, chunk in chunks.items():
             if chunk is None:
@@ -488,8 +492,9 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 continue
             if type(chunk) is not str:
                 chunk = str(chunk)
-            track(key, chunk, entry_of(key))
-            append((ts, chunk))
+            append(ts)
+            append_key(key)
+            append_chunk(chunk)
         if restricted:
             self.counters["user-restricted"] += restricted
             self._event(
@@ -504,21 +509,25 @@ class CacheAffinityPlugin(SchedulerPlugin):
         if not todo:
             return
         node_workers = self.membership.node_workers
+        locator.track_many(todo_keys, todo_chunks, entries, untargeted=not node_workers)
         runs = annotations.get(RUN_ANNOTATION) or {}
         graph_run = f"graph:{stimulus_id}"
         # a run's ``tasks`` are its chunk tasks, not its preprocessing tasks
-        self.runs.submitted(
-            {
-                ts.key: runs.get(ts.key) or graph_run
-                for ts, chunk in todo
+        preprocess = any(c.startswith(PREPROCESS_PREFIX) for c in todo_chunks)
+        if not runs and not preprocess:
+            run_of = dict.fromkeys(todo_keys, graph_run)
+        else:
+            run_of = {
+                k: runs.get(k) or graph_run
+                for k, chunk in zip(todo_keys, todo_chunks)
                 if not chunk.startswith(PREPROCESS_PREFIX)
             }
-        )
+        self.runs.submitted(run_of)
         placement = self.placement
-        x = placement.coordinates([c for _, c in todo])
+        x = placement.coordinates(todo_chunks)
         if not node_workers:
-            self.pending.add([ts.key for ts, _ in todo], x)
-            for ts, _ in todo:
+            self.pending.add(todo_keys, x)
+            for ts in todo:
                 ts.worker_restrictions = {_NO_NODE}
                 ts.loose_restrictions = True
             self._event(
@@ -530,42 +539,53 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 }
             )
             return
+        codes = None
         if placement.balance is None:  # assign() without hashing again
             dist, idx = placement.nearest_points(x)
             layout = placement.layout()
-            nodes = layout.names_arr[layout.point_node[idx]].tolist()
+            codes = layout.point_node[idx]
+            nodes = layout.names_arr[codes].tolist()
         else:
-            nodes = placement.assign([c for _, c in todo])
+            nodes = placement.assign(todo_chunks)
             dist = idx = None
-        self.pending.add([ts.key for ts, _ in todo], x, dist, idx)
+        self.pending.add(todo_keys, x, dist, idx)
         debug = task_logger.isEnabledFor(logging.DEBUG)
         hashed = list(nodes) if debug else nodes
-        located = locator.relocate(todo, nodes)
-        per_node: Counter[str] = Counter(nodes)
+        located = locator.relocate(todo_keys, todo_chunks, nodes)
+        if codes is not None and not located:
+            counts = np.bincount(codes, minlength=len(layout.names)).tolist()
+            per_node = Counter({n: c for n, c in zip(layout.names, counts) if c})
+            locator.set_targets_coded(todo_keys, codes, layout.names)
+        else:
+            per_node = Counter(nodes)
+            locator.set_targets(todo_keys, nodes)
         # one set per node, shared by its tasks: Dask replaces restriction sets,
         # never changes them in place
         restrictions = {node: set(node_workers[node]) for node in per_node}
-        set_target = locator.set_target
-        for (ts, _), node in zip(todo, nodes):
-            set_target(ts.key, node)
+        for ts, node in zip(todo, nodes):
             ts.worker_restrictions = restrictions[node]
             ts.loose_restrictions = True
-        per_run: defaultdict[str, list] = defaultdict(list)
-        for (ts, chunk), node in zip(todo, nodes):
-            if not chunk.startswith(PREPROCESS_PREFIX):
-                per_run[runs.get(ts.key) or graph_run].append((size_key(chunk, entry_of(ts.key)), node))
-        empty = emptied_nodes(node_workers, self.membership.workers, self.forecast.stored) if per_run else ()
-        for run, placed in per_run.items():
-            self.forecast.submitted(run, placed, empty)
+        if run_of:
+            if runs or preprocess or entries:
+                per_run: defaultdict[str, list] = defaultdict(list)
+                for k, chunk, node in zip(todo_keys, todo_chunks, nodes):
+                    if not chunk.startswith(PREPROCESS_PREFIX):
+                        per_run[runs.get(k) or graph_run].append((size_key(chunk, entry_of(k)), node))
+                placed_of = per_run.items()
+            else:  # one run, no entry ranges: no per-task tuples kept
+                placed_of = [(graph_run, zip(map(size_key, todo_chunks), nodes))]
+            empty = emptied_nodes(node_workers, self.membership.workers, self.forecast.stored) if run_of else ()
+            for run, placed in placed_of:
+                self.forecast.submitted(run, placed, empty)
         if debug:
-            for (ts, chunk), node, h in zip(todo, nodes, hashed):
+            for ts, chunk, node, h in zip(todo, todo_chunks, nodes, hashed):
                 reason = "hash" if node == h else "locator"
                 task_logger.debug("%s: chunk %s -> node %s (%s)", ts.key, chunk, node, reason)
         self.counters["placements"] += len(todo)
         self.counters["located"] += located
         m = self.recent_placements.maxlen or 0
         if m:
-            self.recent_placements.extend(zip([c for _, c in todo[-m:]], nodes[-m:]))
+            self.recent_placements.extend(zip(todo_chunks[-m:], nodes[-m:]))
         for node, n in per_node.items():
             self.node_counters.add(node, "placements", n)
         self._event(
