@@ -13,6 +13,7 @@ A sample is a console block between markers::
 docs' examples, and compares the output with the sample, cell by cell, with the values of
 one run masked (run ids, times, addresses, node ids, paths: :func:`normalise`).  With
 ``CACHEAFFINITY_WRITE_SAMPLES=1`` it writes the real output into the samples instead.
+``tests/test_demo.py`` does the same for the ``make demo`` sample of docs/install.md.
 """
 
 from __future__ import annotations
@@ -36,13 +37,15 @@ SAMPLE = re.compile(
 
 @dataclass
 class Sample:
-    """One sample of a page: its name, the command's arguments (after ``cacheaffinity``,
-    without the comment) and the output lines shown (indentation removed)."""
+    """One sample of a page: its name, the command's arguments (after its program,
+    ``cacheaffinity`` or ``make``; without the comment), the output lines shown (indentation
+    removed) and the program."""
 
     path: Path
     name: str
     args: list[str]
     output: list[str]
+    program: str = "cacheaffinity"
 
 
 def samples(path: Path) -> list[Sample]:
@@ -51,9 +54,9 @@ def samples(path: Path) -> list[Sample]:
     for m in SAMPLE.finditer(path.read_text()):
         indent = len(m.group("indent"))
         words = shlex.split(m.group("command"), comments=True)
-        assert words and words[0] == "cacheaffinity", m.group("command")
+        assert words and words[0] in ("cacheaffinity", "make"), m.group("command")
         lines = [line[indent:] for line in m.group("body").splitlines()]
-        out.append(Sample(path, m.group("name"), words[1:], lines))
+        out.append(Sample(path, m.group("name"), words[1:], lines, words[0]))
     return out
 
 
@@ -81,6 +84,8 @@ _MASKS = (
     (re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[+-]\d\d:\d\d( \([^)]*ago\))?"), "<time>"),
     (re.compile(r"tcp://[\w.-]+:\d+"), "<address>"),
     (re.compile(r"^cacheaffinity \S+ on "), "cacheaffinity <version> on "),
+    (re.compile(r"^  done in \d+\.\d s$"), "  done in <seconds> s"),  # the demo's data
+    (re.compile(r"http://127\.0\.0\.1:\d+/"), "http://127.0.0.1:<port>/"),  # a dashboard
 )
 
 
