@@ -1,0 +1,263 @@
+"""The admission policy's bookkeeping in the index (cacheaffinity/worker/_store/admitter.py):
+the same decisions as the simulator's in-memory policy, an in-place upgrade of schema 3,
+several processes of one node, and memory that does not grow with the entries held.
+Real directories, real SQLite, real processes."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import random
+import sqlite3
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import cacheaffinity.config  # noqa: F401  (registers the config defaults)
+from cacheaffinity.worker._store import BLOCK, INDEX_NAME, ColumnCache
+from cacheaffinity.worker._store.admission import RankSample, StableRank, rank
+from cacheaffinity.worker._store.admitter import IndexEntries, IndexSample
+
+
+def _empty_index(directory) -> sqlite3.Connection:
+    with ColumnCache(directory, capacity=1 << 30, admission="fifo"):
+        pass
+    return sqlite3.connect(os.path.join(directory, INDEX_NAME), isolation_level=None)
+
+
+class IndexPolicy:
+    """A StableRank whose entries and sample live in a real index, driven as the store does."""
+
+    def __init__(self, directory, capacity: float, **params):
+        self.con = _empty_index(directory)
+        self.p = StableRank(capacity, **params)
+        self.p.table = IndexEntries(self.con)
+        self.p.sample = IndexSample(self.con, RankSample())
+
+    def lookup(self, key: str, size: int) -> bool:
+        hit = self.p.lookup(key, size)
+        self.p.table.flush()
+        self.p.sample.flush()
+        return hit
+
+    def offer(self, key: str, size: int) -> list[str] | None:
+        victims = self.p.offer(key, size)
+        if victims is not None:
+            r, used, due, dist = self.p.table.fields.pop(key)
+            self.con.execute(
+                "INSERT INTO entries (key, file, toc, nbytes, size, checksum, stored, rank, last_used, "
+                "stale_from, reuse_dist) VALUES (?, ?, '[]', ?, ?, x'00', 0, ?, ?, ?, ?)",
+                (key, os.urandom(16).hex(), size, size, r, used, due, dist),
+            )
+        return victims
+
+    def held(self) -> set[str]:
+        return {k for (k,) in self.con.execute("SELECT key FROM entries")}
+
+
+def trace(seed: int, n_keys: int = 300, runs: int = 8) -> list[tuple[str, int]]:
+    """Scans of overlapping key sets (a working set larger than the cache, a change of
+    workload, keys of varied sizes): what an analysis' runs look like to a node."""
+    rng = random.Random(seed)
+    sizes = {f"k{seed}-{i}": BLOCK * rng.choice((1, 1, 2, 3)) for i in range(n_keys)}
+    keys = list(sizes)
+    out = []
+    for run in range(runs):
+        part = keys[: n_keys * 2 // 3] if run < runs // 2 else keys[n_keys // 3 :]
+        order = part[:]
+        if run % 3 == 2:
+            rng.shuffle(order)
+        out += [(k, sizes[k]) for k in order]
+    return out
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_index_decides_as_the_simulators_policy_does(tmp_path, seed):
+    """Every lookup's answer, every offer's victims, the held set and the learnt scalars
+    agree step by step between the in-memory entries and the index's."""
+    capacity = 100 * BLOCK * (1 + seed % 3)
+    mem = StableRank(capacity, sample=64)
+    idx = IndexPolicy(tmp_path, capacity, sample=64)
+    for step, (key, size) in enumerate(trace(seed)):
+        hit = mem.lookup(key, size)
+        assert idx.lookup(key, size) == hit, step
+        if not hit:
+            assert idx.offer(key, size) == mem.offer(key, size), step
+        if step % 97 == 0:
+            assert idx.held() == set(mem.table._e), step
+    assert idx.held() == set(mem.table._e)
+    assert idx.p.scalars() == mem.scalars()
+    assert idx.p.sample.items() == mem.sample.items()
+    assert idx.p.used == mem.used and len(idx.p) == len(mem)
+    assert mem.demand is not None  # the trace exercised the demand and staleness
+
+
+# --- schema 3 -> 4 -------------------------------------------------------------------------
+
+#: Schema 3 as cacheaffinity 0.x (up to 5ec0418) created it, with the admission tables its
+#: ``Admitter`` added.
+SCHEMA_3 = """
+CREATE TABLE entries (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL UNIQUE, grp TEXT, start INTEGER,
+    stop INTEGER, file TEXT NOT NULL, toc TEXT NOT NULL, nbytes INTEGER NOT NULL,
+    size INTEGER NOT NULL, checksum BLOB NOT NULL, stored REAL NOT NULL, writer INTEGER);
+CREATE INDEX entries_file ON entries(file);
+CREATE INDEX entries_grp ON entries(grp, start);
+CREATE TABLE meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT INTO meta VALUES ('size', 0), ('count', 0);
+CREATE TABLE settings (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TRIGGER entries_insert AFTER INSERT ON entries BEGIN
+    UPDATE meta SET value = value + NEW.size WHERE name = 'size';
+    UPDATE meta SET value = value + 1 WHERE name = 'count'; END;
+CREATE TRIGGER entries_delete AFTER DELETE ON entries BEGIN
+    UPDATE meta SET value = value - OLD.size WHERE name = 'size';
+    UPDATE meta SET value = value - 1 WHERE name = 'count'; END;
+CREATE TABLE admission (key TEXT PRIMARY KEY, meta TEXT NOT NULL) WITHOUT ROWID;
+CREATE TABLE admission_state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TRIGGER entries_delete_admission AFTER DELETE ON entries BEGIN
+    DELETE FROM admission WHERE key = OLD.key; END;
+INSERT INTO settings VALUES ('layout', 4);
+PRAGMA user_version=3;
+"""
+
+KEYS = [f"chunk{i:03d}" for i in range(80)]
+
+
+def value(key: str) -> np.ndarray:
+    return np.full(2 * BLOCK // 8, int(key[5:]), np.int64)  # 2 blocks
+
+
+def test_a_schema_3_index_is_upgraded_in_place_keeping_entries_and_policy_state(tmp_path, caplog):
+    # a schema-4 cache made by today's code, then turned into what schema 3 held
+    with ColumnCache(tmp_path / "new", capacity=40 * BLOCK) as cache:
+        for _ in range(3):
+            for k in KEYS:
+                if cache.get(k) is None:
+                    cache[k] = value(k)
+    new = sqlite3.connect(tmp_path / "new" / INDEX_NAME)
+    rows = new.execute(
+        "SELECT key, grp, start, stop, file, toc, nbytes, size, checksum, stored, writer, last_used, "
+        "stale_from, reuse_dist FROM entries ORDER BY id"
+    ).fetchall()
+    state = json.loads(new.execute("SELECT value FROM admission_state WHERE name = 'state'").fetchone()[0])
+    sample = new.execute("SELECT h, t FROM admission_sample").fetchall()
+    capacity = new.execute("SELECT value FROM settings WHERE name = 'capacity'").fetchone()[0]
+    new.close()
+    assert len(rows) == 20 and state["demand"]
+    old = tmp_path / "old"
+    os.rename(tmp_path / "new", old)
+    for suffix in ("", "-wal", "-shm"):
+        if os.path.exists(f"{old / INDEX_NAME}{suffix}"):
+            os.unlink(f"{old / INDEX_NAME}{suffix}")
+    con = sqlite3.connect(old / INDEX_NAME, isolation_level=None)
+    con.executescript(SCHEMA_3)
+    con.executemany("INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, checksum, stored, "
+                    "writer) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [r[:11] for r in rows])  # fmt: skip
+    con.executemany("INSERT INTO admission VALUES (?, ?)", [(r[0], json.dumps(list(r[11:]))) for r in rows])
+    state["sample"] = [[h + 2**63, (h + 2**63) / 2**64, t] for h, t in sample]
+    con.execute("INSERT INTO admission_state VALUES ('state', ?)", (json.dumps(state),))
+    con.execute("INSERT INTO admission_state VALUES ('version', '7')")
+    con.execute("INSERT INTO settings VALUES ('capacity', ?)", (capacity,))
+    con.close()
+
+    with caplog.at_level("INFO", "cacheaffinity.worker"):
+        cache = ColumnCache(old, capacity=40 * BLOCK)
+    with cache:
+        assert "upgraded from schema 3 to 4" in caplog.text
+        assert len(cache) == 20  # nothing dropped
+        held = {r[0] for r in rows}
+        got = {k: cache.get(k) for k in KEYS}  # one lookup each, as a run does
+        hits = sum(v is not None and np.array_equal(v, value(k)) for k, v in got.items())
+        assert hits == 20
+        assert cache.stats()["writes"] == 0
+        cache.save_admission(force=True)
+        assert cache.admission.describe()["demand"] == pytest.approx(state["demand"], rel=0.2)
+    con = sqlite3.connect(old / INDEX_NAME)
+    assert con.execute("PRAGMA user_version").fetchone()[0] == 4
+    tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    assert "admission" not in tables
+    got = dict(con.execute("SELECT key, rank FROM entries"))
+    assert set(got) == held and all(got[k] == rank(k) for k in got)
+    assert con.execute("SELECT count(*) FROM admission_sample").fetchone()[0] == len(sample)
+    con.close()
+
+
+# --- several processes of one node ----------------------------------------------------------
+
+
+def _scanner(directory: str, me: int, procs: int, runs: int, capacity: int, barrier, queue) -> None:
+    cache = ColumnCache(directory, capacity=capacity, admission="rank")
+    hits = []
+    for run in range(runs):
+        barrier.wait(120)
+        mine = [k for i, k in enumerate(KEYS) if (i + run) % procs == me]
+        n = 0
+        for k in mine:
+            got = cache.get(k)
+            if got is not None:
+                assert np.array_equal(got, value(k))
+                n += 1
+            else:
+                cache[k] = value(k)
+        cache.save_admission(force=True)
+        hits.append(n)
+    cache.close()
+    queue.put((me, hits))
+
+
+def test_eight_processes_of_one_node_share_the_policy_in_the_index(tmp_path):
+    capacity = 40 * BLOCK  # 20 of the 80 values
+    ctx = multiprocessing.get_context("spawn")
+    procs, runs = 8, 5
+    barrier, queue = ctx.Barrier(procs), ctx.Queue()
+    workers = [ctx.Process(target=_scanner, args=(str(tmp_path), me, procs, runs, capacity, barrier, queue))
+               for me in range(procs)]  # fmt: skip
+    for w in workers:
+        w.start()
+    results = dict(queue.get(timeout=300) for _ in workers)
+    for w in workers:
+        w.join(60)
+        assert w.exitcode == 0
+    per_run = [sum(results[me][run] for me in results) for run in range(runs)]
+    with ColumnCache(tmp_path, capacity=capacity, admission="rank") as cache:
+        assert cache.volume() <= capacity and len(cache) == 20
+        con = sqlite3.connect(tmp_path / INDEX_NAME)
+        count, size = (v for (v,) in con.execute("SELECT value FROM meta WHERE name IN ('count', 'size') ORDER BY name"))
+        assert (count, size) == con.execute("SELECT count(*), sum(size) FROM entries").fetchone()
+        con.close()
+        held = set(cache)
+    lowest = set(sorted(KEYS, key=rank)[:20])
+    # 8 processes' lookups interleave; together they keep (nearly) the lowest ranks
+    assert len(held & lowest) >= 16, sorted(held)
+    assert min(per_run[2:]) >= 14, per_run
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+def _fill(directory, n: int) -> None:
+    with ColumnCache(directory, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        for i in range(n):
+            cache[f"e{i:06d}"] = np.full(4, i, np.int64)
+        assert len(cache) == n
+
+
+def test_a_process_holds_no_per_entry_state(tmp_path):
+    """Opening a cache and looking up entries allocates the same whether it holds 200 or
+    4,000 entries (the old policy held ~1 KB per entry in every process)."""
+    peaks = {}
+    for n in (200, 4000):
+        d = tmp_path / str(n)
+        _fill(d, n)
+        tracemalloc.start()
+        with ColumnCache(d, capacity=n * BLOCK, admission="rank") as cache:
+            for i in range(0, n, max(1, n // 150)):
+                assert cache.get(f"e{i:06d}") is not None
+            cache.save_admission(force=True)
+            adm = cache.admission
+            assert len(adm._policy.sample) <= adm._policy.sample_size
+            _, peaks[n] = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    assert peaks[4000] < peaks[200] + 256 * 1024, peaks  # 3,800 more entries: < 70 bytes each
