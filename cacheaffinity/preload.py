@@ -229,6 +229,13 @@ def _parse_time(ctx, outer, values: list) -> dict:
         if sub.params.get("split"):
             raise click.UsageError(_stray(next(iter(sub.params["split"]))), ctx)
         outer.params["scheduler"] = None
+    elif isinstance(address, str) and address.startswith("-"):
+        # an option neither Dask nor the preload knows (no address is "-..."): Dask's parser
+        # took it as the scheduler address; name it as a click parser would
+        import difflib
+
+        name = address.split("=", 1)[0]
+        raise click.NoSuchOption(name, possibilities=difflib.get_close_matches(name, _VALUED_OPTIONS), ctx=ctx)
     elif values:
         raise click.UsageError(_stray(values[0]), ctx)
     keys = {name: key for name, key in _VALUED_OPTIONS.values()}

@@ -237,6 +237,12 @@ def test_a_stray_argument_is_a_usage_error(scheduler, tmp_path):
         ("worker", ("tcp://127.0.0.1:1", *WORKER, "--no-nanny", "--preload", "cacheaffinity",
                     "--cache-capacity", "lots"),
          "Error: Invalid value for '--cache-capacity'"),
+        # no positional address: Dask's parser takes the mistyped option as the address
+        ("worker", ("--scheduler-file", "/nonexistent/scheduler.json", *WORKER, "--preload",
+                    "cacheaffinity", "--cache-capasity", "1"),
+         "Error: No such option '--cache-capasity'"),
+        ("worker", (*WORKER, "--no-nanny", "--preload", "cacheaffinity", "--bogus=1"),
+         "Error: No such option '--bogus'"),
     ],
 )  # fmt: skip
 def test_a_usage_error_names_the_program(role, args, error):
