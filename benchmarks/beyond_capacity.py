@@ -182,6 +182,9 @@ class Config:
     quick: bool = False
     progress: bool = True
     analysis: str = "realistic"
+    #: worker processes per cache node sharing its directory (``workers`` nodes; the
+    #: facility node shape, :mod:`benchmarks._nodes`)
+    per_node: int = 1
 
     def check(self) -> None:
         bad = [m for m in self.modes if m not in MODES]
@@ -189,6 +192,8 @@ class Config:
             raise ValueError(f"modes={self.modes!r}: choose from {', '.join(MODES)}")
         if self.workers < 1:
             raise ValueError(f"workers={self.workers}: need >= 1")
+        if self.per_node < 1:
+            raise ValueError(f"per_node={self.per_node}: need >= 1")
         if self.runs < 3:
             raise ValueError(f"runs={self.runs}: need >= 3 (the targets look at run 3)")
         if self.repeats < 1:
@@ -274,7 +279,7 @@ def _cr_config(cfg: Config):
         codec=cfg.codec, seed=cfg.seed, branches=cfg.branches, storage="local", rate=None,
         modes=("cacheaffinity",), scenarios=("stable",), membership_modes=(), data=cfg.data,
         analysis=cfg.analysis, repeats=1, floors=True, freeze_idle=cfg.freeze_idle, processes=("same",),
-        progress=cfg.progress,
+        progress=cfg.progress, per_node=cfg.per_node,
     )  # fmt: skip
 
 
@@ -888,7 +893,10 @@ def parse_args(argv=None) -> tuple[Config, str]:
     p.add_argument("--quick", action="store_true",
                    help="smoke test: " + ", ".join(f"{k} {v}" for k, v in QUICK.items())
                    + " (~2 min)")  # fmt: skip
-    p.add_argument("--workers", type=int, default=d.workers, help="W worker processes = W cache nodes")
+    p.add_argument("--workers", type=int, default=d.workers,
+                   help="W cache nodes (with --per-node 1, the default: W worker processes)")
+    p.add_argument("--per-node", type=int, default=d.per_node,
+                   help="worker processes per cache node, sharing its directory (facility node shape)")
     p.add_argument("--runs", type=int, default=d.runs)
     p.add_argument("--events", type=int, default=None, help=f"default {d.events}")
     p.add_argument("--files", type=int, default=None, help=f"default {d.files}")
@@ -924,7 +932,7 @@ def parse_args(argv=None) -> tuple[Config, str]:
         modes=tuple(a.modes),
         repeats=pick("repeats"), capacity_fraction=a.capacity_fraction, capacity_basis=a.capacity_basis,
         floor_runs=pick("floor_runs"), freeze_idle=not a.no_freeze_idle, data=a.data, workdir=a.workdir,
-        quick=a.quick,
+        quick=a.quick, per_node=a.per_node,
     )  # fmt: skip
     return cfg, a.out
 

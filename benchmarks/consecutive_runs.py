@@ -197,6 +197,7 @@ from benchmarks._common import (  # noqa: E402
     write_json,
 )
 from benchmarks._memory import memory_buffers  # noqa: E402
+from benchmarks._nodes import node_cluster  # noqa: E402
 from examples import analysis as light_analysis  # noqa: E402
 from examples import realistic as realistic_analysis  # noqa: E402
 from examples.realistic import branches_read  # noqa: E402
@@ -294,6 +295,13 @@ class Config:
     #: where each run's client side lives: ``same`` (one process for every run, as in a
     #: notebook session) and/or ``new`` (a new Python process per run, the cluster kept)
     processes: tuple[str, ...] = ("same", "new")
+    #: worker processes per cache node, sharing its directory (``workers`` is the number of
+    #: nodes): the facility node shape (:mod:`benchmarks._nodes`); 1 is a process per node
+    per_node: int = 1
+
+    @property
+    def worker_processes(self) -> int:
+        return self.workers * self.per_node
 
     def check(self) -> None:
         bad = [m for m in (*self.modes, *self.membership_modes) if m not in MODES]
@@ -330,6 +338,13 @@ class Config:
             raise ValueError(f"workers={self.workers}: need >= 2 (one is removed)")
         if self.runs < 2:
             raise ValueError(f"runs={self.runs}: need >= 2 consecutive runs")
+        if self.per_node < 1:
+            raise ValueError(f"per_node={self.per_node}: need >= 1 worker process per node")
+        if self.per_node > 1 and "membership" in self.scenarios:
+            raise ValueError(
+                f"per_node={self.per_node}: the membership scenario removes and adds single worker "
+                "processes; use --scenarios stable with a node shape"
+            )
         if "membership" in self.scenarios and self.runs < 4:
             raise ValueError(
                 f"runs={self.runs}: the membership scenario removes a node before run 3 and "
@@ -475,15 +490,17 @@ def _stock_steals(client, since: float) -> int:
     )
 
 
-def _wait_nodes(client, n: int, plugin: bool, timeout: float = 60.0) -> None:
+def _wait_nodes(client, n: int, plugin: bool, timeout: float = 60.0, processes: int | None = None) -> None:
+    """Wait until the cluster has ``processes`` (default ``n``) workers in ``n`` cache nodes."""
     deadline = time.monotonic() + timeout
+    want = n if processes is None else processes
     while True:
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
         nodes = len(cacheaffinity.check(client)["nodes"]) if plugin else n
-        if workers == n and nodes == n:
+        if workers == want and nodes == n:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"cluster has {workers} workers / {nodes} nodes, waited for {n}")
+            raise TimeoutError(f"cluster has {workers} workers / {nodes} nodes, waited for {want} / {n}")
         time.sleep(0.1)
 
 
@@ -615,19 +632,22 @@ class ModeCluster:
         # the other modes' cache directories (same disk; removed with the cluster)
         local = {"local_directory": str(self.cache_root)} if self.native else {}
         with dask.config.set(self.settings):  # read when the scheduler and workers start
-            self.cluster = self.stack.enter_context(
-                LocalCluster(
+            if cfg.per_node == 1:
+                cluster = LocalCluster(
                     n_workers=cfg.workers, threads_per_worker=1, processes=True,
                     host="127.0.0.1", dashboard_address="127.0.0.1:0", **local,
                 )  # fmt: skip
-            )
+            else:  # the node's processes share its directory (node-<n>)
+                cluster = node_cluster(cfg.workers, cfg.per_node, lambda n: self.cache_root / f"node-{n}",
+                                       local_directory=local.get("local_directory"))  # fmt: skip
+            self.cluster = self.stack.enter_context(cluster)
             self.client = self.stack.enter_context(Client(self.cluster))
-            self.client.wait_for_workers(cfg.workers)
+            self.client.wait_for_workers(cfg.worker_processes)
         self.warm_up()
         self.client.run(_gctimer.install)
         self.client.run(_new_process_run.file_opens)  # install the counter
         if self.plugin:
-            _wait_nodes(self.client, cfg.workers, True)
+            _wait_nodes(self.client, cfg.workers, True, processes=cfg.worker_processes)
         # new process: each run's child builds its own (this process only measures)
         self.executor = make_executor(self.mode, self.client) if self.process == "same" else None
         return self
@@ -1565,7 +1585,11 @@ def print_targets(targets: dict) -> None:
 def parse_args(argv=None) -> tuple[Config, str]:
     d = Config()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--workers", type=int, default=d.workers, help="W worker processes = W cache nodes")
+    p.add_argument("--workers", type=int, default=d.workers,
+                   help="W cache nodes (with --per-node 1, the default: W worker processes)")
+    p.add_argument("--per-node", type=int, default=d.per_node,
+                   help="worker processes per cache node, sharing its directory (the facility node "
+                   "shape: --workers 2 --per-node 2 is 2 nodes x 2 processes)")
     p.add_argument("--runs", type=int, default=d.runs, help="R consecutive runs")
     p.add_argument("--events", type=int, default=d.events)
     p.add_argument("--files", type=int, default=d.files)
@@ -1615,7 +1639,7 @@ def parse_args(argv=None) -> tuple[Config, str]:
         analysis=a.analysis, repeats=a.repeats, floors=not a.no_floors,
         stripe_entries=a.stripe_entries, freeze_idle=not a.no_freeze_idle,
         native_variant=a.native_variant, worker_gc=tuple(a.worker_gc), name=a.name,
-        processes=a.processes,
+        processes=a.processes, per_node=a.per_node,
     )  # fmt: skip
     return cfg, a.out
 
