@@ -37,7 +37,7 @@ from cacheaffinity.protocol import (
 )
 from cacheaffinity.scheduler import _distributed
 from cacheaffinity.scheduler._counters import NodeCounters
-from cacheaffinity.scheduler._forecast import Forecast, emptied_nodes, size_key
+from cacheaffinity.scheduler._forecast import Forecast, emptied_nodes, size_key, size_keys
 from cacheaffinity.scheduler._inheritance import Inheritance
 from cacheaffinity.scheduler._locator import Locator
 from cacheaffinity.scheduler._membership import Membership
@@ -65,6 +65,8 @@ PENDING_CALLBACK = "cacheaffinity-pending"
 #: of the event loop are one membership change) and handled in slices that yield
 #: to the event loop; below, each change is handled at once, inside its hook.
 SLICED_FROM = 50_000
+# The pause between two slices of a membership change (a timer: see _flush_later).
+_YIELD_S = 1e-6
 
 
 def _compute_seconds(startstops: Any) -> float | None:
@@ -401,7 +403,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
                 except StopIteration:
                     self._steps = None
                     self._offer_unrunnable()
-                await asyncio.sleep(0)
+                # through the timer heap, not sleep(0): the next slice then waits behind
+                # the messages and timers that came due meanwhile (sleep(0) would queue
+                # it ahead of them, and they would wait two slices)
+                await asyncio.sleep(_YIELD_S)
         finally:
             self._flush_task = None
 
@@ -441,6 +446,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
                     "" if set(uncached) & set(nodes) else " and get no placement",
                     "; ".join(f"{n}: {r}" for n, r in sorted(uncached.items())),
                 )
+        yield  # the tree rebuild (~0.05 s at 256k points) is a slice of its own
         rehomed = yield from self.pending.relayout_steps()
         event = yield from self.retargeting.retarget_steps(
             self.scheduler, self.stealing, self.owners, joined, left, stimulus_id,
@@ -573,7 +579,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
                         per_run[runs.get(k) or graph_run].append((size_key(chunk, entry_of(k)), node))
                 placed_of = per_run.items()
             else:  # one run, no entry ranges: no per-task tuples kept
-                placed_of = [(graph_run, zip(map(size_key, todo_chunks), nodes))]
+                placed_of = [(graph_run, zip(size_keys(todo_chunks), nodes))]
             empty = emptied_nodes(node_workers, self.membership.workers, self.forecast.stored) if run_of else ()
             for run, placed in placed_of:
                 self.forecast.submitted(run, placed, empty)

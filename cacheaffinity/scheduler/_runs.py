@@ -46,11 +46,16 @@ class RunFigures:
 
     def submitted(self, keys_runs: Mapping[Hashable, str]) -> None:
         """Chunk tasks ``{key: run}`` were submitted."""
-        per_run: Counter[str] = Counter()
-        for key, run in keys_runs.items():
-            if self.task_run.get(key) != run:
-                self.task_run[key] = run
-                per_run[run] += 1
+        task_run = self.task_run
+        if task_run.keys().isdisjoint(keys_runs.keys()):  # all new: no per-task loop
+            task_run.update(keys_runs)
+            per_run: Counter[str] = Counter(keys_runs.values())
+        else:
+            per_run = Counter()
+            for key, run in keys_runs.items():
+                if task_run.get(key) != run:
+                    task_run[key] = run
+                    per_run[run] += 1
         for run, n in per_run.items():
             self._record(run)["tasks"] += n
 
