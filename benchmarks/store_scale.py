@@ -310,6 +310,48 @@ def plot(rows: list[dict], sizes: list[dict], path: str) -> None:
     save_png(fig, path)
 
 
+def render(results: str, name: str = "store_scale") -> str:
+    """The docs' table (docs/operations.md, ``<!-- table:store_scale -->``) from ``<name>.json``."""
+    from benchmarks._common import not_measured, read_results
+
+    doc = read_results(results, name)
+    if doc is None:
+        return not_measured("store_scale.py", name)
+    rows = doc["results"]
+    procs = sorted({r["procs"] for r in rows})
+    lines = [
+        "| packs | processes | hit µs rank / fifo | random-order hit µs rank / fifo | miss µs rank / fifo "
+        "| insert µs rank / fifo | RSS MB rank / fifo | open s rank |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    find = {(r["packs"], r["policy"], r["procs"]): r for r in rows}
+    for n in sorted({r["packs"] for r in rows}):
+        for p in procs:
+            a, b = find.get((n, "rank", p)), find.get((n, "fifo", p))
+            if not (a and b):
+                continue
+            cell = [f"{a[k]:.0f} / {b[k]:.0f}" for k in ("hit_cpu_us", "hit_random_cpu_us", "miss_cpu_us", "insert_cpu_us", "rss_end_mb")]
+            lines.append(f"| {n:,} | {p} | " + " | ".join(cell) + f" | {a['open_s']:.2f} |")
+    sizes = ", ".join(
+        f"{s['packs']:,} packs: index {s['index_bytes'] / 2**20:.0f} MiB, `cache info` {s['cache_info_s']:.2f} s, "
+        f"`verify` {s['verify_s']:.1f} s" for s in doc.get("sizes", [])
+    )  # fmt: skip
+    met = [k for k, v in doc.get("checks", {}).items() if v.get("met")]
+    missed = [f"{k} ({v.get('ratio', v.get('value'))} against {v['bound']})" for k, v in doc.get("checks", {}).items() if not v.get("met")]
+    c = doc["config"]
+    lines += [
+        "",
+        f"CPU per operation summed over the node's processes (medians of {c['repeats']}; {c['ops']} operations "
+        f"per process and phase). {sizes}.",
+        "",
+        f"Bounds met: {len(met)} of {len(met) + len(missed)}." + (f" Missed: {'; '.join(missed)}." if missed else ""),
+        "",
+        f"Measured at {str(doc.get('commit', '?'))[:7]}{' (dirty)' if doc.get('dirty') else ''}, "
+        f"`python benchmarks/store_scale.py --repeats {c['repeats']}`.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--sizes", type=lambda s: [int(float(x)) for x in s.split(",")], default=None,

@@ -19,27 +19,35 @@ from __future__ import annotations
 
 from cacheaffinity import config
 from cacheaffinity._version import __version__
-from cacheaffinity.client import (
-    ChunkIds,
-    cache_stats,
-    cache_totals,
-    check,
-    chunk,
-    chunks,
-    forecast,
-    map_chunks,
-    run_stats,
-    where,
-)
-# imports neither coffea nor uproot (cacheaffinity.coffea imports them on first use)
-from cacheaffinity.coffea._buffer_cache import cachestrategy
-from cacheaffinity.placement import TorusPlacement
-# ``--preload cacheaffinity`` runs dask_setup; distributed passes options only to a click command
-from cacheaffinity.preload import command_line_setup as dask_setup
 from cacheaffinity.protocol import ANNOTATION, PLUGIN_NAME
-from cacheaffinity.scheduler import CacheAffinityPlugin, LocalityStealing
-from cacheaffinity.worker._plugin import CacheWorkerPlugin, worker_cache
-from cacheaffinity.worker._store import ColumnCache, ColumnStore, MemoryFront, Pack
+
+# The other names are imported on first use (PEP 562): the ``cacheaffinity`` command and a
+# worker's store need neither distributed's client, coffea nor scipy, whose imports take
+# seconds (``cacheaffinity cache info`` on a node answers without them).
+_LAZY = {
+    "ChunkIds": "cacheaffinity.client",
+    "cache_stats": "cacheaffinity.client",
+    "cache_totals": "cacheaffinity.client",
+    "check": "cacheaffinity.client",
+    "chunk": "cacheaffinity.client",
+    "chunks": "cacheaffinity.client",
+    "forecast": "cacheaffinity.client",
+    "map_chunks": "cacheaffinity.client",
+    "run_stats": "cacheaffinity.client",
+    "where": "cacheaffinity.client",
+    "cachestrategy": "cacheaffinity.coffea._buffer_cache",
+    "CacheAffinityExecutor": "cacheaffinity.coffea",
+    "TorusPlacement": "cacheaffinity.placement",
+    "dask_setup": "cacheaffinity.preload:command_line_setup",
+    "CacheAffinityPlugin": "cacheaffinity.scheduler",
+    "LocalityStealing": "cacheaffinity.scheduler",
+    "CacheWorkerPlugin": "cacheaffinity.worker._plugin",
+    "worker_cache": "cacheaffinity.worker._plugin",
+    "ColumnCache": "cacheaffinity.worker._store",
+    "ColumnStore": "cacheaffinity.worker._store",
+    "MemoryFront": "cacheaffinity.worker._store",
+    "Pack": "cacheaffinity.worker._store",
+}
 
 __all__ = [
     "ANNOTATION",
@@ -70,10 +78,17 @@ __all__ = [
 ]
 
 
-def __getattr__(name):
-    # coffea is heavy to import and only the client needs the executor.
-    if name == "CacheAffinityExecutor":
-        from cacheaffinity.coffea import CacheAffinityExecutor
+def __getattr__(name: str):
+    import importlib
 
-        return CacheAffinityExecutor
-    raise AttributeError(f"module 'cacheaffinity' has no attribute {name!r}")
+    where = _LAZY.get(name)
+    if where is None:
+        raise AttributeError(f"module 'cacheaffinity' has no attribute {name!r}")
+    module, _, attr = where.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
+    globals()[name] = value  # once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1088,6 +1088,14 @@ def render_soak(results: str, name: str = "soak") -> str:
     return render(results, name)
 
 
+def render_store_scale(results: str, name: str = "store_scale") -> str:
+    """A node cache's bookkeeping against what it holds and how many processes share it
+    (``store_scale.json``): rendered by benchmarks/store_scale.py."""
+    from benchmarks.store_scale import render
+
+    return render(results, name)
+
+
 def render_before_after(results: str, name: str = "before_after") -> str:
     """The headline of two commits side by side (``before_after.json``): rendered by
     benchmarks/before_after.py."""
@@ -1106,6 +1114,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "cluster_box": render_cluster_box,
     "simulate_hetero": render_simulate_hetero,
     "scheduler_scale": render_scheduler_scale,
+    "store_scale": render_store_scale,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"

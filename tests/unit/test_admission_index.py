@@ -17,7 +17,7 @@ import pytest
 
 import cacheaffinity.config  # noqa: F401  (registers the config defaults)
 from cacheaffinity.worker._store import BLOCK, INDEX_NAME, ColumnCache
-from cacheaffinity.worker._store.admission import RankSample, StableRank, rank
+from cacheaffinity.worker._store.admission import StableRank, rank
 from cacheaffinity.worker._store.admitter import IndexEntries, IndexSample
 
 
@@ -34,7 +34,7 @@ class IndexPolicy:
         self.con = _empty_index(directory)
         self.p = StableRank(capacity, **params)
         self.p.table = IndexEntries(self.con)
-        self.p.sample = IndexSample(self.con, RankSample())
+        self.p.sample = IndexSample(self.con)
 
     def lookup(self, key: str, size: int) -> bool:
         hit = self.p.lookup(key, size)

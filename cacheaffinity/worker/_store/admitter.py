@@ -28,7 +28,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from cacheaffinity.exceptions import Closed
-from cacheaffinity.worker._store.admission import POLICIES, RankSample, StableRank, make_policy, rank
+from cacheaffinity.worker._store.admission import POLICIES, StableRank, key_hash, make_policy, rank
 
 __all__ = ["STORE_POLICIES", "UNSAVED", "Admitter", "IndexEntries", "IndexSample", "SAVE_EVERY"]
 
@@ -140,7 +140,7 @@ class IndexEntries:
         self.fields[key] = (r, used, due, dist)
 
     def touch(self, key: str, used: float, due: float, dist: float) -> None:
-        row = self.get(key)
+        row = self._rows.get(key) or self.get(key)
         self._rows[key] = (row[0], row[1], used, due, dist)  # type: ignore[index]
         self._touched[key] = (used, due, dist)
 
@@ -169,58 +169,87 @@ class IndexEntries:
 
 
 class IndexSample:
-    """:class:`~cacheaffinity.worker._store.admission.RankSample` kept in the
-    ``admission_sample`` table (at most the sample size of rows): changes go to ``mirror``,
-    this process's copy, and are written by :meth:`flush`."""
+    """:class:`~cacheaffinity.worker._store.admission.RankSample` as the ``admission_sample``
+    table (at most the sample size of rows), through ``con``: the hashes of a batch of
+    lookups read in one query (:meth:`prefetch`), changes written by :meth:`flush`, the
+    largest hash read once and followed."""
 
-    def __init__(self, con: sqlite3.Connection, mirror: RankSample):
+    _UNKNOWN = object()
+
+    def __init__(self, con: sqlite3.Connection):
         self.con = con
-        self.mirror = mirror
+        self._t: dict[int, float | None] = {}  # read or written here (None: not in the sample)
         self._set: set[int] = set()
         self._gone: set[int] = set()
+        self._n: int | None = None
+        self._max: object = self._UNKNOWN
 
-    @staticmethod
-    def load(con: sqlite3.Connection) -> RankSample:
-        """The sample as the table holds it."""
-        out = RankSample()
-        for h, t in con.execute("SELECT h, t FROM admission_sample"):
-            out.set(h + _SHIFT, t)
-        return out
+    def prefetch(self, hashes) -> None:
+        todo = [h for h in dict.fromkeys(hashes) if h not in self._t]
+        for i in range(0, len(todo), 500):
+            part = todo[i : i + 500]
+            self._t.update(dict.fromkeys(part))
+            for h, t in self.con.execute(
+                f"SELECT h, t FROM admission_sample WHERE h IN ({','.join('?' * len(part))})",
+                [h - _SHIFT for h in part],
+            ):
+                self._t[h + _SHIFT] = t
 
     def __len__(self) -> int:
-        return len(self.mirror)
+        if self._n is None:
+            self.flush()
+            self._n = int(self.con.execute("SELECT count(*) FROM admission_sample").fetchone()[0])
+        return self._n
 
     def get(self, h: int) -> float | None:
-        return self.mirror.get(h)
+        if h not in self._t:
+            self.prefetch([h])
+        return self._t[h]
 
     def set(self, h: int, t: float) -> None:
-        self.mirror.set(h, t)
+        if self.get(h) is None:
+            len(self)
+            self._n += 1  # type: ignore[operator]
+            if self._max is not self._UNKNOWN and (self._max is None or h > self._max):  # type: ignore[operator]
+                self._max = h
+        self._t[h] = t
         self._set.add(h)
         self._gone.discard(h)
 
     def largest(self) -> int | None:
-        return self.mirror.largest()
+        if self._max is self._UNKNOWN:
+            self.flush()
+            top = self.con.execute("SELECT max(h) FROM admission_sample").fetchone()[0]
+            self._max = None if top is None else top + _SHIFT
+        return self._max  # type: ignore[return-value]
 
     def remove(self, h: int) -> None:
-        self.mirror.remove(h)
+        if self.get(h) is None:
+            return
+        len(self)
+        self._n -= 1  # type: ignore[operator]
+        self._t[h] = None
         self._gone.add(h)
         self._set.discard(h)
+        if h == self._max:
+            self._max = self._UNKNOWN
 
     def forget_before(self, cut: float) -> None:
-        for h, t in self.mirror.items():
-            if t < cut:
-                self.remove(h)
+        self.flush()
+        self.con.execute("DELETE FROM admission_sample WHERE t < ?", (cut,))
+        self._t.clear()
+        self._n, self._max = None, self._UNKNOWN
 
     def items(self) -> list[tuple[int, float]]:
-        return self.mirror.items()
+        self.flush()
+        return [(h + _SHIFT, t) for h, t in self.con.execute("SELECT h, t FROM admission_sample ORDER BY h")]
 
     def flush(self) -> None:
         if self._gone:
             self.con.executemany("DELETE FROM admission_sample WHERE h = ?", [(h - _SHIFT,) for h in self._gone])
         if self._set:
             self.con.executemany(
-                "INSERT OR REPLACE INTO admission_sample VALUES (?, ?)",
-                [(h - _SHIFT, t) for h in self._set if (t := self.mirror.get(h)) is not None],
+                "INSERT OR REPLACE INTO admission_sample VALUES (?, ?)", [(h - _SHIFT, self._t[h]) for h in self._set]
             )
         self._set.clear()
         self._gone.clear()
@@ -256,15 +285,12 @@ class Admitter:
         self._token = f"{os.getpid()}-{id(self):x}"
         #: (entries, bytes) the index held at the last transaction
         self._held = (0, 0)
-        #: the sample as of :attr:`_version` (read again when another process saved)
-        self._sample: RankSample | None = None
 
     def reset_after_fork(self) -> None:
         """Fresh locks, and the next transaction re-reads the scalars (a forked child)."""
         self._lock = threading.RLock()
         self._ulock = threading.Lock()
         self._version = None
-        self._sample = None
         self._token = f"{os.getpid()}-{id(self):x}"
 
     def looked_up(self, key: str, size: int, rid: int | None = None) -> bool:
@@ -277,9 +303,7 @@ class Admitter:
 
     def _bind(self, con: sqlite3.Connection) -> IndexEntries:
         p = self._policy
-        if self._sample is None:
-            self._sample = IndexSample.load(con)
-        p.table, p.sample = IndexEntries(con), IndexSample(con, self._sample)  # type: ignore[assignment]
+        p.table, p.sample = IndexEntries(con), IndexSample(con)  # type: ignore[assignment]
         return p.table  # type: ignore[return-value]
 
     def admits(self, key: str, size: int) -> bool:
@@ -354,7 +378,6 @@ class Admitter:
         """The transaction of the last :meth:`deciding` failed: re-read the scalars next time."""
         with self._lock:
             self._version = None
-            self._sample = None
 
     def save(self, index) -> None:
         """Save unsaved lookups in a transaction of their own (best effort: a cache
@@ -377,7 +400,6 @@ class Admitter:
         version = int(rows.get("version", 0))
         if version == self._version:
             return
-        self._sample = None  # read again with the rows
         try:
             writers = json.loads(rows["writers"]) if "writers" in rows else {}
             self._writers = {str(k): float(v) for k, v in writers.items()}
@@ -410,7 +432,6 @@ class Admitter:
         if con.in_transaction:  # the entries' clocks were the old state's: all fresh now
             con.execute("UPDATE entries SET last_used = 0, stale_from = NULL, reuse_dist = NULL")
             con.execute("DELETE FROM admission_sample")
-            self._sample = RankSample()
 
     def _sync(self, con: sqlite3.Connection) -> None:
         """Inside a write transaction: the scalars, the rows bound, this process's lookups applied."""
@@ -426,6 +447,7 @@ class Admitter:
         with self._ulock:
             batch = list(self._unsaved)
         table.prefetch(batch)
+        p.sample.prefetch(key_hash(key, p.seed) for _, key, _, _ in batch)  # type: ignore[attr-defined]
         for _, key, size, _ in batch:
             p.lookup(key, size)
         table.flush()
