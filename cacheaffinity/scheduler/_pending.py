@@ -83,6 +83,11 @@ class PendingIndex:
         self._next_sid = 0
         self._layout = None  # the layout the homes refer to
         self._layout_sids = np.empty(0, dtype=np.int64)
+        # the latest layout with a built tree and its node ids (at that time): a join
+        # looks for buckets near its points in that tree and in a small tree of the
+        # points added since (``_sources``), so it builds no tree of every point
+        self._base = None
+        self._base_sids = np.empty(0, dtype=np.int64)
 
     def __len__(self) -> int:
         return len(self.slot)
@@ -301,6 +306,8 @@ class PendingIndex:
                 if n > c:
                     start = int(layout.starts[name_pos[name]])
                     added_idx.extend(range(start + c, start + n))
+            if old is not None and old.built:
+                self._base, self._base_sids = old, self._layout_sids
             self._layout = layout
             self._layout_sids = sids
             # tasks of removed points, and tasks without a home: query the tree
@@ -336,8 +343,9 @@ class PendingIndex:
                     "points" if len(added) * max(ball, 1.0) <= len(self._bucket) else "tasks"
                 )
                 if side == "points":
+                    src = self._sources(layout, sids)
                     for i in range(0, len(added), SLICE):
-                        self._attract(layout, sids, added[i:i + SLICE], changed)
+                        self._attract(layout, sids, added[i:i + SLICE], changed, src)
                         yield
                 else:  # many added points (a burst): every task asks the added points' tree
                     a_tree = cKDTree(layout.points[added], boxsize=1.0)
@@ -388,19 +396,55 @@ class PendingIndex:
             if old < 0 or (old >> _J_BITS) != (p >> _J_BITS):
                 changed.add(k)
 
-    def _attract(self, layout, sids, added: np.ndarray, changed: set) -> None:
+    def _sources(self, layout, sids) -> tuple:
+        """Where the buckets near added points are looked for: ``(base, base_sids,
+        extra, extra_tree)``, the latest layout with a built tree and ``layout``'s point
+        indices ``extra`` not among its points (added since, or of a node whose id
+        changed) with their own small tree; ``layout`` itself once its tree is built or
+        the points added since exceed an eighth of all."""
+        base = self._base
+        if layout.built or base is None:
+            return layout, sids, None, None
+        bsid = dict(zip(base.names, self._base_sids.tolist()))
+        bcount = dict(zip(base.names, base.counts.tolist()))
+        extra: list[int] = []
+        for name, sid, c, start in zip(
+            layout.names, sids.tolist(), layout.counts.tolist(), layout.starts.tolist()
+        ):
+            cb = bcount.get(name, 0) if bsid.get(name) == sid else 0
+            if c > cb:
+                extra.extend(range(start + cb, start + c))
+        if len(extra) * 8 > len(layout.points):
+            return layout, sids, None, None
+        if not extra:
+            return base, self._base_sids, None, None
+        ex = np.array(extra, dtype=np.int64)
+        return base, self._base_sids, ex, cKDTree(layout.points[ex], boxsize=1.0)
+
+    def _attract(self, layout, sids, added: np.ndarray, changed: set, src: tuple | None = None) -> None:
         """Tasks that the added points ``added`` (point indices) are now nearest to:
-        around each added point ``a``, the buckets ``q`` with ``|q - a| <= 2 R_q``."""
+        around each added point ``a``, the buckets ``q`` with ``|q - a| <= 2 R_q``
+        (looked for in ``src``: see ``_sources``; None: ``layout``'s tree)."""
         pts = layout.points
         a_pts = pts[added]
-        near = layout.tree.query_ball_point(a_pts, 2 * self._rmax + _EPS, p=1)
+        base, base_sids, extra, extra_tree = src if src is not None else (layout, sids, None, None)
+        r = 2 * self._rmax + _EPS
+        near = base.tree.query_ball_point(a_pts, r, p=1)
         lens = np.fromiter(map(len, near), dtype=np.int64, count=len(near))
-        if not lens.sum():
-            return
         qq_arr = np.fromiter((q for lst in near for q in lst), dtype=np.int64, count=int(lens.sum()))
         qa_arr = np.repeat(np.arange(len(near)), lens)
-        qpid = self._pids(layout, sids, qq_arr)
-        dq = _row_l1(pts[qq_arr], a_pts[qa_arr])
+        qpid = self._pids(base, base_sids, qq_arr)
+        q_pts = base.points[qq_arr]
+        if extra_tree is not None:
+            near = extra_tree.query_ball_point(a_pts, r, p=1)
+            lens = np.fromiter(map(len, near), dtype=np.int64, count=len(near))
+            qq2 = extra[np.fromiter((q for lst in near for q in lst), dtype=np.int64, count=int(lens.sum()))]
+            qa_arr = np.concatenate([qa_arr, np.repeat(np.arange(len(near)), lens)])
+            qpid = np.concatenate([qpid, self._pids(layout, sids, qq2)])
+            q_pts = np.concatenate([q_pts, pts[qq2]])
+        if not len(qpid):
+            return
+        dq = _row_l1(q_pts, a_pts[qa_arr])
         bucket, radius = self._bucket, self._radius
         ql = qpid.tolist()
         # buckets q with |q - a| <= 2 R_q (a point without tasks has no radius: -1)
