@@ -446,7 +446,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
                     "" if set(uncached) & set(nodes) else " and get no placement",
                     "; ".join(f"{n}: {r}" for n, r in sorted(uncached.items())),
                 )
-        yield  # the tree rebuild (~0.05 s at 256k points) is a slice of its own
+        yield  # the new layout is a slice of its own (its tree, if a query builds it: ~0.05 s)
         rehomed = yield from self.pending.relayout_steps()
         event = yield from self.retargeting.retarget_steps(
             self.scheduler, self.stealing, self.owners, joined, left, stimulus_id,
