@@ -383,18 +383,47 @@ class PendingIndex:
         self._move(slots, pids, d, changed)
 
     def _move(self, slots: np.ndarray, pids: np.ndarray, d: np.ndarray, changed: set) -> None:
-        keys, pid_arr = self._keys, self._pid
-        for s, p, dd in zip(slots.tolist(), pids.tolist(), d.tolist()):
-            k = keys[s]
-            if k is None:
-                continue
-            old = int(pid_arr[s])
-            self._take(s)
-            pid_arr[s] = p
-            self._d[s] = dd
-            self._put(s, p, dd)
+        """File live slots ``slots`` (distinct) under point ids ``pids`` at distances
+        ``d``; the keys whose home node changed go to ``changed``. ``_take`` and
+        ``_put`` inline, the arrays written at once (a burst moves ~10^5 tasks)."""
+        keys = self._keys
+        sl = slots.tolist()
+        alive = [keys[s] is not None for s in sl]
+        if not all(alive):
+            keep = np.array(alive, dtype=bool)
+            slots, pids, d = slots[keep], pids[keep], d[keep]
+            sl = slots.tolist()
+        if not sl:
+            return
+        olds = self._pid[slots].tolist()
+        self._pid[slots] = pids
+        self._d[slots] = d
+        bucket, radius, unhomed = self._bucket, self._radius, self._unhomed
+        rmax = self._rmax
+        for s, old, p, dd in zip(sl, olds, pids.tolist(), d.tolist()):
+            if old < 0:
+                unhomed.discard(s)
+            else:
+                b = bucket.get(old)
+                if b is not None:
+                    b.discard(s)
+                    if not b:
+                        del bucket[old]
+                        del radius[old]
+            if p < 0:
+                unhomed.add(s)
+            else:
+                b = bucket.get(p)
+                if b is None:
+                    b = bucket[p] = set()
+                b.add(s)
+                if dd > radius.get(p, -1.0):
+                    radius[p] = dd
+                    if dd > rmax:
+                        rmax = dd
             if old < 0 or (old >> _J_BITS) != (p >> _J_BITS):
-                changed.add(k)
+                changed.add(keys[s])
+        self._rmax = rmax
 
     def _sources(self, layout, sids) -> tuple:
         """Where the buckets near added points are looked for: ``(base, base_sids,
@@ -464,9 +493,19 @@ class PendingIndex:
         slots = slots[self._pid[slots] >= 0]
         if not len(slots):
             return
-        slots = slots[self.placement._grid_order(self._x[slots])]  # memory locality
-        dn, a = a_tree.query(self._x[slots], k=1, p=1, distance_upper_bound=self._rmax + _EPS)
+        # by the distance to their home, in groups each bounded by its largest: a task
+        # asks only for added points as near as its home (~30% less than rmax for all)
         dold = self._d[slots]
+        order = np.argsort(dold, kind="stable")
+        slots, dold = slots[order], dold[order]
+        n = len(slots)
+        dn = np.empty(n, dtype=np.float64)
+        a = np.empty(n, dtype=np.intp)
+        group = SLICE * 8  # 8 groups a slice
+        for lo, hi in zip(range(0, n, group), [*range(group, n, group), n]):
+            dn[lo:hi], a[lo:hi] = a_tree.query(
+                self._x[slots[lo:hi]], k=1, p=1, distance_upper_bound=float(dold[hi - 1]) + _EPS
+            )
         tie = dn == dold
         if tie.any():
             self._rehome(layout, sids, slots[tie], changed)
