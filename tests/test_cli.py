@@ -575,7 +575,7 @@ def test_preload_options_lists_what_dask_worker_help_cannot():
     body = " ".join(listed.split())  # the help wraps its columns
     table = lines[lines.index("Options:") + 1:]
     assert sorted(line.split()[0] for line in table if line.startswith("  --")) == sorted(_VALUED_OPTIONS)
-    for option, (_, key) in _VALUED_OPTIONS.items():
+    for _, key in _VALUED_OPTIONS.values():
         assert f"[configcacheaffinity.{key}" in "".join(body.split()), key  # wrapped at "-" too
     assert "[config cacheaffinity.worker.capacity; default 10 GiB]" in body
     assert any(line.split()[:1] == ["preload-options"] for line in top.splitlines()), top

@@ -3,8 +3,8 @@
 ``RunFigures`` adds up, per run (the tasks of one coffea ``Runner`` call, named by
 the ``cacheaffinity-run`` annotation; else one per submitted graph), the figures
 (:data:`~cacheaffinity.protocol.RUN_FIGURES`) each task reported when it ended and
-the run's steals, and the tasks that failed (a failed run). Sums of the run's own reports never go negative when a worker
-restarts; a task run twice counts twice. Memory: the last ``keep`` runs and an
+the run's steals, and the tasks that failed (a failed run). Sums of the run's own reports
+never go negative when a worker restarts; a task run twice counts twice. Memory: the last ``keep`` runs and an
 entry per chunk task the scheduler has. Event-loop only.
 """
 

@@ -5,7 +5,8 @@ writer thread (whose transactions may wait for other processes' write lock), the
 schema and its version, the ``settings`` table and healing.  An older schema is dropped
 with its data files (node id kept); a newer one raises :class:`NewerLayout`, untouched.
 A damaged index (``quick_check`` at open up to :data:`CHECK_AT_OPEN`,
-``SQLITE_CORRUPT``/``SQLITE_NOTADB`` from any statement) is copied to ``columns.sqlite3.corrupt`` and rebuilt in place under
+``SQLITE_CORRUPT``/``SQLITE_NOTADB`` from any statement) is copied to
+``columns.sqlite3.corrupt`` and rebuilt in place under
 ``columns.lock`` from the rows that still read, with SQLite's backup API so that other
 processes' connections stay valid.  A fork waits until no thread is inside SQLite
 through an ``Index``; the child opens its own connections, never touching the parent's.
@@ -674,7 +675,9 @@ def migrate(con: sqlite3.Connection) -> None:
         if con.in_transaction:
             con.execute("ROLLBACK")
         raise
-    logger.info("cacheaffinity: index upgraded from schema %d to %d in place (entries kept)", MIGRATES_FROM, SCHEMA_VERSION)
+    logger.info(
+        "cacheaffinity: index upgraded from schema %d to %d in place (entries kept)", MIGRATES_FROM, SCHEMA_VERSION
+    )
 
 
 def _has_tables(con: sqlite3.Connection) -> bool:
