@@ -72,7 +72,7 @@ class Churn:
         key = f"stolen-{self.n}"
         self.stealing.warm_stolen[key] = (ws.address, node)
         self.stealing.finished(key, ws.address, 2.0, 0.2)
-        self.locator.relocate([], [])  # a submitted graph
+        self.locator.relocate([], [], [])  # a submitted graph
         return node
 
     def leave(self) -> str:
