@@ -198,6 +198,7 @@ def where(
     A CHUNK must be a coffea chunk id (``<file>/<tree>/s<S>:<k>``) or a
     preprocessing id (``file:<path>/<tree>``), unless ``--any-id`` is given.
     """
+    _target(scheduler)  # a bad address is refused first, before anything is imported or asked
     import cacheaffinity
     from cacheaffinity.client import check_chunk_ids
 
@@ -226,7 +227,6 @@ def where(
                     "`cacheaffinity where SCHEDULER --file F.root --chunksize N` lists them); "
                     "for an identity of your own (plain Dask), add --any-id"
                 )
-    _target(scheduler)  # a bad address is refused before anything is imported or asked
     homes = _ask(scheduler, timeout, lambda client: cacheaffinity.where(client, chunks))
     if ranges:
         for cid, home in homes.items():
