@@ -28,6 +28,7 @@ from cacheaffinity.worker._directory import (
 )
 from cacheaffinity.worker._forms import FormStore
 from cacheaffinity.worker._store import INDEX_NAME, ColumnCache
+from cacheaffinity.worker._store.index import MIGRATES_FROM
 from cacheaffinity.worker._store.layout import LAYOUT_VERSION, SCHEMA_VERSION
 
 __all__ = ["cache", "read_only_reason"]
@@ -229,9 +230,11 @@ def _summary_read_only(directory: str) -> tuple[dict[str, Any], int | None]:
             "node id, where the directory can be written)"
         )
     if version != SCHEMA_VERSION:
+        fate = ("upgraded in place (entries kept)" if version == MIGRATES_FROM
+                else "dropped")  # fmt: skip
         raise CommandError(
             f"the index of {directory} has schema version {version}: written by an older "
-            "cacheaffinity; its entries are dropped when a worker opens the directory"
+            f"cacheaffinity; its entries are {fate} when a worker opens the directory"
         )
     return index, index["capacity"]
 

@@ -24,7 +24,7 @@ from cacheaffinity.worker._store.admitter import Admitter
 from cacheaffinity.worker._store.capacity import Capacity
 from cacheaffinity.worker._store.files import DataFiles
 from cacheaffinity.worker._store.health import Health
-from cacheaffinity.worker._store.index import Index, corruption
+from cacheaffinity.worker._store.index import MIGRATES_FROM, Index, corruption
 from cacheaffinity.worker._store.layout import PLAIN
 from cacheaffinity.worker._store.maintenance import ORPHAN_AFTER, Maintenance
 from cacheaffinity.worker._store.protocol import ColumnStore, Pack
@@ -195,8 +195,8 @@ class ColumnCache(MutableMapping, ColumnStore):
             return
         except OlderLayout as e:  # read-only open (heal=False): reported, not dropped
             self.health.disabled = (
-                f"{e}: written by an older cacheaffinity; its entries are dropped when a "
-                "worker opens the directory"
+                f"{e}: written by an older cacheaffinity; its entries are upgraded in place "
+                f"(schema {MIGRATES_FROM}) or dropped (older) when a worker opens the directory"
             )
             return
         except (OSError, sqlite3.Error) as e:
