@@ -238,7 +238,8 @@ def test_per_run_figures_and_no_placement_on_the_uncached_node(cluster, fileset,
     assert {k: kept[1][k] for k in RUN_FIGURES} == {k: stats2[k] for k in RUN_FIGURES}
     assert table.returncode == 0, table.stderr
     header, *rows = table.stdout.splitlines()
-    assert header.split()[:4] == ["run", "started", "tasks", "chunks"] and len(rows) == 2
+    assert header.split()[:5] == ["run", "started", "status", "tasks", "chunks"] and len(rows) == 2
+    assert [r.split()[3] for r in rows] == ["ok", "ok"]  # after the date and time of "started"
 
     # a run during which a cached worker is SIGKILLed and restarted
     result = {}
