@@ -168,6 +168,7 @@ def make_room(index: Index, files: DataFiles, need: int) -> tuple[int, int]:
             con.executemany("DELETE FROM entries WHERE id = ?", ids)
     except (sqlite3.Error, OSError, Closed) as e:
         logger.debug("cacheaffinity: eviction rows not removed on a full disk (%s)", e)
+    index.checkpoint()  # the WAL's space too
     return len(ids), freed
 
 

@@ -51,8 +51,11 @@ MIGRATES_FROM = 3
 #: larger one (a facility node's: 10^6 entries are ~400 MB) only when a statement finds
 #: damage, and by ``cacheaffinity cache verify`` (its open must not cost O(entries)).
 CHECK_AT_OPEN = 64 * 2**20
-#: Bytes the WAL file is truncated to after a checkpoint (``PRAGMA journal_size_limit``).
-WAL_LIMIT = 4 * 2**20
+#: Bytes the WAL file is truncated to after a checkpoint (``PRAGMA journal_size_limit``),
+#: and the WAL pages after which a commit checkpoints (``PRAGMA wal_autocheckpoint``;
+#: SQLite's default, 1,000 pages, let the log take 4 MB of a small full disk).
+WAL_LIMIT = 2**20
+WAL_CHECKPOINT_PAGES = 256
 #: Seconds after a rebuild during which a damaged index is only a miss.
 HEAL_INTERVAL = 30.0
 #: SQLite result codes of a damaged index.
@@ -266,6 +269,7 @@ class Index:
             con.execute("PRAGMA synchronous=NORMAL")
             # the WAL is truncated to this after a checkpoint (it never keeps a burst's size)
             con.execute(f"PRAGMA journal_size_limit={WAL_LIMIT}")
+            con.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
             version = con.execute("PRAGMA user_version").fetchone()[0]
             if version > SCHEMA_VERSION:
                 raise NewerLayout(
@@ -378,6 +382,12 @@ class Index:
                 if corruption(e) and self.heals:
                     self.heal(e)
                 raise
+
+    def checkpoint(self) -> None:
+        """Copy the WAL into the index and truncate it (best effort: readers may hold it)."""
+        with self.con_lock():
+            with contextlib.suppress(sqlite3.Error, OSError, Closed):
+                self.connection().execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def query(self, sql: str, args: tuple = ()) -> list[tuple]:
         with self.con_lock():
