@@ -261,6 +261,21 @@ class PendingIndex:
         self._pid[s] = _NONE
         self._d[s] = np.inf
         (self._held if self._hold_free else self._free).append(s)
+        if not self.slot and not self._hold_free:
+            self._release()
+
+    def _release(self) -> None:
+        """No task is pending: give the slots back (memory follows what is pending now,
+        not the largest graph seen since the scheduler started)."""
+        dim = self._x.shape[1]
+        self._x = np.empty((0, dim), dtype=np.float64)
+        self._d = np.empty(0, dtype=np.float64)
+        self._pid = np.empty(0, dtype=np.int64)
+        self._keys, self._free, self._held = [], [], []
+        self._bucket.clear()
+        self._radius.clear()
+        self._unhomed.clear()
+        self._rmax = 0.0
 
     # ---- relayout --------------------------------------------------------------
     def _sync_layout(self, layout) -> None:

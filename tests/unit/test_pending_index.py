@@ -142,10 +142,16 @@ def test_memory_is_per_pending_task():
     p.set_nodes({f"n{i}": 1.0 for i in range(10)})
     ix = PendingIndex(p)
     keys = [f"k{i}" for i in range(2000)]
+    ix.add_chunks(["stays"], ["a chunk pending all along"])
     for rnd in range(3):
         ix.add_chunks(keys, [f"r{rnd}-{k}" for k in keys])
         for k in keys:
             ix.discard(k)
+    assert len(ix) == 1 and len(ix._bucket) == 1 and not ix._unhomed
+    assert len(ix._keys) == 2001  # slots are reused while tasks are pending
+    assert np.sum(ix._pid >= 0) == 1
+    ix.discard("stays")  # nothing pending: the slots go (memory follows what is pending)
     assert len(ix) == 0 and not ix._bucket and not ix._radius and not ix._unhomed
-    assert len(ix._keys) == 2000  # slots are reused
-    assert np.all(ix._pid < 0)
+    assert len(ix._keys) == 0 and len(ix._pid) == 0 and not ix._free
+    ix.add_chunks(keys[:10], keys[:10])  # and it indexes again
+    assert len(ix) == 10 and len(ix._keys) == 10
