@@ -198,3 +198,21 @@ def test_unknown_policy_is_refused_with_the_choices():
 
     with pytest.raises(ValueError, match="use one of fifo, rank"):
         Admitter("lru", CAPACITY)
+
+
+def test_a_damaged_version_is_a_replaced_state_never_an_error(tmp_path, caplog):
+    with ColumnCache(tmp_path, capacity=CAPACITY, admission="rank") as cache:
+        scan(cache)
+    con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME))
+    con.execute("UPDATE admission_state SET value = 'not a number' WHERE name = 'version'")
+    con.execute("UPDATE admission_state SET value = '[]' WHERE name = 'state'")
+    con.commit()
+    con.close()
+    with caplog.at_level("INFO", "cacheaffinity.worker"):
+        with ColumnCache(tmp_path, capacity=CAPACITY, admission="rank") as cache:
+            for _ in range(3):
+                scan(cache)  # misses offered, hits recorded, saved: no exception
+            assert scan(cache) >= 18 and cache.volume() <= CAPACITY
+    assert "admission state of this cache replaced" in caplog.text
+    version, state, _ = state_of(tmp_path)
+    assert state["policy"] == "rank" and version >= 0

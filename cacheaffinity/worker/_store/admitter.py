@@ -397,7 +397,10 @@ class Admitter:
     def _read_scalars(self, con: sqlite3.Connection) -> None:
         """Adopt the scalars another process saved (one small row), if any did since."""
         rows = dict(con.execute("SELECT name, value FROM admission_state WHERE name IN ('version', 'writers')"))
-        version = int(rows.get("version", 0))
+        try:
+            version = int(rows.get("version", 0))
+        except (TypeError, ValueError):
+            version = -1  # damaged: the state below is replaced and saved anew
         if version == self._version:
             return
         try:
@@ -417,6 +420,8 @@ class Admitter:
                 p.set_scalars(state)
             except (TypeError, ValueError, AttributeError, KeyError) as e:
                 self._replace_state(con, e)
+                if not con.in_transaction:
+                    return  # the next transaction replaces it with the rows' clocks
         self._version = version
         self.reloads += 1
 
