@@ -282,7 +282,7 @@ def checks(rows: list[dict]) -> dict:
     return out
 
 
-def plot(rows: list[dict], sizes: list[dict], path: str) -> None:
+def plot(rows: list[dict], path: str) -> None:
     plt = pyplot()
     fig, axes = plt.subplots(1, 5, figsize=(22, 4.2))
     titles = {"hit": "lookup hit (storing order)", "hit_random": "lookup hit (random order)",
@@ -402,7 +402,7 @@ def main(argv=None) -> int:
     name = "store_scale_quick" if args.quick else "store_scale"
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, f"{name}.json"), config, rows, sizes=per_size, checks=verdict)
-    plot(rows, per_size, os.path.join(args.out, f"{name}.png"))
+    plot(rows, os.path.join(args.out, f"{name}.png"))
     return 0
 
 

@@ -19,6 +19,7 @@ import cacheaffinity.config  # noqa: F401  (registers the config defaults)
 from cacheaffinity.worker._store import BLOCK, INDEX_NAME, ColumnCache
 from cacheaffinity.worker._store.admission import StableRank, rank
 from cacheaffinity.worker._store.admitter import IndexEntries, IndexSample
+from test_admitter import KEYS, scan, value  # the same keys, values and runs (tests/unit)
 
 
 def _empty_index(directory) -> sqlite3.Connection:
@@ -122,13 +123,6 @@ INSERT INTO settings VALUES ('layout', 4);
 PRAGMA user_version=3;
 """
 
-KEYS = [f"chunk{i:03d}" for i in range(80)]
-
-
-def value(key: str) -> np.ndarray:
-    return np.full(2 * BLOCK // 8, int(key[5:]), np.int64)  # 2 blocks
-
-
 def test_a_schema_3_index_is_upgraded_in_place_keeping_entries_and_policy_state(tmp_path, caplog):
     # a schema-4 cache made by today's code, then turned into what schema 3 held
     with ColumnCache(tmp_path / "new", capacity=40 * BLOCK) as cache:
@@ -192,17 +186,8 @@ def _scanner(directory: str, me: int, procs: int, runs: int, capacity: int, barr
     hits = []
     for run in range(runs):
         barrier.wait(120)
-        mine = [k for i, k in enumerate(KEYS) if (i + run) % procs == me]
-        n = 0
-        for k in mine:
-            got = cache.get(k)
-            if got is not None:
-                assert np.array_equal(got, value(k))
-                n += 1
-            else:
-                cache[k] = value(k)
+        hits.append(scan(cache, [k for i, k in enumerate(KEYS) if (i + run) % procs == me]))
         cache.save_admission(force=True)
-        hits.append(n)
     cache.close()
     queue.put((me, hits))
 
