@@ -208,17 +208,27 @@ async def bursts(s: Scheduler, plugin, first: int, burst: int, threads: int, pro
     return out
 
 
+#: Dask settings of the measured schedulers: stock stealing; the fake workers send no
+#: memory metrics, so the active memory manager would fail on them.
+SETTINGS = {
+    "distributed.scheduler.work-stealing": True,
+    "distributed.scheduler.active-memory-manager.start": False,
+}
+
+
+async def new_scheduler() -> Scheduler:
+    """A started scheduler on 127.0.0.1 (no dashboard, no validation); callers hold :data:`SETTINGS`."""
+    s = Scheduler(host="127.0.0.1", port=0, dashboard=False, dashboard_address="127.0.0.1:0", validate=False)
+    await s
+    return s
+
+
 async def measure_stock(n_nodes: int, n_tasks: int, threads: int = 8, burst: int = 100) -> dict:
     """The same scheduler, workers, tasks and bursts without the plugin (Dask's own cost)."""
     proc = psutil.Process()
     out: dict = {"nodes": n_nodes, "tasks": n_tasks, "threads_per_node": threads}
-    settings = {
-        "distributed.scheduler.work-stealing": True,
-        "distributed.scheduler.active-memory-manager.start": False,
-    }
-    with dask.config.set(settings):
-        s = Scheduler(host="127.0.0.1", port=0, dashboard=False, dashboard_address="127.0.0.1:0", validate=False)
-        await s
+    with dask.config.set(SETTINGS):
+        s = await new_scheduler()
         probe = LoopProbe()
         probe.start()
         try:
@@ -253,14 +263,8 @@ async def measure(n_nodes: int, n_tasks: int, threads: int = 8, memory: bool = F
     so the timings of such a pass are not the ones to report)."""
     proc = psutil.Process()
     out: dict = {"nodes": n_nodes, "tasks": n_tasks, "threads_per_node": threads}
-    # the fake workers send no memory metrics: the active memory manager would fail on them
-    settings = {
-        "distributed.scheduler.work-stealing": True,
-        "distributed.scheduler.active-memory-manager.start": False,
-    }
-    with dask.config.set(settings):
-        s = Scheduler(host="127.0.0.1", port=0, dashboard=False, dashboard_address="127.0.0.1:0", validate=False)
-        await s
+    with dask.config.set(SETTINGS):
+        s = await new_scheduler()
         try:
             for i in range(n_nodes):
                 add_fake_worker(s, i, threads)
