@@ -166,6 +166,8 @@ from distributed.diagnostics.plugin import WorkerPlugin  # noqa: E402
 
 import cacheaffinity  # noqa: E402
 from cacheaffinity.worker._directory import DATA_DIR  # noqa: E402
+from cacheaffinity.worker._forms import FormStore  # noqa: E402
+from benchmarks._nodes import node_names  # noqa: E402
 from benchmarks._common import (  # noqa: E402
     DEFAULT_OUT,
     make_dataset,
@@ -295,7 +297,11 @@ class Config:
     """What to run (the command-line options, see ``--help``)."""
 
     runs: int = 300
+    #: cache nodes (with ``per_node`` 1, the default: worker processes)
     workers: int = 4
+    #: worker processes per cache node, sharing its directory (the facility node shape,
+    #: :mod:`benchmarks._nodes`; names ``"<node>-<process>"``)
+    per_node: int = 1
     seed: int = 36
     #: dataset name -> (events, files, generator seed)
     datasets: dict = dataclasses.field(
@@ -334,8 +340,16 @@ class Config:
     def change_at(self) -> int:
         return self.chunksize_change_at if self.chunksize_change_at is not None else self.runs // 2 + 1
 
+    def processes(self) -> int:
+        return self.workers * self.per_node
+
     def check(self) -> None:
-        if self.workers < 2:
+        if self.per_node < 1:
+            raise ValueError(f"per_node={self.per_node}: need >= 1 worker process per node")
+        if self.per_node > 1 and self.scale_every:
+            raise ValueError(f"per_node={self.per_node}: scaling removes and adds single worker processes "
+                             "of no node; give --scale-every 0 with --per-node")
+        if self.workers < 2 and self.scale_every:
             raise ValueError(f"workers={self.workers}: need >= 2 (one is scaled away)")
         if self.runs < 2:
             raise ValueError(f"runs={self.runs}: need >= 2")
@@ -483,7 +497,7 @@ def make_schedule(cfg: Config) -> list[Step]:
             runs = [spec(r, rng.choices(USERS, (0.6, 0.4))[0])]
         kill = None
         if r in kills:  # the victim dies when it starts its 1st or 2nd task of the run
-            kill = (rng.randrange(cfg.workers), rng.randint(1, 2))
+            kill = (rng.randrange(cfg.processes()), rng.randint(1, 2))
             if r not in tours:
                 runs[0].dataset = largest
         steps.append(Step(step=len(steps) + 1, runs=runs, events=events, kill=kill))
@@ -845,11 +859,18 @@ class SchedulerProcess(ProcessInterface):
         await super().close()
 
 
-def make_cluster(workdir: Path, workers: int) -> SpecCluster:
+def _slot_order(name: str) -> tuple[int, ...]:
+    """Worker names in node order: ``"3"`` -> ``(3,)``, ``"1-0"`` -> ``(1, 0)``."""
+    return tuple(int(x) for x in str(name).split("-"))
+
+
+def make_cluster(workdir: Path, workers: int, per_node: int = 1) -> SpecCluster:
     """The soak's cluster: :class:`SchedulerProcess` and ``workers`` nannies named 0..W-1,
     as ``LocalCluster(n_workers=W, threads_per_worker=1, processes=True)`` makes them (the
     Dask config in force, cacheaffinity's preload and cache directory among it, is what
-    the scheduler and every worker, later ones included, start with)."""
+    the scheduler and every worker, later ones included, start with).  With ``per_node``
+    P > 1, the facility node shape (:mod:`benchmarks._nodes`): ``workers`` x P nannies named
+    ``"<node>-<process>"``, node ``n``'s P processes sharing the directory ``node-<n>``."""
     from distributed.worker_memory import parse_memory_limit
 
     worker = {
@@ -864,6 +885,16 @@ def make_cluster(workdir: Path, workers: int) -> SpecCluster:
         "options": {"log_path": str(workdir / "scheduler.log"),
                     "scheduler_file": str(workdir / "scheduler.json")},  # fmt: skip
     }
+    if per_node > 1:
+        specs = {}
+        for name in node_names(workers, per_node):
+            node = name.split("-")[0]
+            directory = dask.config.get("cacheaffinity.worker.directory").replace("{name}", node)
+            options = {**worker["options"], "memory_limit": parse_memory_limit(
+                "auto", 1, workers * per_node, logger=logging.getLogger(__name__)),
+                "config": {"cacheaffinity.worker.directory": directory}}  # fmt: skip
+            specs[name] = {"cls": Nanny, "options": options}
+        return SpecCluster(scheduler=scheduler, workers=specs, silence_logs=logging.WARNING, name="soak")
     return SpecCluster(
         scheduler=scheduler, workers={i: worker for i in range(workers)}, worker=worker,
         silence_logs=logging.WARNING, name="soak",
@@ -999,7 +1030,7 @@ class Soak:
         self.runs: list[dict] = []
         self.samples: list[dict] = []
         self.events: list[dict] = []
-        self.n_workers = cfg.workers
+        self.n_workers = cfg.processes()
         self._log_lines = 0
         self._worker_logs: dict[str, tuple[int, int]] = {}  # slot -> (pid, records)
         self._client_records = _Counting()
@@ -1021,12 +1052,12 @@ class Soak:
 
     def start(self, stack: contextlib.ExitStack) -> None:
         stack.enter_context(dask.config.set(self.settings))
-        self.cluster = stack.enter_context(make_cluster(self.workdir, self.cfg.workers))
+        self.cluster = stack.enter_context(make_cluster(self.workdir, self.cfg.workers, self.cfg.per_node))
         self.admin = stack.enter_context(Client(self.cluster, name="soak-admin"))
-        self.admin.wait_for_workers(self.cfg.workers, timeout=self.wait_s)
+        self.admin.wait_for_workers(self.n_workers, timeout=self.wait_s)
         self.admin.run_on_scheduler(_install_on_scheduler)
         self.admin.register_plugin(SoakWorkerPlugin())
-        self.wait_nodes(self.cfg.workers)
+        self.wait_nodes(self.n_workers)
         self.users = {u: User(u, self.cluster.scheduler_address) for u in USERS}
         stack.callback(lambda: [u.close() for u in self.users.values()])
         for name in LOGGERS:
@@ -1034,14 +1065,17 @@ class Soak:
             stack.callback(logging.getLogger(name).removeHandler, self._client_records)
 
     def wait_nodes(self, n: int, timeout: float | None = None) -> None:
+        """Wait until ``n`` worker processes and their cache nodes (``n / per_node``) are in."""
+        want_nodes = n // self.cfg.per_node
         deadline = time.monotonic() + (self.wait_s if timeout is None else timeout)
         while True:
             workers = len(self.admin.scheduler_info(n_workers=-1)["workers"])
             nodes = len(cacheaffinity.check(self.admin, warn=False)["nodes"])
-            if workers == n and nodes == n:
+            if workers == n and nodes == want_nodes:
                 return
             if time.monotonic() > deadline:
-                raise TimeoutError(f"cluster has {workers} workers / {nodes} cache nodes, waited for {n}")
+                raise TimeoutError(f"cluster has {workers} workers / {nodes} cache nodes, "
+                                   f"waited for {n} / {want_nodes}")
             time.sleep(0.2)
 
     def worker_pids(self) -> dict[str, int]:
@@ -1074,7 +1108,7 @@ class Soak:
         """Arm the step's kill: the chosen worker dies when it starts its n-th task."""
         slot_i, after = step.kill
         addrs = self.worker_addresses()
-        slot = sorted(addrs, key=int)[slot_i % len(addrs)]
+        slot = sorted(addrs, key=_slot_order)[slot_i % len(addrs)]
         pid = self.admin.run(_arm_kill, after=after, workers=[addrs[slot]])[addrs[slot]]
         rec = {"run": step.runs[0].run, "step": step.step, "event": "kill", "worker": slot, "pid": pid,
                "at_task": after}  # fmt: skip
@@ -1221,8 +1255,10 @@ class Soak:
             s["workers"][slot] = {"pid": pid, **fig, "plugin": w["plugin"],
                                   "cache_bytes": w["stats"].get("bytes"), "cache_entries": w["stats"].get("entries"),
                                   "capacity": w["stats"].get("capacity"), "evictions": w["stats"].get("evictions")}  # fmt: skip
-            if w.get("directory"):
-                s["caches"][slot] = _cache_dir_figures(Path(w["directory"]))
+            if w.get("directory"):  # by node: the directory ``node-<n>`` a node's processes share
+                node = Path(w["directory"]).name.split("-", 1)[1]
+                if node not in s["caches"]:
+                    s["caches"][node] = _cache_dir_figures(Path(w["directory"]))
         s["worker_log_records"] = records
         s["worker_log_warnings"] = warnings_
         n = self._client_records.n
@@ -1375,13 +1411,15 @@ def _count_lines(path: Path) -> int:
 def _cache_dir_figures(d: Path) -> dict:
     """Index file bytes, data file bytes (whole blocks, as the cache accounts them) and
     every byte of cache directory ``d``."""
-    index = data = total = files = wal = 0
+    index = data = total = files = wal = db = 0
     for name in INDEX_FILES:
         with contextlib.suppress(OSError):
             size = (d / name).stat().st_size
             index += size
             if name.endswith("-wal"):
                 wal = size
+            elif name.endswith(".sqlite3"):
+                db = size
     for root, _dirs, names in os.walk(d):
         in_data = Path(root).name in ("columns", "columns-tmp") or Path(root).parent.name == "columns"
         for n in names:
@@ -1393,7 +1431,29 @@ def _cache_dir_figures(d: Path) -> dict:
             if in_data:
                 data += -(-st.st_size // BLOCK) * BLOCK
                 files += 1
-    return {"index_bytes": index, "wal_bytes": wal, "data_bytes": data, "dir_bytes": total, "data_files": files}
+    forms, forms_bytes = FormStore(str(d)).usage()
+    return {"index_bytes": index, "db_bytes": db, "wal_bytes": wal, "data_bytes": data, "dir_bytes": total,
+            "data_files": files, "forms": forms, "forms_bytes": forms_bytes, **_index_pages(d / INDEX_FILES[0])}
+
+
+def _index_pages(path: Path) -> dict:
+    """The index database as SQLite sees it (its WAL's pages included): ``db_pages_bytes``
+    (pages in use and free), ``db_free_bytes`` (free pages) and ``entries`` (rows of the
+    entries table); empty when it cannot be read now (a figure, never a failure)."""
+    import sqlite3
+
+    try:
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5.0)
+        try:
+            size = con.execute("PRAGMA page_size").fetchone()[0]
+            pages = con.execute("PRAGMA page_count").fetchone()[0]
+            free = con.execute("PRAGMA freelist_count").fetchone()[0]
+            entries = con.execute("SELECT count(*) FROM entries").fetchone()[0]
+        finally:
+            con.close()
+    except sqlite3.Error:
+        return {}
+    return {"db_pages_bytes": pages * size, "db_free_bytes": free * size, "entries": entries}
 
 
 def run_soak(cfg: Config, log=print) -> dict:
@@ -1449,6 +1509,12 @@ def run_soak(cfg: Config, log=print) -> dict:
     finally:
         if tmp is not None:
             tmp.cleanup()
+
+
+def _per_entry(c: dict) -> float | None:
+    """Index database bytes per entry the cache holds: its pages as SQLite counts them
+    (those still in the WAL included, free ones included)."""
+    return round(c["db_pages_bytes"] / c["entries"], 1) if c.get("entries") and c.get("db_pages_bytes") else None
 
 
 def _mean(values) -> float | None:
@@ -1667,8 +1733,25 @@ def analyse(doc: dict, cfg: Config) -> dict:
 
     index_growth = {}
     for slot in sorted({k for s in after for k in s.get("caches", {})}):
-        xs = [s["caches"][slot]["index_bytes"] for s in after if slot in s.get("caches", {})]
+        cs = [s["caches"][slot] for s in after if slot in s.get("caches", {})]
+        xs = [c["index_bytes"] for c in cs]
         index_growth[slot] = {"first": xs[0], "last": xs[-1], "max": max(xs)} if xs else None
+        if xs and cs[0].get("db_bytes") is not None:  # the database and its WAL apart
+            index_growth[slot].update(
+                db_first=cs[0]["db_bytes"], db_last=cs[-1]["db_bytes"], db_max=max(c["db_bytes"] for c in cs),
+                wal_max=max(c.get("wal_bytes") or 0 for c in cs),
+                free_max=max(c.get("db_free_bytes") or 0 for c in cs),
+                entries_first=cs[0].get("entries"), entries_last=cs[-1].get("entries"),
+                per_entry_first=_per_entry(cs[0]), per_entry_last=_per_entry(cs[-1]),
+                forms_max=max(c.get("forms") or 0 for c in cs),
+                forms_bytes_max=max(c.get("forms_bytes") or 0 for c in cs),
+            )  # fmt: skip
+    ratios = [g["per_entry_last"] / g["per_entry_first"] for g in index_growth.values()
+              if g and g.get("per_entry_first") and g.get("per_entry_last")]  # fmt: skip
+    forms_max = max((g.get("forms_max") or 0 for g in index_growth.values() if g), default=None)
+    forms_bytes_max = max((g.get("forms_bytes_max") or 0 for g in index_growth.values() if g), default=None)
+    half = [s for s in samples if s["run"] > max(w, len(runs) // 2)]
+    half_rss = worker_segments(samples, lambda x: x.get("rss_mb"), max(w, len(runs) // 2), skip)
     walls = [r["wall_s"] for r in runs if r["wall_s"] is not None]
     evictions: dict[tuple, int] = {}  # (slot, pid) -> its process's evictions (a counter per process)
     for smp in samples:
@@ -1724,6 +1807,14 @@ def analyse(doc: dict, cfg: Config) -> dict:
         "cache_over_capacity": len(over),
         "cache_over_capacity_samples": over[:50],
         "index_bytes": index_growth,
+        # index database bytes per entry held, at the end over the start (the worst node)
+        "index_bytes_per_entry_ratio": round(max(ratios), 3) if ratios else None,
+        "forms_max": forms_max,
+        "forms_bytes_max": forms_bytes_max,
+        # the same slopes over the second half of the runs alone
+        "worker_rss_mb_per_100_runs_second_half": _max_slope(half_rss),
+        "scheduler_rss_mb_per_100_runs_second_half": _per_100(
+            slope([s["run"] for s in half], [s["scheduler_rss_mb"] for s in half])),
         "log_per_step": log_per_run,
         "hit_rate": _mean([r["hit_rate"] for r in runs]),
         "wall_s_median": sorted(walls)[len(walls) // 2] if walls else None,
@@ -1789,11 +1880,11 @@ def check_bounds(figures: dict, cfg: Config, chunk_ids: int | None = None, types
         elif name.endswith("[*]") and g.get("parent_last") is not None:
             # the containers of a dict's entries: at most as long as the workers (per node,
             # per worker) or as the longest before, each
-            per_entry = max(cfg.workers, g.get("per_entry_max_before") or 0)
+            per_entry = max(cfg.processes(), g.get("per_entry_max_before") or 0)
             if (g.get("late_growth") or 0) > 0 and g["last"] > g["parent_last"] * per_entry and types.get(name) != "Counter":
                 bad.append(f"{name}: still growing, {g['last']} at the end for {g['parent_last']} entries "
                            f"(> {per_entry} each)")  # fmt: skip
-        elif (g.get("late_growth") or 0) > 0 and g["last"] > cfg.workers and types.get(name) != "Counter":
+        elif (g.get("late_growth") or 0) > 0 and g["last"] > cfg.processes() and types.get(name) != "Counter":
             bad.append(f"{name}: still growing, {g['last']} at the end, {g['last'] - g['late_growth']} at most "
                        f"before the last third ({g['first']} after the warm-up)")  # fmt: skip
     return bad
@@ -1956,7 +2047,10 @@ def parse_args(argv=None) -> tuple[Config, str, str]:
     p = parser((__doc__ or "").split("\n\n")[0])
     p.formatter_class = argparse.ArgumentDefaultsHelpFormatter
     p.add_argument("--runs", type=int, default=d.runs)
-    p.add_argument("--workers", type=int, default=d.workers)
+    p.add_argument("--workers", type=int, default=d.workers,
+                   help="cache nodes (with --per-node 1, the default: worker processes)")
+    p.add_argument("--per-node", type=int, default=d.per_node,
+                   help="worker processes per cache node, sharing its directory (e.g. 2: the facility node shape)")
     p.add_argument("--seed", type=int, default=d.seed, help="of the schedule")
     p.add_argument("--chunksize", type=int, default=d.chunksize)
     p.add_argument("--chunksize-after", type=int, default=d.chunksize_after)
@@ -1987,7 +2081,7 @@ def parse_args(argv=None) -> tuple[Config, str, str]:
     if a.child:
         return None, a.child, None  # type: ignore[return-value]
     cfg = Config(
-        runs=a.runs, workers=a.workers, seed=a.seed, chunksize=a.chunksize, chunksize_after=a.chunksize_after,
+        runs=a.runs, workers=a.workers, per_node=a.per_node, seed=a.seed, chunksize=a.chunksize, chunksize_after=a.chunksize_after,
         chunksize_change_at=a.chunksize_change_at, capacity=a.capacity, kill_every=a.kill_every,
         scale_every=a.scale_every, scaled_down_runs=a.scaled_down_runs, new_process_every=a.new_process_every,
         concurrent_share=a.concurrent_share, timeout=a.timeout, warmup=a.warmup, restart_warmup=a.restart_warmup,
@@ -1998,9 +2092,19 @@ def parse_args(argv=None) -> tuple[Config, str, str]:
         cfg.datasets = {"dy": [a.events[0], 3, 101], "tt": [a.events[1], 2, 202]}
     if a.quick:
         cfg.runs, cfg.warmup = min(cfg.runs, 12), min(cfg.warmup, 4)
-        cfg.kill_every, cfg.scale_every, cfg.scaled_down_runs, cfg.new_process_every = 5, 8, 2, 6
+        # the quick size's own event rates; an event given as 0 (never) stays off
+        cfg.kill_every = 5 if cfg.kill_every else 0
+        cfg.scale_every = 8 if cfg.scale_every else 0
+        cfg.scaled_down_runs = 2
+        cfg.new_process_every = 6 if cfg.new_process_every else 0
         cfg.datasets = {"dy": [2000, 2, 101], "tt": [1000, 1, 202]}
     return cfg, a.out, a.name
+
+
+def _shape(cfg: Config) -> str:
+    if cfg.per_node == 1:
+        return f"{cfg.workers} workers"
+    return f"{cfg.workers} nodes x {cfg.per_node} worker processes"
 
 
 def _interrupt(signum, frame):
@@ -2122,7 +2226,7 @@ def main(argv=None) -> int:
                "soak_s": doc["soak_s"], "steps": doc["steps"], "plugin_types": doc["plugin_types"]}  # fmt: skip
     os.makedirs(out, exist_ok=True)
     write_json(os.path.join(out, f"{name}.json"), config, results, **fig, series=columnar(doc["samples"]))
-    print_table(summary_rows(fig), title=f"soak: {fig['runs']} runs, {cfg.workers} workers, capacity {cfg.capacity}")
+    print_table(summary_rows(fig), title=f"soak: {fig['runs']} runs, {_shape(cfg)}, capacity {cfg.capacity}")
     grown = growing_rows(fig)
     if grown:
         print_table(grown, title="structures that grew after the warm-up")
@@ -2130,7 +2234,7 @@ def main(argv=None) -> int:
                                         "first_run_hit_rate", "median_wall_s"], title="hit rates per phase")  # fmt: skip
     for b in fig["bounds"]:
         print(f"BOUND VIOLATED: {b}")
-    title = (f"{fig['runs']} runs, {cfg.workers} workers, capacity {cfg.capacity}; "
+    title = (f"{fig['runs']} runs, {_shape(cfg)}, capacity {cfg.capacity}; "
              f"scheduler {fig['scheduler_rss_mb_per_100_runs']} MB/100 runs, "
              f"workers {fig['worker_rss_mb_per_100_runs']} MB/100 runs")  # fmt: skip
     save_png(plot(doc, fig, title), os.path.join(out, f"{name}.png"))
