@@ -72,7 +72,9 @@ Modelled, not real (documented assumptions):
   restrictions without stealing, like ``cacheaffinity-nosteal`` with the torus.
 
 Scenarios (``--scenario``, default all): ``stable``, ``adaptive`` (nodes leave and join
-between and during runs, as ``dask-jobqueue``'s ``adapt()`` does), ``small_cache``
+between and during runs, as ``dask-jobqueue``'s ``adapt()`` does), ``burst`` (100 nodes
+join 1000 at once during run 3 of 10^6 chunks, and stay: a batch system starting a burst
+of worker jobs; ``--name simulate_burst`` keeps it in a file of its own), ``small_cache``
 (cache = half a node's share), ``slow_node`` (one node 3x slower), ``hetero``
 (heterogeneous clusters: VISPA as in the paper, the earlier VISPA model ``vispa_nfs1g``
 whose node speeds differ between run 1 and later runs, 1000 nodes of 4-32 threads with
@@ -183,6 +185,8 @@ FULL = {
     "scenarios": {
         "stable": [["vispa", 20_000], ["n100", 50_000], ["n1000", 100_000]],
         "adaptive": [["n100", 50_000], ["n1000", 100_000]],
+        # 100 workers joining during run 3 of 10^6 chunks on 1000 nodes
+        "burst": [["n1000", 1_000_000]],
         "small_cache": [["vispa", 20_000]],
         "slow_node": [["vispa", 20_000]],
         "hetero": [["vispa", 20_000], ["vispa_nfs1g", 20_000], ["h1000", 100_000]],
@@ -215,6 +219,11 @@ FULL = {
     "slowdown_run": 3,
     "hetero_policies": ["paper", "cacheaffinity-nosteal", "cacheaffinity", "cacheaffinity-hashlocator"],
     "adaptive": {"pool_extra": 0.1, "between_runs": 0.05, "during_run": 0.03, "at": 0.3},
+    # adaptive burst: ``nodes`` new nodes join at once during run ``run``, ``at`` x the
+    # run's estimated makespan after its start (a batch system starting a burst of worker
+    # jobs under adapt()), and stay for the later runs; no node leaves
+    "burst": {"nodes": 100, "run": 3, "at": 0.3},
+    "burst_policies": ["hash%n", "paper", "cacheaffinity-nosteal", "cacheaffinity"],
     # churn sweep (cacheaffinity only, first adaptive case): nodes replaced per run
     "adaptive_sweep": [0.01, 0.02, 0.05, 0.1],
     "small_cache_fraction": 0.5,
@@ -239,6 +248,7 @@ QUICK["runs"] = 4
 QUICK["scenarios"] = {
     "stable": [["vispa", 1500], ["n100", 3000]],
     "adaptive": [["n100", 3000]],
+    "burst": [["n100", 3000]],
     "small_cache": [["vispa", 1500]],
     "slow_node": [["vispa", 1500]],
     "hetero": [["vispa", 3000], ["vispa_nfs1g", 3000], ["h1000", 20_000]],
@@ -248,6 +258,7 @@ QUICK["scenarios"] = {
     "two_analyses": [["vispa", 1500]],
 }
 QUICK["runs"] = 5
+QUICK["burst"] = {"nodes": 10, "run": 3, "at": 0.3}
 
 
 # ====================================================================== placements
@@ -480,7 +491,7 @@ class Simulation:
     """Consecutive runs of one policy on one cluster; caches persist between runs."""
 
     def __init__(self, cfg, cluster, n_chunks, policy, *, cache_capacity=None,
-                 cache_policy="fifo", slow=None, churn=None, seed=1):  # fmt: skip
+                 cache_policy="fifo", slow=None, churn=None, burst=None, seed=1):  # fmt: skip
         self.cfg = cfg
         self.policy = policy
         self.placement_kind, self.stealing, self.locator = POLICIES[policy]
@@ -533,6 +544,13 @@ class Simulation:
             prefix, _, threads = cluster["groups"][-1][:3]
             for i in range(extra):
                 name = f"{prefix}-x{i:04d}"
+                self.nodes[name] = Node(name, threads, 1.0, self.ssd_bw)
+        #: adaptive burst (``FULL["burst"]``): pool nodes that join at once during a run
+        self.burst = burst
+        if burst:
+            prefix, _, threads = cluster["groups"][-1][:3]
+            for i in range(burst["nodes"]):
+                name = f"{prefix}-b{i:04d}"
                 self.nodes[name] = Node(name, threads, 1.0, self.ssd_bw)
         for n in initial:
             self.nodes[n].alive = True
@@ -684,6 +702,9 @@ class Simulation:
         if self.churn:
             est = self.runs[-1]["makespan_s"] if self.runs else self._estimate()
             self._push(est * self.churn["at"], "churn", None, None)
+        if self.burst and run_no == self.burst["run"]:
+            est = self.runs[-1]["makespan_s"] if self.runs else self._estimate()
+            self._push(est * self.burst["at"], "burst", None, None)
         for n in live:
             self._dispatch(n)
         if self.stealing != "none":
@@ -701,6 +722,8 @@ class Simulation:
                 self._push(t + self.interval, "tick", None, None)
             elif kind == "churn":
                 self._churn(self.churn["during_run"], during=True)
+            elif kind == "burst":
+                self._join_burst()
         out = {
             "run": run_no,
             "makespan_s": self.t,
@@ -975,7 +998,20 @@ class Simulation:
             n.alive = True
         if not during:
             return
-        # during a run: pending tasks of departed nodes fail over; running ones are lost
+        self._rehome(gone, new)
+
+    def _join_burst(self):
+        """``burst["nodes"]`` pool machines join at once, during the run."""
+        idle = [n for n in self.nodes.values() if not n.alive]
+        new = idle[: self.burst["nodes"]]
+        for n in new:
+            n.alive = True
+        self._rehome([], new)
+
+    def _rehome(self, gone: list, new: list):
+        """During a run, after ``gone`` left and ``new`` joined: pending tasks of departed
+        nodes fail over (running ones are lost); queued tasks move to a joined node that is
+        now their home."""
         orphans = []
         for n in gone:
             orphans += [c for c in set(n.queue) if self.where.get(c) == n.name and c not in self.started]
@@ -1156,6 +1192,10 @@ def scenario(name, cfg, cases):
                                   "served_rates": served,
                                   "mean_served_runs_2plus": float(np.mean(served[1:]))})  # fmt: skip
                 res["_churn_sweep"] = sweep
+        elif name == "burst":
+            for pol in cfg["burst_policies"]:
+                res[pol] = run_policy(cfg, cluster_name, n_chunks, pol, burst=cfg["burst"])
+            res["_burst"] = dict(cfg["burst"])
         elif name == "small_cache":
             cl = CLUSTERS[cluster_name]
             # capacity per node: fraction of its share of the dataset (by threads)
@@ -1443,6 +1483,26 @@ def summarise(results, cfg=None):
                         if "mean_served_runs_2plus" in x else None
                     ),
                     "ok": bool(100 * (b - x["mean_hit_runs_2plus"]) <= 5)}  # fmt: skip
+    for key, res in results.get("burst", {}).items():
+        b = res["_burst"]
+        r = b["run"]  # runs 1..; index r-1 is the burst's run
+        rows = {}
+        for pol, x in res.items():
+            if pol.startswith("_"):
+                continue
+            runs = x["runs"]
+            before = runs[r - 2]
+            rows[pol] = {
+                "hit_rates": [round(y["hit_rate"], 4) for y in runs],
+                "served_rates": [round(y["served_rate"], 4) for y in runs],
+                # what the burst costs: points below the run before it, in its run and the next
+                "points_lost_burst_run": round(100 * (before["hit_rate"] - runs[r - 1]["hit_rate"]), 2),
+                "points_lost_next_run": (round(100 * (before["hit_rate"] - runs[r]["hit_rate"]), 2)
+                                         if r < len(runs) else None),
+                "makespans_s": [round(float(y["makespan_s"]), 1) for y in runs],
+                "nodes": [y["nodes"] for y in runs],
+            }  # fmt: skip
+        s[f"burst ({key}): {b['nodes']} nodes join during run {r}"] = rows
     for key, res in st.items():
         if "paper" in res:
             s[f"gradual fill ({key})"] = {
