@@ -8,7 +8,8 @@
   or its base name), so that they name no folder of the machine they ran on;
 - :func:`pyplot` and :func:`save_png`: matplotlib with the Agg backend (no display),
   PNG written atomically;
-- :func:`print_table`: a plain-text table for the terminal;
+- :func:`print_table`: a plain-text table for the terminal; :func:`print_targets`: a
+  benchmark's targets, one line each;
 - :func:`best_of`: wall and CPU time of a callable, best and median of a few runs;
 - :func:`git_info`: the commit the benchmark ran on and whether the tree was dirty
   (:func:`write_json` stamps it into every results file);
@@ -47,6 +48,7 @@ __all__ = [
     "pyplot",
     "save_png",
     "print_table",
+    "print_targets",
     "best_of",
     "Timing",
     "git_info",
@@ -380,6 +382,17 @@ def print_table(
     text = "\n".join(lines)
     print(text, file=file or sys.stdout, flush=True)
     return text
+
+
+def print_targets(targets: dict) -> None:
+    """A benchmark's targets (``{name: {"value", "limit", "pass", "note"}}``), one line each:
+    PASS, MISS or n/a (not measured), the value, the limit and the note."""
+    print()
+    for name, t in targets.items():
+        v = t["value"]
+        vs = "-" if v is None else f"{v:.4g}"
+        verdict = {True: "PASS", False: "MISS", None: "n/a"}[t["pass"]]
+        print(f"{verdict:4s}  {name}: {vs} ({t['limit']}) {t['note']}")
 
 
 class Timing(NamedTuple):

@@ -5,8 +5,8 @@ while the workers persist.  :func:`spawn` starts ``python benchmarks/_new_proces
 SPEC OUT`` with ``sys.executable`` (a fresh interpreter: no coffea metadata cache, client,
 executor or Runner inherited from the parent's memory); :func:`main` connects to the
 mode's scheduler, builds the mode's executor and ``Runner`` as a user's script does and
-runs the analysis once through :func:`benchmarks.consecutive_runs.client_run` (the code
-the same-process path runs), then writes its figures as JSON to OUT.  The run's time is
+runs the analysis once through :func:`benchmarks._runs.client_run` (the code the
+same-process path runs), then writes its figures as JSON to OUT.  The run's time is
 the ``Runner`` call, as in the same process; the imports come before it (``import_s``), the
 ``dask.dataframe`` that coffea's ``DaskExecutor`` imports on its first call included (about
 0.8 s here, paid by every mode in a new process), and ``process_s`` is the whole process.
@@ -89,21 +89,21 @@ def main(argv: list[str] | None = None) -> int:
     import dask.dataframe  # noqa: F401  coffea's DaskExecutor imports it on its first call
     from distributed import Client
 
-    from benchmarks import consecutive_runs as cr
+    from benchmarks import _runs
 
     spec = json.loads(Path(spec_path).read_text())
-    cfg = cr.Config(**spec["config"])
+    cfg = _runs.Config(**spec["config"])
     imported = time.perf_counter() - t_start
     with dask.config.set(spec["dask_config"]):
         t0 = time.perf_counter()
         with Client(spec["scheduler"], timeout="60s") as client:
             connect = time.perf_counter() - t0
-            executor = cr.make_executor(spec["mode"], client)
-            out = cr.client_run(
-                spec["mode"], cfg, executor, spec["fileset"], cr.uproot_options(spec["xrootd"]),
+            executor = _runs.make_executor(spec["mode"], client)
+            out = _runs.client_run(
+                spec["mode"], cfg, executor, spec["fileset"], _runs.uproot_options(spec["xrootd"]),
                 metadata_cache=None,  # coffea's default: its process-wide cache, empty here
             )  # fmt: skip
-    out["summary"] = cr.normalized(out["summary"])
+    out["summary"] = _runs.normalized(out["summary"])
     out["child"] = {"pid": os.getpid(), "import_s": imported, "connect_s": connect}
     Path(out_path).write_text(json.dumps(out, default=str))
     return 0

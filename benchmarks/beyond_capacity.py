@@ -22,7 +22,7 @@ calibration included, while another benchmark ran on the machine), the dataset's
 2 minutes more the first time.
 
 Clusters: ``LocalCluster`` of W worker processes (1 thread each), each with its own cache
-directory, so W cache nodes (:class:`benchmarks.consecutive_runs.ModeCluster`, mode
+directory, so W cache nodes (:class:`benchmarks._clusters.ModeCluster`, mode
 ``cacheaffinity``: placement, stealing and peer fetch as the project's defaults; placement
 stripes of one chunksize).  Every cluster's workers are warmed up before run 1 (the
 processor on 200 events of the template), and the idle cluster's workers are frozen
@@ -113,27 +113,35 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-# Only the standard library and benchmarks._common at the top: tools/render_readme.py
-# imports :func:`render` without dask or coffea; the benchmark imports them when it runs.
-from benchmarks._common import not_measured, print_table, pyplot, read_results, save_png, spread, write_json  # noqa: E402
+# the harness first: it sets the environment the workers inherit before coffea is imported
+from benchmarks._runs import Config as ModeConfig  # noqa: E402
+from benchmarks._runs import analysis_branches, digest, normalized  # noqa: E402
+from benchmarks._runs import reference as reference_run  # noqa: E402
+
+from benchmarks._beyond_capacity_figures import (  # noqa: E402
+    ADMISSION_KEY,
+    MODES,
+    NAME,
+    percent,
+    command,
+    evaluate_targets,
+    plot,
+    summarize,
+    table_rows,
+    title,
+)
+from benchmarks._clusters import ModeCluster  # noqa: E402
+from benchmarks._common import print_table, print_targets, save_png, write_json  # noqa: E402
+from benchmarks._storage import Storage  # noqa: E402
 
 __all__ = [
     "MODES",
     "Config",
     "admission_supported",
-    "evaluate_targets",
-    "plot",
     "prepare_data",
-    "render",
     "run_benchmark",
-    "summarize",
-    "table_rows",
 ]
 
-#: values of ``cacheaffinity.worker.admission`` compared
-MODES = ("fifo", "rank")
-ADMISSION_KEY = "cacheaffinity.worker.admission"
-NAME = "beyond_capacity"
 DEFAULT_DATA = ROOT / ".bench-data" / NAME
 DEFAULT_OUT = ROOT / "benchmarks" / "results"
 #: cache counters (:func:`cacheaffinity.cache_totals`) recorded per run as differences
@@ -142,9 +150,6 @@ CACHE_COUNTERS = ("hits", "misses", "bytes_written", "writes", "packs_written", 
 #: figures of :func:`cacheaffinity.run_stats` recorded per run
 RUN_STATS = ("tasks", "chunks", "hits", "peer_hits", "misses", "bytes_served", "peer_bytes", "storage_bytes",
              "storage_opens", "steals", "uncached_chunks", "chunk_bytes", "chunk_bytes_hit")  # fmt: skip
-#: targets
-HIT_RATE_TARGET = 0.45
-FORECAST_POINTS = 0.10
 #: the calibration cluster's node capacity: far above any working set measured here
 CALIBRATION_CAPACITY = "50 GiB"
 #: --quick: a smoke test of every step (~2 min on 2 cores)
@@ -165,7 +170,7 @@ class Config:
     codec: str = "lzma"
     seed: int = 11
     #: glob patterns of the branches to generate (None: the analysis's own and the
-    #: kinematics NanoEvents needs, :func:`benchmarks.consecutive_runs.analysis_branches`;
+    #: kinematics NanoEvents needs, :func:`benchmarks._runs.analysis_branches`;
     #: ``all_branches``: every NanoAOD branch)
     branches: tuple[str, ...] | None = None
     all_branches: bool = False
@@ -183,7 +188,7 @@ class Config:
     progress: bool = True
     analysis: str = "realistic"
     #: worker processes per cache node sharing its directory (``workers`` nodes; the
-    #: facility node shape, :mod:`benchmarks._nodes`)
+    #: facility node shape, :func:`benchmarks._clusters.node_cluster`)
     per_node: int = 1
 
     def check(self) -> None:
@@ -230,13 +235,11 @@ def admission_supported() -> bool:
 
 def generated_branches(cfg: Config) -> tuple[str, ...] | None:
     """The branch patterns to generate: ``cfg.branches``, else (unless ``all_branches``) the
-    analysis's own (:func:`benchmarks.consecutive_runs.analysis_branches`); None: all."""
+    analysis's own (:func:`benchmarks._runs.analysis_branches`); None: all."""
     if cfg.branches:
         return tuple(cfg.branches)
     if cfg.all_branches:
         return None
-    from benchmarks.consecutive_runs import analysis_branches
-
     return analysis_branches(cfg.analysis)
 
 
@@ -270,11 +273,9 @@ def prepare_data(cfg: Config) -> list[str]:
 # ----------------------------------------------------------------------------- clusters
 
 
-def _cr_config(cfg: Config):
-    """The :class:`benchmarks.consecutive_runs.Config` its :class:`ModeCluster` reads."""
-    from benchmarks import consecutive_runs as cr
-
-    return cr.Config(
+def _cr_config(cfg: Config) -> ModeConfig:
+    """The :class:`benchmarks._runs.Config` its :class:`~benchmarks._clusters.ModeCluster` reads."""
+    return ModeConfig(
         workers=cfg.workers, runs=cfg.runs, events=cfg.events, files=cfg.files, chunksize=cfg.chunksize,
         codec=cfg.codec, seed=cfg.seed, branches=cfg.branches, storage="local", rate=None,
         modes=("cacheaffinity",), scenarios=("stable",), membership_modes=(), data=cfg.data,
@@ -292,11 +293,9 @@ def _worker_admission() -> Any:
 
 def make_cluster(cfg: Config, storage, workdir: Path, tag: str, capacity: int | str,
                  admission: str | None):  # fmt: skip
-    """A started :class:`~benchmarks.consecutive_runs.ModeCluster` (mode ``cacheaffinity``)
+    """A started :class:`~benchmarks._clusters.ModeCluster` (mode ``cacheaffinity``)
     whose nodes have ``capacity`` and, if not None, ``admission``."""
-    from benchmarks import consecutive_runs as cr
-
-    c = cr.ModeCluster("cacheaffinity", _cr_config(cfg), storage, workdir, tag=tag)
+    c = ModeCluster("cacheaffinity", _cr_config(cfg), storage, workdir, tag=tag)
     c.settings["cacheaffinity.worker.capacity"] = capacity
     if admission is not None:
         c.settings[ADMISSION_KEY] = admission
@@ -347,8 +346,6 @@ def run_once(c, ref_digest: str | None, all_hits_served: int | None = None) -> d
     run 2), for ``served_share``."""
     import cacheaffinity
 
-    from benchmarks import consecutive_runs as cr
-
     t0 = cacheaffinity.cache_totals(c.client)
     cpu0 = _workers_cpu_s(c.client)
     row = c.run()
@@ -358,7 +355,7 @@ def run_once(c, ref_digest: str | None, all_hits_served: int | None = None) -> d
     d = {k: t1.get(k, 0) - t0.get(k, 0) for k in CACHE_COUNTERS}
     hits, misses = stats.get("hits"), stats.get("misses")
     lookups = (hits or 0) + (misses or 0)
-    digest = cr._digest(cr.normalized(row.pop("summary")))
+    result = digest(normalized(row.pop("summary")))
     forecast = stats.get("forecast")
     return {
         "run": row["run"],
@@ -381,8 +378,8 @@ def run_once(c, ref_digest: str | None, all_hits_served: int | None = None) -> d
         "evictions": d["evictions"],
         "bytes_evicted": d["bytes_evicted"],
         "forecast": forecast if isinstance(forecast, dict) else None,
-        "identical": None if ref_digest is None else digest == ref_digest,
-        "result_digest": digest,
+        "identical": None if ref_digest is None else result == ref_digest,
+        "result_digest": result,
         # the workers' own counters (the same lookups counted per process) and coffea's
         "cache_counters": d,
         "cache_hit_rate": row["hit_rate"],
@@ -410,27 +407,17 @@ def _progress(mode: str, rep: int, r: dict) -> str:
 
 def reference(cfg: Config, files: list[str], log) -> dict:
     """The analysis once with coffea's ``IterativeExecutor`` in this process."""
-    from coffea import processor
-    from coffea.nanoevents import NanoAODSchema
+    from benchmarks._runs import ANALYSES
 
-    from benchmarks import consecutive_runs as cr
-
-    proc_cls, summary = cr.ANALYSES[cfg.analysis]
-    runner = processor.Runner(executor=processor.IterativeExecutor(), schema=NanoAODSchema,
-                              chunksize=cfg.chunksize)  # fmt: skip
-    t0, c0 = time.perf_counter(), time.process_time()
-    out = runner({"synthetic": list(files)}, processor_instance=proc_cls(), treename="Events")
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-    digest = cr._digest(cr.normalized(summary(out)))
-    log(f"[reference] IterativeExecutor: {wall:.1f} s ({cpu:.1f} s CPU)")
-    return {"wall_s": wall, "cpu_s": cpu, "result_digest": digest}
+    proc_cls, summary = ANALYSES[cfg.analysis]
+    ref = reference_run(proc_cls, summary, {"synthetic": list(files)}, cfg.chunksize)
+    log(f"[reference] IterativeExecutor: {ref['wall_s']:.1f} s ({ref['cpu_s']:.1f} s CPU)")
+    return {"wall_s": ref["wall_s"], "cpu_s": ref["cpu_s"], "result_digest": digest(ref["summary"])}
 
 
 def calibrate(cfg: Config, storage, workdir: Path, ref_digest: str | None, log) -> dict:
     """Run 1 on caches larger than the data (each node's bytes: its working set), run 2
     (all hits) and floor (b) on the same cluster; the node capacity of the measurement."""
-    from benchmarks import consecutive_runs as cr
-
     c = make_cluster(cfg, storage, workdir, "-calibration", CALIBRATION_CAPACITY, None)
     try:
         with c.running():
@@ -440,12 +427,12 @@ def calibrate(cfg: Config, storage, workdir: Path, ref_digest: str | None, log) 
                 + ", ".join(f"{v['bytes'] / 1e6:.1f} MB" for v in nodes.values()))  # fmt: skip
             run2 = run_once(c, ref_digest)
             log(f"[calibration] run 2 (all hits): {run2['wall_s']:.2f} s, own-node hit rate "
-                f"{_pct(run2['hit_rate'])}, {(run2['bytes_served'] or 0) / 1e6:.1f} MB served")  # fmt: skip
+                f"{percent(run2['hit_rate'])}, {(run2['bytes_served'] or 0) / 1e6:.1f} MB served")  # fmt: skip
             fill = c.floor_in_memory(fill=True)
             floors = [c.floor_in_memory() for _ in range(cfg.floor_runs)]
     finally:
         c.close()
-    digests = [cr._digest(cr.normalized(r.pop("summary"))) for r in (fill, *floors)]
+    digests = [digest(normalized(r.pop("summary"))) for r in (fill, *floors)]
     need = [v["bytes"] for v in nodes.values()]
     basis = statistics.mean(need) if cfg.capacity_basis == "mean" else max(need)
     capacity = max(int(cfg.capacity_fraction * basis), 1)
@@ -508,7 +495,6 @@ def run_benchmark(cfg: Config, log=print) -> dict:
     """Reference, calibration and the repeats; returns the results document."""
     import dask
 
-    from benchmarks import consecutive_runs as cr
     from benchmarks._common import dataset_stats
 
     cfg.check()
@@ -526,7 +512,7 @@ def run_benchmark(cfg: Config, log=print) -> dict:
     stripes = dask.config.set({"cacheaffinity.client.stripe-entries": cfg.chunksize})
     repeats = []
     try:
-        with stripes, cr.Storage(_cr_config(cfg), files, workdir) as storage:
+        with stripes, Storage(_cr_config(cfg), files, workdir) as storage:
             cal = calibrate(cfg, storage, workdir, ref["result_digest"], log)
             for rep in range(cfg.repeats):
                 repeats.append(one_repeat(cfg, storage, workdir, rep, cal["capacity_bytes"], supported,
@@ -556,252 +542,6 @@ def run_benchmark(cfg: Config, log=print) -> dict:
     return doc
 
 
-# ----------------------------------------------------------------------------- figures
-
-
-def _runs(doc: dict, mode: str, i: int) -> list[dict]:
-    """Run ``i`` (1-based) of ``mode`` in every repeat."""
-    out = []
-    for rp in doc["repeats"]:
-        rows = rp["runs"].get(mode) or []
-        if len(rows) >= i:
-            out.append(rows[i - 1])
-    return out
-
-
-def summarize(doc: dict) -> dict:
-    """Per mode and run, median [min, max] over the repeats of the run's figures; the
-    run-3 comparison (measured and expected gain per repeat, then summarised)."""
-    modes = list(doc["repeats"][0]["runs"]) if doc["repeats"] else []
-    n_runs = max((len(v) for rp in doc["repeats"] for v in rp["runs"].values()), default=0)
-    per: dict[str, list[dict]] = {}
-    for mode in modes:
-        per[mode] = []
-        for i in range(1, n_runs + 1):
-            rows = _runs(doc, mode, i)
-            fc = [(r.get("forecast") or {}).get("hit_rate") for r in rows]
-            per[mode].append({
-                "run": i,
-                "wall_s": spread([r["wall_s"] for r in rows]),
-                "workers_cpu_s": spread([r.get("workers_cpu_s") for r in rows]),
-                "hit_rate": spread([r["hit_rate"] for r in rows]),
-                "served_share": spread([r.get("served_share") for r in rows]),
-                "peer_hits": spread([r["peer_hits"] for r in rows]),
-                "written_MB": spread([r["bytes_written"] / 1e6 for r in rows]),
-                "evictions": spread([r["evictions"] for r in rows]),
-                "storage_MB": spread([None if r["storage_bytes"] is None else r["storage_bytes"] / 1e6 for r in rows]),
-                "storage_opens": spread([r["storage_opens"] for r in rows]),
-                "forecast_hit_rate": spread(fc),
-                "identical": all(r["identical"] for r in rows) if rows and all(
-                    r["identical"] is not None for r in rows) else None,
-            })  # fmt: skip
-    cal = doc["calibration"]
-    keys = ("fifo_run3_s", "rank_run3_s", "rank_run3_hit_rate", "rank_run3_served_share", "gain_s",
-            "expected_gain_s", "expected_gain_lookups_s", "expected_gain_warm_s")  # fmt: skip
-    gain: dict[str, list] = {k: [] for k in keys}
-    for rp in doc["repeats"]:
-        f, r = rp["runs"].get("fifo") or [], rp["runs"].get("rank") or []
-        if len(f) < 3 or len(r) < 3:
-            continue
-        fs, rs = f[2]["wall_s"], r[2]["wall_s"]
-        h = r[2]["hit_rate"] or 0.0
-        share = r[2].get("served_share")
-        share = h if share is None else share
-        gain["fifo_run3_s"].append(fs)
-        gain["rank_run3_s"].append(rs)
-        gain["rank_run3_hit_rate"].append(h)
-        gain["rank_run3_served_share"].append(share)
-        gain["gain_s"].append(fs - rs)
-        # the hits' share of the work a miss costs beyond a run with every buffer in memory
-        gain["expected_gain_s"].append(share * (fs - cal["floor_s"]))
-        gain["expected_gain_lookups_s"].append(h * (fs - cal["floor_s"]))
-        gain["expected_gain_warm_s"].append(share * (fs - cal["warm_all_hits_s"]))
-    return {
-        "modes": per,
-        "run3": {k: spread(v) for k, v in gain.items()},
-        "floor_s": cal["floor_s"],
-        "warm_all_hits_s": cal["warm_all_hits_s"],
-        "capacity_bytes": cal["capacity_bytes"],
-        "need_mean_bytes": cal["need_mean_bytes"],
-    }
-
-
-def evaluate_targets(doc: dict) -> dict:
-    """The targets, each ``{"value", "limit", "pass", "note"}`` (pass None: not measured)."""
-    s = doc["summary"]
-    out: dict[str, dict] = {}
-    fallback = "" if doc.get("admission_supported") else (
-        f" ({ADMISSION_KEY} not a setting of this commit: both modes ran FIFO)")
-
-    def target(name, value, limit, ok, note=""):
-        out[name] = {"value": value, "limit": limit, "pass": None if value is None or ok is None else bool(ok),
-                     "note": note + fallback}  # fmt: skip
-
-    def medians(mode, key):
-        runs = (s["modes"].get(mode) or [])[2:5]
-        return [x[key]["median"] for x in runs]
-
-    for key, what in (("hit_rate", "own-node hit rate (hits / lookups, run_stats)"),
-                      ("served_share", "own-node served share (chunk bytes hit / chunk bytes, run_stats)")):  # fmt: skip
-        rank, fifo = medians("rank", key), medians("fifo", key)
-        if rank and None not in rank:
-            low = min(rank)
-            note = "runs 3-5 medians: " + ", ".join(f"{v:.3f}" for v in rank)
-            if fifo and None not in fifo:
-                note += "; FIFO's: " + ", ".join(f"{v:.3f}" for v in fifo)
-            target(f"rank {what}, runs 3-5 (lowest median)", low, f">= {HIT_RATE_TARGET}",
-                   low >= HIT_RATE_TARGET, note)  # fmt: skip
-    g = s["run3"]
-    if g["gain_s"]["median"] is not None:
-        gain, exp = g["gain_s"]["median"], g["expected_gain_s"]["median"]
-        note = (f"FIFO run 3 {g['fifo_run3_s']['median']:.2f} s, rank run 3 {g['rank_run3_s']['median']:.2f} s, "
-                f"rank run 3 served share {g['rank_run3_served_share']['median']:.3f} (hit rate "
-                f"{g['rank_run3_hit_rate']['median']:.3f}), floor (b) {s['floor_s']:.2f} s; expected gain with the "
-                f"lookup hit rate {g['expected_gain_lookups_s']['median']:.2f} s, with the all-hits run "
-                f"({s['warm_all_hits_s']:.2f} s) instead of floor (b) {g['expected_gain_warm_s']['median']:.2f} s")  # fmt: skip
-        name = "rank run 3 faster than FIFO run 3 by >= served share x (FIFO run 3 - floor (b)) [s]"
-        target(name, gain, f">= {exp:.2f}", gain >= exp if exp > 0 else None,
-               note + ("" if exp > 0 else "; nothing expected (no hits, or FIFO's run 3 not slower than the floor)"))  # fmt: skip
-    rows = [r for rp in doc["repeats"] for m in rp["runs"].values() for r in m]
-    n_diff = sum(1 for r in rows if r["identical"] is False)
-    target("results identical to IterativeExecutor (every run, mode and repeat; calibration and floors)",
-           1.0 if doc["identical_results"] else 0.0, "== 1", doc["identical_results"],
-           f"{n_diff} of {len(rows)} runs differ")  # fmt: skip
-    for mode in s["modes"]:
-        diffs: dict[str, list] = {"hit_rate": [], "served_share": []}
-        for rp in doc["repeats"]:
-            for r in (rp["runs"].get(mode) or [])[1:5]:
-                fc = (r.get("forecast") or {}).get("hit_rate")
-                for k in diffs:
-                    if fc is not None and r.get(k) is not None:
-                        diffs[k].append(abs(fc - r[k]))
-        name = (f"{mode}: forecast within {FORECAST_POINTS * 100:.0f} points of the own-node served share "
-                "(bytes), runs 2-5")  # fmt: skip
-        if diffs["served_share"]:
-            worst = max(diffs["served_share"])
-            note = f"largest difference of {len(diffs['served_share'])} runs"
-            if diffs["hit_rate"]:
-                note += f"; from the hit rate of lookups: {max(diffs['hit_rate']):.3f}"
-            target(name, worst, f"<= {FORECAST_POINTS}", worst <= FORECAST_POINTS + 1e-12, note)
-        else:
-            out[name] = {"value": None, "limit": f"<= {FORECAST_POINTS}", "pass": None,
-                         "note": "no forecast reported by the scheduler"}  # fmt: skip
-    return out
-
-
-def table_rows(doc: dict) -> list[dict]:
-    """Per mode and run: medians over the repeats (the terminal table)."""
-    out = []
-    for mode, runs in doc["summary"]["modes"].items():
-        for x in runs:
-            out.append({
-                "mode": mode, "run": x["run"],
-                "hit rate": _pct(x["hit_rate"]["median"]),
-                "served share": _pct(x["served_share"]["median"]),
-                "forecast": _pct(x["forecast_hit_rate"]["median"]),
-                "wall [s]": _num(x["wall_s"]),
-                "workers CPU [s]": _num(x["workers_cpu_s"]),
-                "written MB": _num(x["written_MB"]),
-                "evictions": x["evictions"]["median"],
-                "peer hits": x["peer_hits"]["median"],
-                "storage MB": x["storage_MB"]["median"],
-                "files opened": x["storage_opens"]["median"],
-                "identical": {True: "yes", False: "NO", None: "-"}[x["identical"]],
-            })  # fmt: skip
-    return out
-
-
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:.1%}"
-
-
-def _num(s: dict, fmt=lambda v: f"{v:.3g}") -> str:
-    if not s or s.get("median") is None:
-        return "-"
-    if s.get("n", 1) > 1 and s["min"] != s["max"]:
-        return f"{fmt(s['median'])} [{fmt(s['min'])}, {fmt(s['max'])}]"
-    return fmt(s["median"])
-
-
-def plot(doc: dict, title: str = ""):
-    """Three panels by run, one colour per mode (median, bars min-max over the repeats):
-    own-node hit rate (solid; dashed: served share; dotted: the forecast, where reported), wall
-    time, MB written into the caches."""
-    plt = pyplot()
-    fig, axes = plt.subplots(1, 3, figsize=(12, 3.6))
-    panels = ((("hit_rate", "-", "hit rate"), ("served_share", "--", "served share"),
-               ("forecast_hit_rate", ":", "forecast")), "own-node hits [%]", 100.0), \
-        ((("wall_s", "-", ""),), "wall time [s]", 1.0), ((("written_MB", "-", ""),), "MB written to the caches", 1.0)
-    modes = doc["summary"]["modes"]
-    for ax, (series, label, scale) in zip(axes, panels):
-        for k, (mode, runs) in enumerate(modes.items()):
-            for key, ls, what in series:
-                pts = [(x["run"], x[key]) for x in runs if x[key]["median"] is not None]
-                if not pts:
-                    continue
-                xs = [r + (k - 0.5) * 0.08 for r, _ in pts]
-                med = [p["median"] * scale for _, p in pts]
-                err = [[(p["median"] - p["min"]) * scale for _, p in pts],
-                       [(p["max"] - p["median"]) * scale for _, p in pts]]  # fmt: skip
-                ax.errorbar(xs, med, yerr=err, marker={"-": "o", "--": "s"}.get(ls, "x"), ls=ls, capsize=3,
-                            label=f"{mode} {what}".strip(), color=f"C{k}", ms=4)  # fmt: skip
-        if series[0][0] == "hit_rate":
-            ax.axhline(100 * HIT_RATE_TARGET, color="grey", ls=":", lw=1)
-            ax.set_ylim(-3, 103)
-        if series[0][0] == "wall_s":
-            cal = doc["calibration"]
-            ax.axhline(cal["floor_s"], color="grey", ls=":", lw=1, label="floor (b)")
-            ax.axhline(cal["warm_all_hits_s"], color="grey", ls="--", lw=1, label="all hits")
-        if series[0][0] != "hit_rate":
-            ax.set_ylim(bottom=0)
-        ax.set_xlabel("run")
-        ax.set_ylabel(label)
-        ax.set_xticks(sorted({x["run"] for runs in modes.values() for x in runs}))
-        ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    return fig
-
-
-def _title(doc: dict, cfg: dict) -> str:
-    cap = doc["calibration"]["capacity_bytes"]
-    need = doc["calibration"]["need_mean_bytes"]
-    return (f"{int(doc['dataset']['events']):,} events {cfg['codec']}, {cfg['workers']} nodes, "
-            f"{doc.get('chunks')} chunks; node caches {cap / 1e6:.3g} MB = {cap / need:.2f} x the mean "
-            f"node's working set; median [min, max] of {cfg['repeats']} repeat(s)"
-            + ("" if doc.get("admission_supported") else f"\n({ADMISSION_KEY} not available: both modes FIFO)"))
-
-
-def command(cfg: dict) -> str:
-    """The command line that measures with ``cfg`` (as the JSON records it)."""
-    cmd = (f"python benchmarks/beyond_capacity.py --events {cfg['events']} --files {cfg['files']} "
-           f"--chunksize {cfg['chunksize']} --workers {cfg['workers']} --runs {cfg['runs']} "
-           f"--repeats {cfg['repeats']}")  # fmt: skip
-    if cfg.get("basket_events"):
-        cmd += f" --basket-events {cfg['basket_events']}"
-    if cfg.get("capacity_fraction", 0.5) != 0.5 or cfg.get("capacity_basis", "mean") != "mean":
-        cmd += f" --capacity-fraction {cfg['capacity_fraction']:g} --capacity-basis {cfg['capacity_basis']}"
-    if cfg.get("floor_runs", 2) != 2:
-        cmd += f" --floor-runs {cfg['floor_runs']}"
-    if tuple(cfg.get("modes") or MODES) != MODES:
-        cmd += " --modes " + " ".join(cfg["modes"])
-    if cfg.get("branches"):
-        cmd += " --branches " + " ".join(cfg["branches"])
-    if cfg.get("all_branches"):
-        cmd += " --all-branches"
-    return cmd
-
-
-def print_targets(targets: dict) -> None:
-    print()
-    for name, t in targets.items():
-        v = t["value"]
-        vs = "-" if v is None else f"{v:.4g}"
-        verdict = {True: "PASS", False: "MISS", None: "n/a "}[t["pass"]]
-        print(f"{verdict}  {name}: {vs} ({t['limit']}) {t['note']}")
-
-
 def write_results(doc: dict, cfg: Config, out: str | os.PathLike) -> tuple[str, str]:
     """``beyond_capacity.json`` and ``.png`` into ``out``; returns their paths."""
     out = Path(out)
@@ -810,78 +550,8 @@ def write_results(doc: dict, cfg: Config, out: str | os.PathLike) -> tuple[str, 
     config["command"] = command(config)
     j, png = str(out / f"{NAME}.json"), str(out / f"{NAME}.png")
     write_json(j, config=config, results=doc)
-    save_png(plot(doc, _title(doc, config)), png)
+    save_png(plot(doc, title(doc, config)), png)
     return j, png
-
-
-# ----------------------------------------------------------------------------- docs
-
-
-def render(results: str, name: str = NAME) -> str:
-    """Markdown for docs/benchmarks.md from ``<results>/<name>.json``: per mode and run the
-    own-node hit rate, the served share (and the forecast, where reported), wall time and MB
-    written into the node caches (median [min, max] over the repeats); the targets; the
-    command and commit.  Hook: ``"beyond_capacity": render`` in tools/render_readme.py's
-    ``RENDERERS`` (a ``<!-- table:beyond_capacity -->`` marker in docs/benchmarks.md)."""
-    doc = read_results(results, name)
-    if doc is None:
-        return not_measured("beyond_capacity.py", name)
-    r, c = doc["results"], doc["config"]
-    s = r["summary"]
-    forecast = any(x["forecast_hit_rate"]["median"] is not None for runs in s["modes"].values() for x in runs)
-    head = ("| mode | run | own-node hit rate | served share |" + (" forecast |" if forecast else "")
-            + " wall [s] | MB written |")  # fmt: skip
-    rows = [head, "|" + " --- |" * (head.count("|") - 1)]
-
-    def pct(v):
-        return f"{100 * v:.1f}%"
-
-    for mode, runs in s["modes"].items():
-        for x in runs:
-            cells = [f"`{mode}`", str(x["run"]), _num(x["hit_rate"], pct), _num(x["served_share"], pct)]
-            if forecast:
-                cells.append(_num(x["forecast_hit_rate"], pct))
-            cells += [_num(x["wall_s"]), _num(x["written_MB"], lambda v: f"{v:.1f}")]
-            rows.append("| " + " | ".join(cells) + " |")
-    rows.append("")
-    cal = r["calibration"]
-    ds = r["dataset"]
-    g = s["run3"]
-    rows.append(
-        f"{int(ds['events']):,} events ({ds['branches']} branches, LZMA-9, basket clusters of "
-        f"{c.get('basket_events') or c['chunksize']} entries), {r.get('chunks')} chunks of {c['chunksize']} "
-        f"entries, {c['workers']} nodes (worker processes); node caches {cal['capacity_bytes'] / 1e6:.1f} MB = "
-        f"{cal['capacity_fraction']:g} x the {cal['capacity_basis']} node's working set "
-        f"({cal['need_mean_bytes'] / 1e6:.1f} MB mean, {cal['need_max_bytes'] / 1e6:.1f} MB largest, from a "
-        f"calibration run on large caches). Median [min, max] over {c['repeats']} repeat(s), fresh clusters and "
-        f"caches each, the modes' runs interleaved. Hit rate: hits / lookups of the run's chunk tasks; served "
-        f"share: the share of the run's chunk bytes its node's cache served (a missed chunk makes more lookups "
-        f"than a hit one, so the hit rate is below the share of chunks hit; the forecast is a share of "
-        f"bytes). All hits "
-        f"{cal['warm_all_hits_s']:.2f} s; floor (b), every buffer in worker memory, {cal['floor_s']:.2f} s."
-        + ("" if g["gain_s"]["median"] is None else
-           f" Run 3, FIFO - rank: {_num(g['gain_s'])} s; expected from the served share x (FIFO run 3 - "
-           f"floor (b)): {_num(g['expected_gain_s'])} s.")
-        + ("" if r.get("admission_supported") else
-           f" **`{r.get('admission_key', ADMISSION_KEY)}` was not a setting of this commit: both modes ran FIFO.**")
-    )  # fmt: skip
-    rows.append("")
-    for t_name, t in r["targets"].items():
-        verdict = {True: "met", False: "**missed**", None: "not measured"}[t["pass"]]
-        v = t["value"]
-        vs = "-" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
-        rows.append(f"- {t_name}: {vs} (target {t['limit']}: {verdict}){'; ' + t['note'] if t['note'] else ''}")
-    rows.append("")
-    sha = doc.get("commit")
-    commit = f"`{sha[:7]}`" if sha else "unknown commit"
-    if doc.get("dirty"):
-        commit += " (+ local changes)"
-    date = ((doc.get("machine") or {}).get("time") or "")[:10]
-    before, after = r.get("load_average_before"), r.get("load_average_after")
-    load = "" if not before or not after else f", load average {before[0]:.1f} -> {after[0]:.1f}"
-    rows.append(f"Measured on {commit}, {date}{load}, {r['elapsed_s'] / 60:.0f} min: "
-                f"`{c.get('command') or command(c)}`.")  # fmt: skip
-    return "\n".join(rows) + "\n"
 
 
 # ----------------------------------------------------------------------------- main
@@ -940,14 +610,6 @@ def parse_args(argv=None) -> tuple[Config, str]:
 def main(argv=None) -> int:
     cfg, out = parse_args(argv)
     cfg.check()
-    # coffea's NanoAODSchema warns about every cross-reference a file lacks, in every worker
-    os.environ.setdefault("PYTHONWARNINGS", "ignore::RuntimeWarning:coffea.nanoevents.schemas.nanoaod")
-    os.environ["PYTHONPATH"] = os.pathsep.join(
-        dict.fromkeys(filter(None, [str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]))
-    )
-    import warnings
-
-    warnings.filterwarnings("ignore", category=RuntimeWarning, module="coffea.nanoevents.schemas.nanoaod")
     print(f"machine: load {os.getloadavg()}, {os.cpu_count()} cpus", flush=True)
     doc = run_benchmark(cfg)
     print_table(table_rows(doc), title=f"\nbeyond capacity: median [min, max] over {cfg.repeats} repeat(s); "

@@ -481,7 +481,7 @@ def main(argv=None) -> int:
     if reason:
         print(f"cluster_box: cannot build a box here: {reason}", file=sys.stderr)
         return 2
-    from benchmarks.consecutive_runs import analysis_branches
+    from benchmarks._runs import analysis_branches
 
     t_start = time.perf_counter()
     load0 = os.getloadavg()

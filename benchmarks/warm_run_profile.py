@@ -58,7 +58,9 @@ sys.path.insert(0, str(ROOT))
 
 import cacheaffinity  # noqa: E402
 from benchmarks import _gctimer  # noqa: E402
-from benchmarks import consecutive_runs as cr  # noqa: E402
+from benchmarks._clusters import ModeCluster  # noqa: E402
+from benchmarks._runs import ANALYSES, DEFAULT_DATA, Config, prepare_data  # noqa: E402
+from benchmarks._storage import Storage  # noqa: E402
 from benchmarks._common import print_table, pyplot, save_png, spread, write_json  # noqa: E402
 
 #: (name in the JSON, what py-spy reports: a qualified function name, or a class name
@@ -214,13 +216,13 @@ def stack_samples(files: list[str]) -> dict:
 
 
 def run(args) -> dict:
-    cfg = cr.Config(
+    cfg = Config(
         events=args.events, files=args.files, chunksize=args.chunksize, workers=args.workers,
         runs=2, storage="local", rate=None, modes=("cacheaffinity",), scenarios=("stable",),
         analysis=args.analysis, data=args.data, progress=False,
     )  # fmt: skip
     cfg.check()
-    files = cr.prepare_data(cfg)
+    files = prepare_data(cfg)
     exe = find_py_spy(args.py_spy)
     if exe is None:
         print("py-spy not found: walls and ratios only (pip install py-spy)", flush=True)
@@ -228,8 +230,8 @@ def run(args) -> dict:
     prof = Profiler(exe, args.rate, str(work))
     rounds = []
     try:
-        with cr.Storage(cfg, files, work) as storage:
-            mc = cr.ModeCluster("cacheaffinity", cfg, storage, work).start()
+        with Storage(cfg, files, work) as storage:
+            mc = ModeCluster("cacheaffinity", cfg, storage, work).start()
             try:
                 r1 = mc.run()
                 print(f"run 1 {r1['wall_s']:.2f} s (cold)", flush=True)
@@ -348,13 +350,13 @@ def main(argv=None) -> int:
     p.add_argument("--chunksize", type=int, default=10_000)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--analysis", default="realistic", choices=sorted(cr.ANALYSES))
+    p.add_argument("--analysis", default="realistic", choices=sorted(ANALYSES))
     p.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     p.add_argument("--py-spy", default=None, help="py-spy executable (default: search)")
     p.add_argument("--gc-freeze", action="store_true",
                    help="gc.collect(); gc.freeze() on every worker after the fill run")
     p.add_argument("--name", default="warm_run_profile", help="results file name (without .json)")
-    p.add_argument("--data", default=str(cr.DEFAULT_DATA), help="generated datasets (reused)")
+    p.add_argument("--data", default=str(DEFAULT_DATA), help="generated datasets (reused)")
     p.add_argument("--workdir", default=None, help="where the caches go (default: temp dir)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args(argv)

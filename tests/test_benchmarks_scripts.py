@@ -31,7 +31,7 @@ def test_bench_steps_in_order_with_repeats():
         assert head[head.index(flag) + 1] == value
     # XRootD origin (the default) and the default modes: all six, coffea-native included
     assert "--storage" not in head and "--modes" not in head
-    from benchmarks.consecutive_runs import MODES
+    from benchmarks._runs import MODES
 
     assert "coffea-native" in MODES
     so = cmd["scheduler_overhead"]
@@ -148,9 +148,10 @@ def test_before_after_refuses_an_after_env_without_a_value(capsys):
 
 
 def test_results_renderers_say_what_is_not_measured_yet(tmp_path):
-    from benchmarks import before_after, beyond_capacity, soak
+    from benchmarks import _beyond_capacity_figures, _soak_figures, before_after
 
-    for module, script in ((before_after, "before_after.py"), (beyond_capacity, "beyond_capacity.py"), (soak, "soak.py")):
+    for module, script in ((before_after, "before_after.py"), (_beyond_capacity_figures, "beyond_capacity.py"),
+                           (_soak_figures, "soak.py")):  # fmt: skip
         assert module.render(str(tmp_path)).startswith(f"Not measured yet (`python benchmarks/{script}`")
     (tmp_path / "x.json").write_text('{"commit": "abc"}')
     assert _common.read_results(str(tmp_path), "x") == {"commit": "abc"}

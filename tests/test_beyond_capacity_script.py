@@ -15,6 +15,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks import _beyond_capacity_figures as figures  # noqa: E402
 from benchmarks import beyond_capacity as bc  # noqa: E402
 
 
@@ -33,7 +34,7 @@ def _doc(rank_hits=(0.0, 0.4, 0.5, 0.5, 0.5), forecast=True) -> dict:
                 for i, h in enumerate(rank_hits)]  # fmt: skip
         repeats.append({"order": ["fifo", "rank"][:: 1 - 2 * k], "runs": {"fifo": fifo, "rank": rank}})
     doc = {
-        "admission_supported": True, "admission_key": bc.ADMISSION_KEY, "repeats": repeats,
+        "admission_supported": True, "admission_key": figures.ADMISSION_KEY, "repeats": repeats,
         "identical_results": True, "chunks": 96, "elapsed_s": 600.0,
         "dataset": {"events": 120000, "branches": 1499},
         "calibration": {"floor_s": 6.0, "warm_all_hits_s": 7.0, "capacity_bytes": 50 * 10**6,
@@ -41,8 +42,8 @@ def _doc(rank_hits=(0.0, 0.4, 0.5, 0.5, 0.5), forecast=True) -> dict:
                         "capacity_fraction": 0.5, "capacity_basis": "mean"},
         "load_average_before": [1.0, 1.0, 1.0], "load_average_after": [2.0, 1.0, 1.0],
     }  # fmt: skip
-    doc["summary"] = bc.summarize(doc)
-    doc["targets"] = bc.evaluate_targets(doc)
+    doc["summary"] = figures.summarize(doc)
+    doc["targets"] = figures.evaluate_targets(doc)
     return doc
 
 
@@ -71,13 +72,13 @@ def test_targets_from_a_document():
 
 
 def test_render_from_results(tmp_path):
-    assert "Not measured yet" in bc.render(str(tmp_path))
+    assert "Not measured yet" in figures.render(str(tmp_path))
     doc = _doc()
     cfg = bc.Config(events=120000, files=6, chunksize=1250, repeats=2)
     j, png = bc.write_results(doc, cfg, tmp_path)
     assert json.loads(Path(j).read_text())["results"]["targets"] == doc["targets"]
     assert Path(png).read_bytes()[:4] == b"\x89PNG"
-    text = bc.render(str(tmp_path))
+    text = figures.render(str(tmp_path))
     assert "| `rank` | 3 | 50.0% | 60.0% | 55.0% | 16 |" in text
     assert "| `fifo` | 1 | 0.0% | 0.0% | - | 20.5 [20, 21] | 100.0 |" in text
     assert "(target >= 0.45: met)" in text and "**missed**" in text
@@ -112,4 +113,4 @@ def test_tiny_run(tmp_path):
     assert any(n.startswith("rank own-node hit rate") for n in r["targets"])
     assert (tmp_path / "beyond_capacity.png").read_bytes()[:4] == b"\x89PNG"
     assert "PASS  results identical" in proc.stdout
-    assert "| `rank` | 3 |" in bc.render(str(tmp_path))
+    assert "| `rank` | 3 |" in figures.render(str(tmp_path))

@@ -28,6 +28,7 @@ from testbed import xrootd as xrd
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from benchmarks import _clusters, _consecutive_figures, _runs, _storage  # noqa: E402
 from benchmarks import consecutive_runs as cr  # noqa: E402
 
 TINY = dict(events=1200, files=1, chunksize=200, branches=("Muon_*", "Jet_*"), progress=False,
@@ -36,23 +37,23 @@ TINY = dict(events=1200, files=1, chunksize=200, branches=("Muon_*", "Jet_*"), p
 
 def test_bad_configuration_is_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown mode 'nope'"):
-        cr.Config(modes=("nope",)).check()
+        _runs.Config(modes=("nope",)).check()
     with pytest.raises(ValueError, match="analysis='nope'"):
-        cr.Config(analysis="nope").check()
+        _runs.Config(analysis="nope").check()
     with pytest.raises(ValueError, match="native_variant='nope': choose from file, blosc-zstd"):
-        cr.Config(native_variant="nope").check()
+        _runs.Config(native_variant="nope").check()
     with pytest.raises(ValueError, match="repeats=0"):
-        cr.Config(repeats=0).check()
+        _runs.Config(repeats=0).check()
     with pytest.raises(ValueError, match="--runs 4"):
-        cr.Config(runs=3, scenarios=("stable", "membership")).check()
+        _runs.Config(runs=3, scenarios=("stable", "membership")).check()
     with pytest.raises(ValueError, match="processes=\\('nope',\\)"):
-        cr.Config(processes=("nope",)).check()
-    assert cr.Config().processes == ("same", "new")  # the headline measures both
+        _runs.Config(processes=("nope",)).check()
+    assert _runs.Config().processes == ("same", "new")  # the headline measures both
     assert cr.parse_args(["--processes", "new"])[0].processes == ("new",)
     assert cr.parse_args(["--processes", "new,same"])[0].processes == ("new", "same")
     with pytest.raises(SystemExit):
         cr.parse_args(["--processes", "other"])
-    cfg = cr.Config(storage="local")
+    cfg = _runs.Config(storage="local")
     cfg.check()
     assert "xcache" not in cfg.modes  # no XCache without XRootD
 
@@ -64,8 +65,8 @@ def test_idle_cluster_workers_are_frozen_between_their_runs(tmp_path):
     run and continued for their own run; a frozen cluster still closes."""
     import psutil
 
-    cfg = cr.Config(workers=2, storage="local", data=str(tmp_path / "data"), modes=("direct",), **TINY)
-    c = cr.ModeCluster("direct", cfg, None, tmp_path).start()
+    cfg = _runs.Config(workers=2, storage="local", data=str(tmp_path / "data"), modes=("direct",), **TINY)
+    c = _clusters.ModeCluster("direct", cfg, None, tmp_path).start()
     try:
         pids = sorted(set(c.client.run(os.getpid).values()))
         assert len(pids) == 2
@@ -83,7 +84,7 @@ def test_idle_cluster_workers_are_frozen_between_their_runs(tmp_path):
 @pytest.mark.timeout(420)
 def test_local_storage_stable_and_membership(tmp_path):
     w = 2
-    cfg = cr.Config(
+    cfg = _runs.Config(
         workers=w, runs=4, storage="local", data=str(tmp_path / "data"),
         modes=("dask-default+cache", "cacheaffinity"), scenarios=("stable", "membership"),
         membership_modes=("cacheaffinity",), **TINY,
@@ -126,7 +127,7 @@ def test_local_storage_stable_and_membership(tmp_path):
     assert saved["config"]["workers"] == w
     assert saved["results"]["sequences"]["stable"]["cacheaffinity"][1]["run"] == 2
     assert Path(png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    rows = cr.table_rows(doc)
+    rows = _consecutive_figures.table_rows(doc)
     assert len(rows) == 4 + 4 + 4
 
 
@@ -136,7 +137,7 @@ def test_new_process_runs(tmp_path):
     process (another pid) against a cluster that persists; results equal the same-process
     runs'; the JSON has the new-process rows, figures, ratios and targets; the README
     renderer shows both tables."""
-    cfg = cr.Config(
+    cfg = _runs.Config(
         workers=2, runs=2, storage="local", data=str(tmp_path / "data"),
         modes=("coffea-native", "cacheaffinity"), scenarios=("stable",),
         **{**TINY, "processes": ("same", "new")},
@@ -178,20 +179,20 @@ def test_new_process_runs(tmp_path):
                  "coffea-native new-process run 2 / same-process run 2",
                  "coffea-native new-process run 2 / cacheaffinity new-process run 2"):  # fmt: skip
         assert h["ratios"][name]["n"] == 1, name
-        if name in cr.NEW_PROCESS_TARGETS:
+        if name in _consecutive_figures.NEW_PROCESS_TARGETS:
             assert doc["targets"][name]["pass"] in (True, False), name
-    assert "cacheaffinity new-process run 2 / same-process run 2" in cr.NEW_PROCESS_TARGETS
+    assert "cacheaffinity new-process run 2 / same-process run 2" in _consecutive_figures.NEW_PROCESS_TARGETS
     t = doc["targets"]["cacheaffinity new-process run 2: files opened (preprocessing included)"]
     assert t["limit"] == "== 0" and t["pass"] == (t["value"] == 0)
     assert doc["targets"]["results identical in same-process and new-process runs"]["pass"] is True
-    rows = cr.table_rows(doc)
+    rows = _consecutive_figures.table_rows(doc)
     assert len(rows) == 2 * 2 * 2 and sum(r["scenario"] == "stable, new process" for r in rows) == 4
-    assert [r["mode"] for r in cr.new_process_rows(doc)] == ["coffea-native", "cacheaffinity"]
+    assert [r["mode"] for r in _consecutive_figures.new_process_rows(doc)] == ["coffea-native", "cacheaffinity"]
     j, _ = cr.write_results(doc, cfg, tmp_path / "out")
     saved = json.loads(Path(j).read_text())
     assert saved["config"]["processes"] == ["same", "new"]
     assert saved["results"]["new_process"]["cacheaffinity"][1]["file_opens"] == ca["file_opens"]
-    from tools.render_readme import render_consecutive_processes, render_consecutive_runs
+    from tools.readme.consecutive import render_consecutive_processes, render_consecutive_runs
 
     text = render_consecutive_runs(str(tmp_path / "out"), "consecutive_runs_light")
     assert "| mode | run 1 s |" in text and "| mode (new process per run) |" in text
@@ -206,7 +207,8 @@ def test_new_process_runs(tmp_path):
 def test_renderer_without_new_process_runs_keeps_the_old_table(tmp_path):
     """A results file without new-process runs (measured before ``--processes``) renders
     the same-process table alone, and the details say none were measured."""
-    from tools.render_readme import RESULTS, render_consecutive_processes, render_consecutive_runs
+    from tools.readme.consecutive import render_consecutive_processes, render_consecutive_runs
+    from tools.render_readme import RESULTS
 
     doc = json.loads((Path(RESULTS) / "consecutive_runs.json").read_text())
     doc["results"].get("headline", {}).pop("new_process", None)
@@ -222,7 +224,7 @@ def test_coffea_native_mode_runs_from_its_buffer_cache(tmp_path):
     same invocation as the others: the same result, run 2 served from its cache (no miss,
     nothing decompressed, less read from storage), the issue-28 target and ratios, the
     README renderer's row."""
-    cfg = cr.Config(
+    cfg = _runs.Config(
         workers=2, runs=3, storage="local", data=str(tmp_path / "data"),
         modes=("direct", "coffea-native", "cacheaffinity"), scenarios=("stable",), **TINY,
     )  # fmt: skip
@@ -246,7 +248,7 @@ def test_coffea_native_mode_runs_from_its_buffer_cache(tmp_path):
     assert t["limit"] == ">= 2" and t["pass"] == (t["value"] >= 2)
     assert doc["targets"]["direct run 2 / cacheaffinity run 2"]["limit"] == "> 1"
     cr.write_results(doc, cfg, tmp_path / "out")
-    from tools.render_readme import render_consecutive_runs
+    from tools.readme.consecutive import render_consecutive_runs
 
     text = render_consecutive_runs(str(tmp_path / "out"), "consecutive_runs_light")
     row = next(line for line in text.splitlines() if line.startswith("| `coffea-native`"))
@@ -266,11 +268,11 @@ def test_what_a_worker_restart_keeps(tmp_path, mode, kept):
     its files in the worker's local directory, which the worker removes; the run after the
     restart is as cold as run 1.  cacheaffinity: the node's cache directory (node id, index,
     entries) outlives the process; the run after the restart is all hits."""
-    cfg = cr.Config(workers=2, storage="local", data=str(tmp_path / "data"), modes=(mode,), **TINY)
-    files = cr.prepare_data(cfg)
-    storage = cr.Storage(cfg, files, tmp_path)
+    cfg = _runs.Config(workers=2, storage="local", data=str(tmp_path / "data"), modes=(mode,), **TINY)
+    files = _runs.prepare_data(cfg)
+    storage = _storage.Storage(cfg, files, tmp_path)
     with dask.config.set({"cacheaffinity.client.stripe-entries": TINY["chunksize"]}):
-        c = cr.ModeCluster(mode, cfg, storage, tmp_path).start()
+        c = _clusters.ModeCluster(mode, cfg, storage, tmp_path).start()
         try:
             cold = c.run()
             assert cold["misses"] > 0
@@ -289,7 +291,7 @@ def test_what_a_worker_restart_keeps(tmp_path, mode, kept):
                 c.client.restart()
             assert not pids & set(c.client.run(os.getpid).values())  # new processes
             if mode == "cacheaffinity":  # the same node directories, new processes
-                cr._wait_nodes(c.client, 2, True)
+                _clusters.wait_nodes(c.client, 2, True)
                 dirs = c.client.run(lambda dask_worker: str(cacheaffinity.worker_cache(dask_worker).directory))
                 assert sorted(Path(d).name for d in dirs.values()) == ["node-0", "node-1"]
             else:
@@ -377,9 +379,9 @@ def test_realistic_repeats_and_floors(tmp_path):
 
     read = branches_read(TTbarLikeProcessor(), template_path())
     assert len(read) >= 150
-    branches = cr.analysis_branches("realistic")
+    branches = _runs.analysis_branches("realistic")
     assert set(read) < set(branches)  # plus the kinematics NanoEvents' behaviours need
-    cfg = cr.Config(
+    cfg = _runs.Config(
         workers=2, runs=3, storage="local", data=str(tmp_path / "data"), events=800, files=1,
         chunksize=400, branches=branches, progress=False, modes=("direct", "cacheaffinity"),
         scenarios=("stable",), analysis="realistic", repeats=2, floors=True,
@@ -427,12 +429,12 @@ def test_realistic_repeats_and_floors(tmp_path):
     assert h["floor_b_disk_read_MB"]["n"] == 2
     vol = doc["decompressed_per_uncached_run"]
     assert vol["branches_found"] == len(read)
-    rows = cr.headline_rows(doc)
+    rows = _consecutive_figures.headline_rows(doc)
     assert [r["mode"] for r in rows][-2:] == ["floor: coffea-in-memory", "floor: processor-only"]
     j, _ = cr.write_results(doc, cfg, tmp_path / "out")
     saved = json.loads(Path(j).read_text())
     assert len(saved["commit"]) == 40 and saved["dirty"] in (True, False)
-    from tools.render_readme import render_consecutive_runs
+    from tools.readme.consecutive import render_consecutive_runs
 
     text = render_consecutive_runs(str(tmp_path / "out"))
     assert "- Run 2 read from the workers' disks" in text and "floor (b) " in text

@@ -66,7 +66,7 @@ def dataset(box_ok):
 
     sys.path.insert(0, str(hb.REPO))
     from benchmarks._common import make_dataset
-    from benchmarks.consecutive_runs import analysis_branches
+    from benchmarks._runs import analysis_branches
     from examples.realistic import TTbarLikeProcessor, summary
 
     d = Path(tempfile.mkdtemp(prefix="cacheaffinity-test-hosts-"))

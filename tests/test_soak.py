@@ -7,7 +7,7 @@ every ingredient of the full one, at a small size: three analyses over two gener
 datasets, two users with their own clients (now and then at once), a chunksize change, a
 worker killed in the middle of a run (twice), the cluster scaled down and up, new-process
 clients, node caches small enough to evict.  It asserts the bounds of
-:func:`benchmarks.soak.check_bounds`: no wrong, hung or failed run, no descriptor or
+:func:`benchmarks._soak_analysis.check_bounds`: no wrong, hung or failed run, no descriptor or
 thread gained by a worker process after its warm-up (nor by the scheduler), no cache over
 its capacity, no scheduler plugin structure still growing at the end.  Timings are not
 asserted (the machine may be loaded).
@@ -28,7 +28,7 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks import soak  # noqa: E402
+from benchmarks import _soak_analysis, _soak_measure, _soak_workload, soak  # noqa: E402
 
 #: The CI size: ~30 runs, every event at least once (two kills), eviction.
 CI = dict(
@@ -42,16 +42,16 @@ CI = dict(
 
 def test_schedule_is_deterministic_and_has_every_ingredient():
     cfg = soak.Config(**CI)
-    steps = soak.make_schedule(cfg)
-    assert steps == soak.make_schedule(soak.Config(**CI))  # seeded
-    assert steps != soak.make_schedule(soak.Config(**{**CI, "seed": 37}))
+    steps = _soak_workload.make_schedule(cfg)
+    assert steps == _soak_workload.make_schedule(soak.Config(**CI))  # seeded
+    assert steps != _soak_workload.make_schedule(soak.Config(**{**CI, "seed": 37}))
     runs = [r for s in steps for r in s.runs]
     assert [r.run for r in runs] == list(range(1, cfg.runs + 1))
     # the tour: every (analysis, dataset) pair in the first runs, every dataset after the change
-    assert {(r.analysis, r.dataset) for r in runs[:6]} == {(a, d) for a in soak.ANALYSES for d in cfg.datasets}
+    assert {(r.analysis, r.dataset) for r in runs[:6]} == {(a, d) for a in _soak_workload.ANALYSES for d in cfg.datasets}
     assert {r.dataset for r in runs[14:16]} == set(cfg.datasets)
     assert {r.chunksize for r in runs[:14]} == {250} and {r.chunksize for r in runs[14:]} == {150}
-    assert {r.user for r in runs} == set(soak.USERS)
+    assert {r.user for r in runs} == set(_soak_workload.USERS)
     assert any(len(s.runs) == 2 for s in steps)  # both users at once
     assert [r.run for r in runs if r.process == "new"] == [7, 14, 21, 28]
     assert [s.runs[0].run for s in steps if s.kill] == [12, 24]
@@ -68,17 +68,17 @@ def test_restarts_are_not_growth_and_growth_is_found():
               "fds": 30 if run < 10 else 20 + min(run - 10, 4) * 2.5, "threads": 10}  # fmt: skip
         samples.append({"run": run, "step": run, "workers": {
             "0": {"pid": 9, "rss_mb": 300.0 + 2 * run, "fds": 30 + run, "threads": 10}, "1": w1}})  # fmt: skip
-    rss = soak.worker_segments(samples, lambda w: w["rss_mb"], warmup=5, restart_warmup=4)
+    rss = _soak_analysis.worker_segments(samples, lambda w: w["rss_mb"], warmup=5, restart_warmup=4)
     assert [len(s) for s in rss["1"]] == [4, 17]  # runs 6-9, then 14-30 (the new process after its warm-up)
-    assert soak.pooled_slope(rss["0"]) == pytest.approx(2.0)
-    assert soak.pooled_slope(rss["1"]) == pytest.approx(0.0)
-    fds = soak.worker_segments(samples, lambda w: w["fds"], warmup=5, restart_warmup=4)
-    assert soak._growth_of_segments(fds["0"]) == 30 - 6
-    assert soak._growth_of_segments(fds["1"]) == 0
+    assert _soak_analysis.pooled_slope(rss["0"]) == pytest.approx(2.0)
+    assert _soak_analysis.pooled_slope(rss["1"]) == pytest.approx(0.0)
+    fds = _soak_analysis.worker_segments(samples, lambda w: w["fds"], warmup=5, restart_warmup=4)
+    assert _soak_analysis._growth_of_segments(fds["0"]) == 30 - 6
+    assert _soak_analysis._growth_of_segments(fds["1"]) == 0
     # a scaled-down slot comes back as a new process: a new segment
     gone = [{"run": r, "step": r, "workers": {} if 12 <= r < 15 else {"0": {"pid": 5, "rss_mb": 1.0}}}
             for r in range(20)]  # fmt: skip
-    segs = soak.worker_segments(gone, lambda w: w["rss_mb"], warmup=0, restart_warmup=0)
+    segs = _soak_analysis.worker_segments(gone, lambda w: w["rss_mb"], warmup=0, restart_warmup=0)
     assert [len(s) for s in segs["0"]] == [11, 5]
 
 
@@ -92,16 +92,16 @@ def test_check_bounds_finds_what_grows():
         "plugin.per_run": min(r, 20), "plugin.per_run[*]": 3 * min(r, 20) + (r >= 28),
         # ten entries whose lists grow every run
         "plugin.bag": 10, "plugin.bag[*]": 10 * r}} for r in range(0, 31)]  # fmt: skip
-    got = soak.structure_growth(samples, "plugin", warmup=10)
+    got = _soak_analysis.structure_growth(samples, "plugin", warmup=10)
     assert got["plugin.leaky"]["growth"] == 3 * (30 - 11) and got["plugin.leaky"]["per_100_runs"] == pytest.approx(300)
     assert got["plugin.runs.runs"]["late_growth"] == 0 and got["plugin.recent_placements"]["cap"] == 250
     figures = {"plugin_state_growth_by_structure": got, "wrong_results": 0, "hung_runs": 0, "failed_runs": 0,
                "cache_over_capacity": 2, "fd_net_late_growth": 0, "thread_net_late_growth": 1, "scheduler_fd_net_late_growth": -3}  # fmt: skip
-    bad = soak.check_bounds(figures, cfg, chunk_ids=60, types={"plugin.counters": "Counter"})
+    bad = _soak_analysis.check_bounds(figures, cfg, chunk_ids=60, types={"plugin.counters": "Counter"})
     assert sorted(b.split(":")[0].split(" =")[0] for b in bad) == [
         "cache_over_capacity", "plugin.bag[*]", "plugin.leaky", "plugin.locator.holder", "plugin.recent_placements",
         "thread_net_late_growth"]
-    assert not soak.check_bounds({"plugin_state_growth_by_structure": {}}, cfg)
+    assert not _soak_analysis.check_bounds({"plugin_state_growth_by_structure": {}}, cfg)
 
 
 @pytest.mark.soak
@@ -111,8 +111,8 @@ def test_soak_nothing_grows(tmp_path):
     cfg = soak.Config(**CI, data=str(tmp_path / "data"))
     lines: list[str] = []
     doc = soak.run_soak(cfg, log=lines.append)
-    fig = soak.analyse(doc, cfg)
-    bad = soak.check_bounds(fig, cfg, doc["chunk_ids"], doc["plugin_types"])
+    fig = _soak_analysis.analyse(doc, cfg)
+    bad = _soak_analysis.check_bounds(fig, cfg, doc["chunk_ids"], doc["plugin_types"])
     runs = doc["runs"]
     detail = "\n".join(lines + [f"{r['run']} {r['analysis']}/{r['dataset']}: {r['error']}" for r in runs if r["error"]])
     # the soak did what it says
@@ -138,7 +138,7 @@ def test_the_json_keeps_the_samples_as_columns():
          "workers": {"0": {"pid": 5, "rss_mb": 2.5, "plugin": {"w.b": 4}, "threads_by_name": {"y": 3}}},
          "caches": {"0": {"index_bytes": 8}}},
     ]  # fmt: skip
-    c = soak.columnar(samples)
+    c = _soak_analysis.columnar(samples)
     assert c["run"] == [0, 1] and c["scheduler_rss_mb"] == [1.0, 1.5] and c["plugin"] == {"plugin.a": [1, 2]}
     assert c["workers"]["0"]["rss_mb"] == [2.0, 2.5] and c["workers"]["0"]["plugin"] == {"w.b": [3, 4]}
     assert c["workers"]["1"]["rss_mb"] == [3.0, None]  # scaled away in the second sample
@@ -153,18 +153,18 @@ def test_a_late_descriptor_growth_is_named_by_kind():
 
     samples = [sample(r, 10, {"socket": 8, "pipe": 2}) for r in range(1, 10)]
     samples.append(sample(10, 11, {"socket": 8, "pipe": 2, "/cache/packs/#.pack": 1}))
-    assert soak.late_fd_kinds(samples, warmup=0, restart_warmup=0) == [
+    assert _soak_analysis.late_fd_kinds(samples, warmup=0, restart_warmup=0) == [
         "worker 0: run 7 -> 10: /cache/packs/#.pack +1"
     ]
-    assert soak.late_fd_kinds(samples[:-1], warmup=0, restart_warmup=0) == []
+    assert _soak_analysis.late_fd_kinds(samples[:-1], warmup=0, restart_warmup=0) == []
     fd = os.open(__file__, os.O_RDONLY)
     try:
-        assert soak._fd_kind("/proc/self/fd", str(fd)) == re.sub(r"[0-9]+", "#", os.path.realpath(__file__))
+        assert _soak_measure._fd_kind("/proc/self/fd", str(fd)) == re.sub(r"[0-9]+", "#", os.path.realpath(__file__))
     finally:
         os.close(fd)
     r, w = os.pipe()
     try:
-        assert soak._fd_kind("/proc/self/fd", str(r)) == "pipe"
+        assert _soak_measure._fd_kind("/proc/self/fd", str(r)) == "pipe"
     finally:
         os.close(r)
         os.close(w)

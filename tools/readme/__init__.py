@@ -1,0 +1,1 @@
+"""The renderers of tools/render_readme.py, by topic (its ``RENDERERS`` table names them)."""
