@@ -18,7 +18,9 @@ __all__ = [
     "percent",
     "evaluate_targets",
     "plot",
+    "progress_line",
     "render",
+    "served_share",
     "summarize",
     "table_rows",
     "title",
@@ -39,6 +41,29 @@ def _runs_of(doc: dict, mode: str, i: int) -> list[dict]:
         if len(rows) >= i:
             out.append(rows[i - 1])
     return out
+
+
+def served_share(stats: dict, all_hits_served: int | None = None) -> float | None:
+    """The share of the run's chunk bytes its own node's cache served: ``chunk_bytes_hit /
+    chunk_bytes`` of :func:`cacheaffinity.run_stats` (the bytes of the packs each chunk read
+    from its node's cache, of all it read or stored), else (a scheduler without those
+    figures) ``bytes_served`` / ``all_hits_served``."""
+    total, hit = stats.get("chunk_bytes"), stats.get("chunk_bytes_hit")
+    if total:
+        return (hit or 0) / total
+    if all_hits_served and stats.get("bytes_served") is not None:
+        return stats["bytes_served"] / all_hits_served
+    return None
+
+
+def progress_line(mode: str, rep: int, r: dict) -> str:
+    hit = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
+    fc = (r.get("forecast") or {}).get("hit_rate")
+    return (f"[repeat {rep + 1}] {mode:5s} run {r['run']}: {r['wall_s']:7.2f} s, own-node hits {hit}"
+            + ("" if fc is None else f" (forecast {fc:.1%})")
+            + f", peer hits {r['peer_hits']}, written {r['bytes_written'] / 1e6:.1f} MB, "
+            f"evictions {r['evictions']}, files opened {r['storage_opens']}, "
+            f"identical {r['identical']}")  # fmt: skip
 
 
 def summarize(doc: dict) -> dict:

@@ -113,18 +113,21 @@ def stock_steals(client, since: float) -> int:
     )
 
 
-def wait_nodes(client, n: int, plugin: bool, timeout: float = 60.0, processes: int | None = None) -> None:
-    """Wait until the cluster has ``processes`` (default ``n``) workers in ``n`` cache nodes."""
+def wait_nodes(client, n: int, plugin: bool, timeout: float = 60.0, processes: int | None = None, *,
+               warn: bool = True, poll: float = 0.1) -> None:  # fmt: skip
+    """Wait until the cluster has ``processes`` (default ``n``) workers in ``n`` cache nodes
+    (``plugin``: as the scheduler plugin counts them, :func:`cacheaffinity.check` with ``warn``);
+    every ``poll`` seconds, up to ``timeout``."""
     deadline = time.monotonic() + timeout
     want = n if processes is None else processes
     while True:
         workers = len(client.scheduler_info(n_workers=-1)["workers"])
-        nodes = len(cacheaffinity.check(client)["nodes"]) if plugin else n
+        nodes = len(cacheaffinity.check(client, warn=warn)["nodes"]) if plugin else n
         if workers == want and nodes == n:
             return
         if time.monotonic() > deadline:
-            raise TimeoutError(f"cluster has {workers} workers / {nodes} nodes, waited for {want} / {n}")
-        time.sleep(0.1)
+            raise TimeoutError(f"cluster has {workers} workers / {nodes} cache nodes, waited for {want} / {n}")
+        time.sleep(poll)
 
 
 class ModeCluster:

@@ -14,7 +14,7 @@ def _per_entry(c: dict) -> float | None:
     return round(c["db_pages_bytes"] / c["entries"], 1) if c.get("entries") and c.get("db_pages_bytes") else None
 
 
-def _mean(values) -> float | None:
+def mean(values) -> float | None:
     v = [x for x in values if x is not None]
     return round(sum(v) / len(v), 4) if v else None
 
@@ -319,9 +319,9 @@ def analyse(doc: dict, cfg) -> dict:
         "scheduler_rss_mb_per_100_runs_second_half": _per_100(
             slope([s["run"] for s in half], [s["scheduler_rss_mb"] for s in half])),
         "log_per_step": log_per_run,
-        "hit_rate": _mean([r["hit_rate"] for r in runs]),
+        "hit_rate": mean([r["hit_rate"] for r in runs]),
         "wall_s_median": sorted(walls)[len(walls) // 2] if walls else None,
-        "wall_s_mean": _mean(walls),
+        "wall_s_mean": mean(walls),
         "wall_s_by_analysis": per_analysis,
         "evictions": sum(evictions.values()),
         "phases": phases(runs, doc["events"]),
@@ -465,3 +465,22 @@ def growing_rows(fig: dict, top: int = 12) -> list[dict]:
                              "cap": g.get("cap")})  # fmt: skip
     rows.sort(key=lambda r: -abs(r["growth"]))
     return rows[:top]
+
+
+def progress_line(rows: list[dict], s: dict) -> str:
+    runs = "; ".join(
+        f"run {r['run']} {r['user']} {r['analysis']}/{r['dataset']}/{r['chunksize']}"
+        + (" new-process" if r["process"] == "new" else "")
+        + (" HUNG" if r["hung"] else " FAILED" if r["error"] else "" if r["correct"] else " WRONG")
+        + (f" {r['wall_s']:.1f}s hit {r['hit_rate']}" if r["wall_s"] is not None else "")
+        for r in rows
+    )
+    ev = f" [{s['event']}]" if s.get("event") else ""
+    rss = " ".join(f"{w['rss_mb']:.0f}" for _, w in sorted(s["workers"].items()) if w.get("rss_mb"))
+    return f"step {s['step']}{ev}: {runs} | scheduler {s['scheduler_rss_mb']} MB, workers {rss} MB"
+
+
+def shape(cfg) -> str:
+    if cfg.per_node == 1:
+        return f"{cfg.workers} workers"
+    return f"{cfg.workers} nodes x {cfg.per_node} worker processes"

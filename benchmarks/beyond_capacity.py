@@ -123,6 +123,8 @@ from benchmarks._beyond_capacity_figures import (  # noqa: E402
     MODES,
     NAME,
     percent,
+    progress_line,
+    served_share,
     command,
     evaluate_targets,
     plot,
@@ -327,19 +329,6 @@ def _nodes(client) -> dict[str, dict]:
     }
 
 
-def served_share(stats: dict, all_hits_served: int | None = None) -> float | None:
-    """The share of the run's chunk bytes its own node's cache served: ``chunk_bytes_hit /
-    chunk_bytes`` of :func:`cacheaffinity.run_stats` (the bytes of the packs each chunk read
-    from its node's cache, of all it read or stored), else (a scheduler without those
-    figures) ``bytes_served`` / ``all_hits_served``."""
-    total, hit = stats.get("chunk_bytes"), stats.get("chunk_bytes_hit")
-    if total:
-        return (hit or 0) / total
-    if all_hits_served and stats.get("bytes_served") is not None:
-        return stats["bytes_served"] / all_hits_served
-    return None
-
-
 def run_once(c, ref_digest: str | None, all_hits_served: int | None = None) -> dict:
     """The cluster's next run, with the figures of this benchmark (see the module's doc);
     ``all_hits_served``: ``bytes_served`` of a run that hits every chunk (the calibration's
@@ -390,16 +379,6 @@ def run_once(c, ref_digest: str | None, all_hits_served: int | None = None) -> d
         "run_stats": {k: stats.get(k) for k in RUN_STATS},
         "nodes": _nodes(c.client),
     }
-
-
-def _progress(mode: str, rep: int, r: dict) -> str:
-    hit = "-" if r["hit_rate"] is None else f"{r['hit_rate']:.1%}"
-    fc = (r.get("forecast") or {}).get("hit_rate")
-    return (f"[repeat {rep + 1}] {mode:5s} run {r['run']}: {r['wall_s']:7.2f} s, own-node hits {hit}"
-            + ("" if fc is None else f" (forecast {fc:.1%})")
-            + f", peer hits {r['peer_hits']}, written {r['bytes_written'] / 1e6:.1f} MB, "
-            f"evictions {r['evictions']}, files opened {r['storage_opens']}, "
-            f"identical {r['identical']}")  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- phases
@@ -483,7 +462,7 @@ def one_repeat(cfg: Config, storage, workdir: Path, rep: int, capacity: int, adm
                     r = run_once(c, ref_digest, all_hits_served)
                 r["repeat"] = rep + 1
                 rows[mode].append(r)
-                log(_progress(mode, rep, r))
+                log(progress_line(mode, rep, r))
     finally:
         for c in clusters.values():
             c.close()

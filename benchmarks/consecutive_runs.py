@@ -148,9 +148,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -166,7 +164,6 @@ if str(ROOT) not in sys.path:
 from benchmarks._runs import (  # noqa: E402
     ANALYSES,
     COLUMN_CACHED,
-    DEFAULT_DATA,
     MODES,
     PROCESSES,
     Config,

@@ -144,10 +144,10 @@ import dask  # noqa: E402
 from distributed import Client  # noqa: E402
 
 import cacheaffinity  # noqa: E402
-from benchmarks._clusters import scheduler_process_cluster, slot_order  # noqa: E402
-from benchmarks._common import DEFAULT_OUT, print_table, save_png, write_json  # noqa: E402
+from benchmarks._clusters import scheduler_process_cluster, slot_order, wait_nodes  # noqa: E402
+from benchmarks._common import print_table, save_png, write_json  # noqa: E402
 from benchmarks._soak_analysis import analyse, check_bounds, columnar, growing_rows, summary_rows  # noqa: E402
-from benchmarks._soak_analysis import _mean as mean  # noqa: E402
+from benchmarks._soak_analysis import mean, progress_line, shape  # noqa: E402
 from benchmarks._soak_figures import plot  # noqa: E402
 from benchmarks._soak_measure import _alive, sample  # noqa: E402
 from benchmarks._soak_probes import LOGGERS, SoakWorkerPlugin, _arm_kill, _install_on_scheduler  # noqa: E402
@@ -317,17 +317,8 @@ class Soak:
 
     def wait_nodes(self, n: int, timeout: float | None = None) -> None:
         """Wait until ``n`` worker processes and their cache nodes (``n / per_node``) are in."""
-        want_nodes = n // self.cfg.per_node
-        deadline = time.monotonic() + (self.wait_s if timeout is None else timeout)
-        while True:
-            workers = len(self.admin.scheduler_info(n_workers=-1)["workers"])
-            nodes = len(cacheaffinity.check(self.admin, warn=False)["nodes"])
-            if workers == n and nodes == want_nodes:
-                return
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"cluster has {workers} workers / {nodes} cache nodes, "
-                                   f"waited for {n} / {want_nodes}")
-            time.sleep(0.2)
+        wait_nodes(self.admin, n // self.cfg.per_node, True, self.wait_s if timeout is None else timeout,
+                   processes=n, warn=False, poll=0.2)  # fmt: skip
 
     def worker_pids(self) -> dict[str, int]:
         """slot (worker name) -> pid of its worker process now."""
@@ -494,7 +485,7 @@ def run_soak(cfg: Config, log=print) -> dict:
                 s["wall_s"] = mean([r["wall_s"] for r in rows])
                 soak.samples.append(s)
                 if cfg.progress:
-                    log(_progress_line(rows, s))
+                    log(progress_line(rows, s))
         return {
             "steps": len(steps),
             "runs": soak.runs,
@@ -512,19 +503,6 @@ def run_soak(cfg: Config, log=print) -> dict:
     finally:
         if tmp is not None:
             tmp.cleanup()
-
-
-def _progress_line(rows: list[dict], s: dict) -> str:
-    runs = "; ".join(
-        f"run {r['run']} {r['user']} {r['analysis']}/{r['dataset']}/{r['chunksize']}"
-        + (" new-process" if r["process"] == "new" else "")
-        + (" HUNG" if r["hung"] else " FAILED" if r["error"] else "" if r["correct"] else " WRONG")
-        + (f" {r['wall_s']:.1f}s hit {r['hit_rate']}" if r["wall_s"] is not None else "")
-        for r in rows
-    )
-    ev = f" [{s['event']}]" if s.get("event") else ""
-    rss = " ".join(f"{w['rss_mb']:.0f}" for _, w in sorted(s["workers"].items()) if w.get("rss_mb"))
-    return f"step {s['step']}{ev}: {runs} | scheduler {s['scheduler_rss_mb']} MB, workers {rss} MB"
 
 
 # ----------------------------------------------------------------------------- output
@@ -593,12 +571,6 @@ def parse_args(argv=None) -> tuple[Config, str, str]:
     return cfg, a.out, a.name
 
 
-def _shape(cfg: Config) -> str:
-    if cfg.per_node == 1:
-        return f"{cfg.workers} workers"
-    return f"{cfg.workers} nodes x {cfg.per_node} worker processes"
-
-
 def _interrupt(signum, frame):
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -620,7 +592,7 @@ def main(argv=None) -> int:
                "soak_s": doc["soak_s"], "steps": doc["steps"], "plugin_types": doc["plugin_types"]}  # fmt: skip
     os.makedirs(out, exist_ok=True)
     write_json(os.path.join(out, f"{name}.json"), config, results, **fig, series=columnar(doc["samples"]))
-    print_table(summary_rows(fig), title=f"soak: {fig['runs']} runs, {_shape(cfg)}, capacity {cfg.capacity}")
+    print_table(summary_rows(fig), title=f"soak: {fig['runs']} runs, {shape(cfg)}, capacity {cfg.capacity}")
     grown = growing_rows(fig)
     if grown:
         print_table(grown, title="structures that grew after the warm-up")
@@ -628,7 +600,7 @@ def main(argv=None) -> int:
                                         "first_run_hit_rate", "median_wall_s"], title="hit rates per phase")  # fmt: skip
     for b in fig["bounds"]:
         print(f"BOUND VIOLATED: {b}")
-    title = (f"{fig['runs']} runs, {_shape(cfg)}, capacity {cfg.capacity}; "
+    title = (f"{fig['runs']} runs, {shape(cfg)}, capacity {cfg.capacity}; "
              f"scheduler {fig['scheduler_rss_mb_per_100_runs']} MB/100 runs, "
              f"workers {fig['worker_rss_mb_per_100_runs']} MB/100 runs")  # fmt: skip
     save_png(plot(doc, fig, title), os.path.join(out, f"{name}.png"))
