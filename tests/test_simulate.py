@@ -8,7 +8,7 @@ import copy
 
 import pytest
 
-from benchmarks import simulate
+from benchmarks import _sim_model, _simulation, simulate
 from cacheaffinity.placement import TorusPlacement
 from cacheaffinity.scheduler import _stealing as stealing
 
@@ -28,12 +28,12 @@ def hit_rates(sim, runs):
 
 
 def test_simulator_uses_the_real_placement_and_stealing_code():
-    assert simulate.TorusPlacement is TorusPlacement
-    assert simulate.plan_steals is stealing.plan_steals
-    assert simulate.choose_steal is stealing.choose_steal
-    assert simulate.track_idle is stealing.track_idle
+    assert _sim_model.TorusPlacement is TorusPlacement
+    assert _simulation.plan_steals is stealing.plan_steals
+    assert _simulation.choose_steal is stealing.choose_steal
+    assert _simulation.track_idle is stealing.track_idle
     cfg = config()
-    sim = simulate.Simulation(cfg, CLUSTER, 300, "cacheaffinity-nosteal")
+    sim = _simulation.Simulation(cfg, CLUSTER, 300, "cacheaffinity-nosteal")
     sim.run()
     assert isinstance(sim.placement.p, TorusPlacement)
     ref = TorusPlacement(**cfg["torus"])
@@ -44,7 +44,7 @@ def test_simulator_uses_the_real_placement_and_stealing_code():
 def test_stable_cacheaffinity_fills_in_run_one_stock_dask_does_not():
     cfg = config(runs=2)
     res = {
-        pol: hit_rates(simulate.Simulation(cfg, HETERO, 600, pol), 2)
+        pol: hit_rates(_simulation.Simulation(cfg, HETERO, 600, pol), 2)
         for pol in ("dask", "cacheaffinity-nosteal", "cacheaffinity")
     }
     assert all(r[0] == 0 for r in res.values()), res  # run 1 starts cold
@@ -56,7 +56,7 @@ def test_a_node_leaving_reshuffles_hash_mod_n_but_costs_the_torus_about_one_nth(
     cfg = config()
     out = {}
     for pol in ("hash%n", "cacheaffinity-nosteal"):
-        sim = simulate.Simulation(cfg, CLUSTER, 1000, pol)
+        sim = _simulation.Simulation(cfg, CLUSTER, 1000, pol)
         sim.run()
         sim.nodes["node-0003"].alive = False  # one of 10 nodes leaves between runs
         out[pol] = sim.run()["hit_rate"]
@@ -69,7 +69,7 @@ def test_slow_node_locality_stealing_shortens_runs_and_keeps_hits():
     cfg = config(runs=3)
     runs = {}
     for pol in ("cacheaffinity-nosteal", "cacheaffinity"):
-        sim = simulate.Simulation(cfg, CLUSTER, 600, pol, slow=("node-0000", 3.0))
+        sim = _simulation.Simulation(cfg, CLUSTER, 600, pol, slow=("node-0000", 3.0))
         runs[pol] = [sim.run() for _ in range(3)]
     ca, ns = runs["cacheaffinity"], runs["cacheaffinity-nosteal"]
     assert sum(r["steals"] for r in ca) > 0
@@ -79,11 +79,11 @@ def test_slow_node_locality_stealing_shortens_runs_and_keeps_hits():
 
 def test_adaptive_churn_keeps_torus_hits_and_runs_to_completion():
     cfg = config(runs=3)
-    sim = simulate.Simulation(cfg, CLUSTER, 600, "cacheaffinity", churn=cfg["adaptive"])
+    sim = _simulation.Simulation(cfg, CLUSTER, 600, "cacheaffinity", churn=cfg["adaptive"])
     runs = [sim.run() for _ in range(3)]
     assert all(r["nodes"] == 10 for r in runs)
     assert runs[2]["hit_rate"] > 0.6, runs
-    mod = simulate.Simulation(cfg, CLUSTER, 600, "hash%n", churn=cfg["adaptive"])
+    mod = _simulation.Simulation(cfg, CLUSTER, 600, "hash%n", churn=cfg["adaptive"])
     mruns = [mod.run() for _ in range(3)]
     assert mruns[2]["hit_rate"] < runs[2]["hit_rate"], (mruns, runs)
 
@@ -96,7 +96,7 @@ def test_peer_fetch_serves_what_a_live_holder_caches():
     cfg = config(runs=3)
     runs = {}
     for pol in ("cacheaffinity", "cacheaffinity-nopeers"):
-        sim = simulate.Simulation(cfg, CLUSTER, 600, pol, churn=cfg["adaptive"])
+        sim = _simulation.Simulation(cfg, CLUSTER, 600, pol, churn=cfg["adaptive"])
         runs[pol] = [sim.run() for _ in range(3)]
     ca, nop = runs["cacheaffinity"], runs["cacheaffinity-nopeers"]
     assert all(r["peer_hits"] == 0 for r in nop) and all(r["served_rate"] == r["hit_rate"] for r in nop)
@@ -113,9 +113,9 @@ def test_a_holder_serves_at_most_the_serve_limit_at_once():
     (``peer_serve_limit`` None, as ``--peer-serve-limit 0``) it always serves, and the
     same churn run then serves more misses by peer fetch."""
     cfg = config(runs=3)
-    sim = simulate.Simulation(cfg, CLUSTER, 60, "cacheaffinity")
+    sim = _simulation.Simulation(cfg, CLUSTER, 60, "cacheaffinity")
     assert sim.peer_serve_limit == cfg["peer_serve_limit"] == 2
-    node = simulate.Node("n", 4)
+    node = _sim_model.Node("n", 4)
     sim.t = 10.0
     node.serves = [11.0, 12.0]
     assert not sim._may_serve(node)
@@ -124,10 +124,10 @@ def test_a_holder_serves_at_most_the_serve_limit_at_once():
     unlimited = copy.deepcopy(cfg)
     unlimited["peer_serve_limit"] = None
     node.serves = [20.0, 21.0, 22.0]
-    assert simulate.Simulation(unlimited, CLUSTER, 60, "cacheaffinity")._may_serve(node)
+    assert _simulation.Simulation(unlimited, CLUSTER, 60, "cacheaffinity")._may_serve(node)
     peer = {}
     for name, c in (("limited", cfg), ("unlimited", unlimited)):
-        s = simulate.Simulation(c, CLUSTER, 600, "cacheaffinity", churn=c["adaptive"])
+        s = _simulation.Simulation(c, CLUSTER, 600, "cacheaffinity", churn=c["adaptive"])
         peer[name] = sum(s.run()["peer_hits"] for _ in range(3))
     assert 0 < peer["limited"] <= peer["unlimited"], peer
 
@@ -136,7 +136,7 @@ def test_fifo_cache_smaller_than_share_thrashes_keep_does_not():
     cfg = config(runs=2)
     rates = {}
     for policy in ("fifo", "keep"):
-        sim = simulate.Simulation(cfg, CLUSTER, 400, "cacheaffinity-nosteal", cache_policy=policy)
+        sim = _simulation.Simulation(cfg, CLUSTER, 400, "cacheaffinity-nosteal", cache_policy=policy)
         chunk_bytes = cfg["events_per_chunk"] * cfg["rates"]["bytes_per_event"]
         for c in sim.caches.values():
             c.capacity = 0.5 * 40 * chunk_bytes  # half of a node's ~40 chunks
@@ -190,8 +190,8 @@ def test_plan_steals_respects_backlog_budget_and_wanted():
 def test_simulator_caches_use_the_real_admission_policies():
     from cacheaffinity.worker._store import admission
 
-    assert simulate.make_policy is admission.make_policy
-    cache = simulate.NodeCache(100.0, "rank")
+    assert _sim_model.make_policy is admission.make_policy
+    cache = _sim_model.NodeCache(100.0, "rank")
     assert isinstance(cache._p, admission.StableRank)
     cache.capacity = 50.0  # a new capacity: a new, empty policy
     assert cache._p.capacity == 50.0 and not cache.items
@@ -217,11 +217,11 @@ def test_beyond_capacity_the_default_policy_keeps_near_the_optimum_where_fifo_ge
 def test_the_offline_optimum_on_a_cyclic_scan_keeps_what_fits():
     seq = [(f"k{i}", 1.0) for i in range(10)] * 3
     for aware in (False, True):
-        hits = simulate.optimal_hits(seq, 4.0, aware)
+        hits = _sim_model.optimal_hits(seq, 4.0, aware)
         assert not any(hits[:10]) and sum(hits[10:20]) >= 4 and sum(hits[20:]) >= 4
     # variable sizes: Belady-Size prefers many small entries to few large ones
     seq = ([("big", 4.0)] + [(f"s{i}", 1.0) for i in range(4)]) * 3
-    assert sum(simulate.optimal_hits(seq, 4.0, True)) >= sum(simulate.optimal_hits(seq, 4.0, False))
+    assert sum(_sim_model.optimal_hits(seq, 4.0, True)) >= sum(_sim_model.optimal_hits(seq, 4.0, False))
 
 
 def test_rerunning_one_scenario_keeps_the_other_sections(tmp_path, monkeypatch):
@@ -267,9 +267,9 @@ def test_benchmark_main_quick_writes_json_and_png(tmp_path, scenario, monkeypatc
 def test_simulator_uses_the_real_locator_functions():
     from cacheaffinity.scheduler import _locator as locator
 
-    assert simulate.follow_holders is locator.follow_holders
-    assert simulate.NodeSpeed is locator.NodeSpeed
-    assert simulate.warm_threshold is stealing.warm_threshold
+    assert _simulation.follow_holders is locator.follow_holders
+    assert _simulation.NodeSpeed is locator.NodeSpeed
+    assert _simulation.warm_threshold is stealing.warm_threshold
 
 
 def test_follow_holders_follows_within_slack_and_spills_to_runner_up():
@@ -337,7 +337,7 @@ def test_heterogeneous_cluster_converges_and_a_slowed_node_is_relieved():
     cfg = config(runs=4)
     cl = {"groups": [["small", 6, 4], ["big", 2, 16]], "storage_MBps": 300.0, "ssd_MBps": 1000.0,
           "speed_sigma": 0.4}  # fmt: skip
-    sim = simulate.Simulation(cfg, cl, 800, "cacheaffinity")
+    sim = _simulation.Simulation(cfg, cl, 800, "cacheaffinity")
     runs = [sim.run() for _ in range(2)]
     assert runs[0]["steals"] > 0
     assert runs[1]["hit_rate"] >= 0.97, runs
@@ -413,7 +413,7 @@ def test_a_thief_that_learned_a_warm_chunk_costs_it_a_slow_link_takes_fewer(monk
         return steals, seconds
 
     learned = later_runs()
-    monkeypatch.setattr(simulate.WarmStealCost, "observe", lambda self, *a: None)  # the prior alone
+    monkeypatch.setattr(_simulation.WarmStealCost, "observe", lambda self, *a: None)  # the prior alone
     prior = later_runs()
     assert prior[0] >= 4, prior  # the shape does steal warm chunks
     assert learned[0] <= prior[0] / 2, (learned, prior)
