@@ -313,6 +313,7 @@ async def measure(n_nodes: int, n_tasks: int, threads: int = 8, memory: bool = F
             addr = next(iter(plugin.membership.node_workers[victim]))
             t0, c0 = time.perf_counter(), time.process_time()
             await s.remove_worker(addr, stimulus_id="scale-leave", close=False)
+            await _settled(plugin)  # from 50k pending on, a leave moves its tasks in slices
             out["retarget_leave_s"] = time.perf_counter() - t0
             out["retarget_leave_cpu_s"] = time.process_time() - c0
             out["retarget_leave_tasks_of_node"] = moved_leave
@@ -329,6 +330,7 @@ async def measure(n_nodes: int, n_tasks: int, threads: int = 8, memory: bool = F
             out["retarget_join_cpu_s"] = time.process_time() - c0
             out["retarget_join_moved"] = plugin.counters["retargets"] - before
             out["pending_tasks"] = n_tasks
+            out["query_ms"] = query_times(s, plugin, chunks)
             if burst:
                 probe = LoopProbe()
                 probe.start()
@@ -344,6 +346,41 @@ async def measure(n_nodes: int, n_tasks: int, threads: int = 8, memory: bool = F
             await s.close()
     return out
 
+
+def query_times(s: Scheduler, plugin, chunks: list[str], repeat: int = 3) -> dict[str, float]:
+    """Milliseconds (best of ``repeat``) of what clients, ``/metrics`` and the dashboard ask
+    the plugin on the event loop, with every chunk task pending: ``info``
+    (``cacheaffinity check``), ``snapshot``, a Prometheus scrape of the plugin's
+    collector, the dashboard page's update (when Bokeh is installed), ``where`` of 1000
+    chunks and the latest forecast (a run of every pending chunk submitted)."""
+    from cacheaffinity.scheduler._metrics import CacheAffinityMetricCollector
+
+    plugin.forecast.submitted("scale-run", [(i, n) for i, n in enumerate(plugin.locator.target.values())])
+    collector = CacheAffinityMetricCollector(s)
+    calls = {
+        "info": plugin.info, "snapshot": plugin.snapshot, "metrics": lambda: list(collector.collect()),
+        "where_1000": lambda: plugin.where(chunks[:1000]), "latest_forecast": plugin.latest_forecast,
+    }  # fmt: skip
+    try:
+        from cacheaffinity.scheduler._dashboard import TorusView
+
+        view = TorusView(s)
+        calls["dashboard"] = view.update
+    except ImportError:  # no Bokeh: no dashboard page
+        pass
+    out = {}
+    for name, fn in calls.items():
+        best = float("inf")
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - t0)
+        out[name] = round(1000 * best, 2)
+    return out
+
+
+#: a query of the plugin on the event loop longer than this would be done in slices
+QUERY_MS = 50.0
 
 MUST = {"join_cpu_s": 0.1, "join_burst_cpu_s": 2.0, "leave_cpu_s": 0.5, "place_over_dask": 0.5,
         "max_block_s": 0.1}
@@ -372,6 +409,9 @@ def summarise(r: dict, stock: dict | None) -> dict:
             "leave_median_cpu_s": _median(r["leave_cpu_s"]), "leave_max_cpu_s": max(r["leave_cpu_s"]),
             "leave_max_block_s": r["leave_max_block_s"],
         })  # fmt: skip
+    if "query_ms" in r:
+        out["query_max_ms"] = max(r["query_ms"].values())
+        out["query_slowest"] = max(r["query_ms"], key=r["query_ms"].get)
     if stock:
         out.update({
             "stock_join_one_median_cpu_s": _median(stock["join_one_cpu_s"]),
@@ -430,6 +470,9 @@ def main(argv=None):
             "max_blocks_s": blocks, "blocks_ok": max(blocks.values()) <= MUST["max_block_s"],
             # placement runs inside Dask's update_graph (it cannot yield): stated against Dask's own block
             "place_block_s": b["place_block_s"], "dask_new_task_block_s": b["dask_new_task_block_s"],
+            # info, snapshot, /metrics, dashboard, where: each under QUERY_MS at 10^6 pending
+            "query_max_ms": b.get("query_max_ms"), "query_slowest": b.get("query_slowest"),
+            "query_ok": b.get("query_max_ms") is not None and b["query_max_ms"] <= QUERY_MS,
         }  # fmt: skip
     for k, v in checks.items():
         print(f"{k}: {v}")
@@ -459,6 +502,9 @@ def main(argv=None):
     line(a2, "leave_max_block_s", "^-", "leaves")
     line(a2, "stock_join_burst_max_block_s", "D:", "joins at once, no plugin")
     line(a2, "stock_leave_max_block_s", "^:", "leaves, no plugin")
+    ys = [x.get("query_max_ms") for x in summary]
+    if all(y is not None for y in ys):
+        a2.plot(xs, [y / 1000 for y in ys], "x-", label="slowest query (info, /metrics, dashboard ...)")
     a2.axhline(MUST["max_block_s"], color="grey", lw=0.5)
     a2.set_xscale("log"), a2.set_yscale("log"), a2.set_xlabel("pending chunk tasks")
     a2.set_ylabel("longest event-loop block, s"), a2.legend(fontsize=6)

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import time
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from itertools import repeat
 from typing import Any
 
+import numpy as np
 import xxhash
 
 from cacheaffinity.protocol import WORKER_METRIC
@@ -86,23 +87,55 @@ class Forecast:
     def submitted(self, run: str, placed: Iterable[tuple[int, str]], empty: Iterable[str] = ()) -> None:
         """Chunk tasks ``(size key, node)`` of ``run`` were placed; the nodes ``empty``
         hold none of the chunks they stored (their chunks count as new)."""
+        pairs = list(placed)
+        self.submitted_columns(run, [p[0] for p in pairs], [p[1] for p in pairs], empty)
+
+    def submitted_columns(
+        self,
+        run: str,
+        sks: Iterable[int],
+        nodes: Sequence[str],
+        empty: Iterable[str] = (),
+        coded: tuple[np.ndarray, Sequence[str]] | None = None,
+    ) -> None:
+        """:meth:`submitted` of parallel columns: size keys ``sks`` and ``nodes``, counted
+        per node with numpy (10^6 chunk tasks: no Python step per task). ``coded``: the
+        same nodes as ``(codes, names)``, ``nodes[i] == names[codes[i]]`` (the placement's
+        node indices), which saves looking every node up."""
         rec = self.runs.get(run)
         if rec is None:
             rec = self.runs[run] = {}
             while len(self.runs) > self.runs_kept:
                 self.runs.popitem(last=False)
-        sizes = self.sizes
-        empty = set(empty)
-        for sk, node in placed:
-            n = rec.get(node)
+        m = len(nodes)
+        if not m:
+            return
+        if coded is not None:
+            idx, names = np.asarray(coded[0], dtype=np.int64), list(coded[1])
+            index = {n: i for i, n in enumerate(names)}
+        else:
+            names = list(dict.fromkeys(nodes))
+            index = {n: i for i, n in enumerate(names)}
+            idx = np.fromiter(map(index.__getitem__, nodes), dtype=np.int64, count=m)
+        b = np.fromiter(map(self.sizes.get, sks, repeat(-1)), dtype=np.int64, count=m)
+        gone = [index[n] for n in set(empty) if n in index]
+        if gone:  # an emptied node's chunks are new to it
+            b[np.isin(idx, gone)] = -1
+        known = b >= 0
+        k = len(names)
+        chunks = np.bincount(idx, minlength=k).tolist()
+        unknown = np.bincount(idx[~known], minlength=k).tolist()
+        # bytes as float64 sums: exact below 2^53 (8 PiB per node and run)
+        nbytes = np.bincount(idx[known], weights=b[known], minlength=k).tolist()
+        for i, name in enumerate(names):
+            if not chunks[i]:
+                continue
+            n = rec.get(name)
             if n is None:
-                n = rec[node] = [0, 0, 0]
-            n[0] += 1
-            b = sizes.get(sk)
-            if b is None or node in empty:
-                n[2] += 1
-            else:
-                n[1] += b
+                n = rec[name] = [0, 0, 0]
+            n[0] += chunks[i]
+            n[1] += int(nbytes[i])
+            n[2] += unknown[i]
 
     def reported(self, sk: int, nbytes: Any, node: str | None = None, kept: bool = True) -> None:
         """A chunk task of size key ``sk`` reported the bytes of its columns (on ``node``,

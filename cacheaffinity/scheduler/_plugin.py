@@ -63,7 +63,8 @@ _NO_NODE = "cacheaffinity://no-cache-node-yet"
 PENDING_CALLBACK = "cacheaffinity-pending"
 #: From this many pending chunk tasks on, joins are gathered (all joins of one pass
 #: of the event loop are one membership change) and handled in slices that yield
-#: to the event loop; below, each change is handled at once, inside its hook.
+#: to the event loop; a leave sets the new layout inside its hook and moves tasks in
+#: slices; below, each change is handled at once, inside its hook.
 SLICED_FROM = 50_000
 # The pause between two slices of a membership change (a timer: see _flush_later).
 _YIELD_S = 1e-6
@@ -354,7 +355,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         """Rebuild the placement and re-target the tasks that must move: at once, or
         (a ``join`` with ``sliced_from`` pending tasks or more) after the other joins
         of this pass of the event loop, in slices (``_flush_later``)."""
-        if join and len(self.pending) >= self.sliced_from and self.scheduler is not None:
+        sliced = len(self.pending) >= self.sliced_from and self.scheduler is not None
+        if join and sliced:
             if self._deferred is None:
                 self._deferred = (reason, stimulus_id, worker)
             if self._flush_task is None:
@@ -363,6 +365,14 @@ class CacheAffinityPlugin(SchedulerPlugin):
         self._deferred = None
         self._finish_steps()
         self._steps = self._membership_steps(reason, stimulus_id=stimulus_id, worker=worker)
+        if sliced:
+            # a leave: the new layout now (no node without workers is a home from here
+            # on; Dask has already re-decided the departed workers' tasks), the tasks'
+            # moves in slices (``_flush_later``)
+            next(self._steps)
+            if self._flush_task is None:
+                self._flush_task = asyncio.ensure_future(self._flush_later())
+            return
         self._finish_steps()
         self._offer_unrunnable()
 
@@ -388,7 +398,8 @@ class CacheAffinityPlugin(SchedulerPlugin):
         return self._deferred is None and self._steps is None
 
     async def _flush_later(self) -> None:
-        """Handle gathered joins in slices, yielding to the event loop between them."""
+        """Handle gathered joins, and a leave's moves, in slices, yielding to the event loop
+        between them."""
         try:
             await asyncio.sleep(0)  # the joins of this pass of the loop come first
             while self._deferred is not None or self._steps is not None:
@@ -520,15 +531,17 @@ class CacheAffinityPlugin(SchedulerPlugin):
         graph_run = f"graph:{stimulus_id}"
         # a run's ``tasks`` are its chunk tasks, not its preprocessing tasks
         preprocess = any(c.startswith(PREPROCESS_PREFIX) for c in todo_chunks)
-        if not runs and not preprocess:
-            run_of = dict.fromkeys(todo_keys, graph_run)
+        if not runs and not preprocess:  # one run: no per-task dict built for it
+            self.runs.submitted_keys(todo_keys, graph_run)
+            chunk_tasks = True
         else:
             run_of = {
                 k: runs.get(k) or graph_run
                 for k, chunk in zip(todo_keys, todo_chunks)
                 if not chunk.startswith(PREPROCESS_PREFIX)
             }
-        self.runs.submitted(run_of)
+            self.runs.submitted(run_of)
+            chunk_tasks = bool(run_of)
         placement = self.placement
         x = placement.coordinates(todo_chunks)
         if not node_workers:
@@ -571,7 +584,7 @@ class CacheAffinityPlugin(SchedulerPlugin):
         for ts, node in zip(todo, nodes):
             ts.worker_restrictions = restrictions[node]
             ts.loose_restrictions = True
-        if run_of:
+        if chunk_tasks:
             if runs or preprocess or entries:
                 per_run: defaultdict[str, list] = defaultdict(list)
                 for k, chunk, node in zip(todo_keys, todo_chunks, nodes):
@@ -579,9 +592,12 @@ class CacheAffinityPlugin(SchedulerPlugin):
                         per_run[runs.get(k) or graph_run].append((size_key(chunk, entry_of(k)), node))
                 placed_of = per_run.items()
             else:  # one run, no entry ranges: no per-task tuples kept
-                placed_of = [(graph_run, zip(size_keys(todo_chunks), nodes))]
-            empty = emptied_nodes(node_workers, self.membership.workers, self.forecast.stored) if run_of else ()
-            for run, placed in placed_of:
+                placed_of = None
+            empty = emptied_nodes(node_workers, self.membership.workers, self.forecast.stored)
+            if placed_of is None:
+                coded = (codes, layout.names) if codes is not None and not located else None
+                self.forecast.submitted_columns(graph_run, size_keys(todo_chunks), nodes, empty, coded)
+            for run, placed in placed_of or ():
                 self.forecast.submitted(run, placed, empty)
         if debug:
             for ts, chunk, node, h in zip(todo, todo_chunks, nodes, hashed):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Hashable, Mapping
+from itertools import repeat
 from typing import Any
 
 from cacheaffinity.protocol import RUN_FIGURES
@@ -57,6 +58,22 @@ class RunFigures:
                     task_run[key] = run
                     per_run[run] += 1
         for run, n in per_run.items():
+            self._record(run)["tasks"] += n
+
+    def submitted_keys(self, keys: list[Hashable], run: str) -> None:
+        """Chunk tasks ``keys``, all of ``run``, were submitted (:meth:`submitted` without
+        a dict of them)."""
+        task_run = self.task_run
+        if task_run.keys().isdisjoint(keys):  # all new: no per-task loop
+            task_run.update(zip(keys, repeat(run)))
+            n = len(keys)
+        else:
+            n = 0
+            for key in keys:
+                if task_run.get(key) != run:
+                    task_run[key] = run
+                    n += 1
+        if n:
             self._record(run)["tasks"] += n
 
     def report(self, msg: Mapping[str, Any]) -> None:
