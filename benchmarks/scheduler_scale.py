@@ -331,6 +331,7 @@ async def measure(n_nodes: int, n_tasks: int, threads: int = 8, memory: bool = F
             out["retarget_join_moved"] = plugin.counters["retargets"] - before
             out["pending_tasks"] = n_tasks
             out["query_ms"] = query_times(s, plugin, chunks)
+            out["steal_choose_ms"] = choose_times(s, plugin, keys)
             if burst:
                 probe = LoopProbe()
                 probe.start()
@@ -376,6 +377,32 @@ def query_times(s: Scheduler, plugin, chunks: list[str], repeat: int = 3) -> dic
             fn()
             best = min(best, time.perf_counter() - t0)
         out[name] = round(1000 * best, 2)
+    return out
+
+
+def choose_times(s: Scheduler, plugin, keys: list[str], sizes=(1_000, 10_000, 100_000)) -> dict[str, float]:
+    """Milliseconds (best of 3) of one choice of the stealing policy (``steal_preference``:
+    which queued chunk task an idle worker takes from a victim) over a victim queue of
+    ``n`` chunk tasks, for each ``n`` of ``sizes`` up to the pending tasks; a round makes
+    at most ``max-moves`` (8) choices.  At 10^6 pending over 1000 nodes a worker's queue is
+    ~10^3; 10^5 is 10^6 pending over 10 nodes."""
+    from cacheaffinity.scheduler._stealing import steal_preference
+
+    workers = list(s.workers.values())
+    victim, thief = workers[0], workers[1]
+    out = {}
+    for n in sizes:
+        if n > len(keys):
+            break
+        cands = [s.tasks[k] for k in keys[:n]]
+        for i, ts in enumerate(cands):  # as Dask orders a graph's tasks
+            ts.priority = (0, 1, i)
+        best = float("inf")
+        for _ in range(3):
+            t0 = time.perf_counter()
+            steal_preference(plugin.locator, cands, victim, thief)
+            best = min(best, time.perf_counter() - t0)
+        out[str(n)] = round(1000 * best, 2)
     return out
 
 

@@ -363,6 +363,28 @@ async def test_choices_within_a_round_equal_fresh_choices(c, s, a, b, tmp_path):
     await c.gather(futs)
 
 
+@gen_cluster(client=True, nthreads=[("127.0.0.1", 1)] * 2)
+async def test_a_round_that_looked_at_enough_leaves_its_moves_to_the_next(c, s, a, b, tmp_path, monkeypatch):
+    """A round stops choosing once it looked at ``ROUND_SCAN`` queued tasks; the next
+    round makes the moves it left, and the thief ends with what one round gives it."""
+    from cacheaffinity.scheduler import _stealing
+
+    monkeypatch.setattr(_stealing, "ROUND_SCAN", 1)  # every choice looks at more
+    plugin, ext = await setup(c, s, tmp_path, idle_time=0.0, backlog=1)
+    ev = Event("hold-scan")
+    mine, futs = await fill_node(c, plugin, a, 6, ev)
+    make_idle_long_ago(ext, s, 10)
+    ext.balance()
+    assert ext.steals == 1  # one choice, then the round ends
+    ext.balance()
+    assert ext.steals == 2 and len(ext.in_flight) == 2  # as one unbounded round: run one, queue one
+    ext.balance()
+    assert ext.steals == 2
+    await ev.set()
+    results = await c.gather(futs)
+    assert results.count(b.address) == 2 and results.count(a.address) == 4
+
+
 def test_warm_steal_cost_learns_fades_and_never_goes_below_the_prior():
     from cacheaffinity.scheduler._stealing import WarmStealCost
 

@@ -45,6 +45,12 @@ __all__ = [
 ]
 
 CALLBACK_NAME = "cacheaffinity-stealing"
+#: Queued tasks a stealing round looks at, in all its choices (~1 us each): once a
+#: round has looked at this many, it makes no further choice and its remaining moves
+#: wait for the next round (``interval`` later), so that a round over long queues
+#: (10^6 pending over few nodes) does not hold the event loop; a choice is exact (it
+#: looks at its whole queue) and the first one is always made.
+ROUND_SCAN = 40_000
 
 # Where a candidate's chunk is cached, as choose_steal ranks it (lowest taken first);
 # COLD: on no node or on a third one.
@@ -393,6 +399,8 @@ class LocalityStealing:
         # within one round: (victim, thief) -> candidates; only our own steal
         # requests change them meanwhile
         self._round: dict[tuple[str, str], list[TaskState]] = {}
+        # queued tasks this round's choices looked at (ROUND_SCAN)
+        self._scanned = 0
 
     @property
     def warm_backlog(self) -> float:
@@ -498,6 +506,7 @@ class LocalityStealing:
             return True
 
         self._round.clear()
+        self._scanned = 0
         try:
             moved = self._plan(thieves, victims, queued, move)
         finally:
@@ -528,6 +537,8 @@ class LocalityStealing:
 
     def _choose(self, victim: WorkerState, thief: WorkerState) -> TaskState | None:
         """The victim's queued chunk task the thief should take, or None."""
+        if self._scanned >= ROUND_SCAN:
+            return None  # this round has looked at enough: the next one goes on
         ext = self.extension
         pair = (victim.address, thief.address)
         candidates = self._round.get(pair)
@@ -541,6 +552,7 @@ class LocalityStealing:
         self._round[pair] = candidates
         if not candidates:
             return None
+        self._scanned += len(candidates)
         queued = _distributed.queued(ext, victim)
         node_of = self.locator.membership.worker_node
         speed = self.locator.speed.speed
