@@ -266,7 +266,10 @@ def analyse(doc: dict, cfg) -> dict:
         ws = sorted(r["wall_s"] for r in runs if r["analysis"] == a and r["wall_s"] is not None)
         per_analysis[a] = {"runs": len(ws), "median": ws[len(ws) // 2] if ws else None,
                            "max": ws[-1] if ws else None}  # fmt: skip
-    log_per_run = {k: round(sum(s.get(k) or 0 for s in after) / max(1, len(after)), 2)
+    # per step: a sample counts the records since the one before it (--sample-every)
+    first = samples.index(after[0]) if after else 0
+    steps_after = (after[-1]["step"] - samples[first - 1]["step"]) if after and first else len(after)
+    log_per_run = {k: round(sum(s.get(k) or 0 for s in after) / max(1, steps_after), 2)
                    for k in ("scheduler_log_lines", "worker_log_records", "worker_log_warnings", "client_log_records")}
     return {
         "runs": len(runs),

@@ -217,6 +217,10 @@ class Config:
     data: str = str(DEFAULT_DATA)
     workdir: str | None = None
     progress: bool = True
+    #: steps between two samples (1: after every step); the first and the last step,
+    #: and every step with an event (a kill, a scale), are sampled too.  A long soak
+    #: samples every 10th step: its runs, not its measurements, fill the hours
+    sample_every: int = 1
 
     def change_at(self) -> int:
         return self.chunksize_change_at if self.chunksize_change_at is not None else self.runs // 2 + 1
@@ -232,6 +236,8 @@ class Config:
                              "of no node; give --scale-every 0 with --per-node")
         if self.workers < 2 and self.scale_every:
             raise ValueError(f"workers={self.workers}: need >= 2 (one is scaled away)")
+        if self.sample_every < 1:
+            raise ValueError(f"sample_every={self.sample_every}: need >= 1")
         if self.runs < 2:
             raise ValueError(f"runs={self.runs}: need >= 2")
         if not 0 <= self.concurrent_share <= 1:
@@ -476,16 +482,22 @@ def run_soak(cfg: Config, log=print) -> dict:
             done = 0
             first = soak.sample(Step(step=0, runs=[]), 0)
             soak.samples.append(first)
-            for step in steps:
+            since: list[dict] = []  # runs since the last sample
+            for i, step in enumerate(steps):
                 rows = soak.run_step(step)
                 done += len(rows)
                 soak.runs.extend(rows)
+                since += rows
+                if (step.step % cfg.sample_every and i != len(steps) - 1 and not step.events
+                        and step.kill is None):  # fmt: skip
+                    continue
                 s = soak.sample(step, done)
-                s["hit_rate"] = mean([r["hit_rate"] for r in rows])
-                s["wall_s"] = mean([r["wall_s"] for r in rows])
+                s["hit_rate"] = mean([r["hit_rate"] for r in since])
+                s["wall_s"] = mean([r["wall_s"] for r in since])
                 soak.samples.append(s)
                 if cfg.progress:
-                    log(progress_line(rows, s))
+                    log(progress_line(since, s))
+                since = []
         return {
             "steps": len(steps),
             "runs": soak.runs,
@@ -533,6 +545,8 @@ def parse_args(argv=None) -> tuple[Config, str, str]:
     p.add_argument("--concurrent-share", type=float, default=d.concurrent_share)
     p.add_argument("--timeout", type=float, default=d.timeout, help="seconds a run may take")
     p.add_argument("--warmup", type=int, default=d.warmup, help="runs before the growth figures")
+    p.add_argument("--sample-every", type=int, default=d.sample_every,
+                   help="steps between two samples (1: every step; a long soak: 10)")
     p.add_argument("--restart-warmup", type=int, default=d.restart_warmup,
                    help="runs a new worker process lives before its samples count")  # fmt: skip
     p.add_argument("--no-profiler", action="store_true",
@@ -555,7 +569,7 @@ def parse_args(argv=None) -> tuple[Config, str, str]:
         chunksize_change_at=a.chunksize_change_at, capacity=a.capacity, kill_every=a.kill_every,
         scale_every=a.scale_every, scaled_down_runs=a.scaled_down_runs, new_process_every=a.new_process_every,
         concurrent_share=a.concurrent_share, timeout=a.timeout, warmup=a.warmup, restart_warmup=a.restart_warmup,
-        data=a.data, workdir=a.workdir, profiler=not a.no_profiler,
+        data=a.data, workdir=a.workdir, profiler=not a.no_profiler, sample_every=a.sample_every,
         profile_history=a.profile_history or None,
     )  # fmt: skip
     if a.events:
