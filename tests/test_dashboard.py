@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from testbed import skip_or_fail
-from distributed import Client, LocalCluster
+from distributed import Client, LocalCluster, Scheduler
 from distributed.utils_test import async_poll_for, gen_cluster
 from tornado.httpclient import AsyncHTTPClient, HTTPClient
 
@@ -493,3 +493,47 @@ def test_page_with_dask_scheduler_preload(tmp_path, preload_args):
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def test_page_of_a_thousand_nodes():
+    """A facility's 1000 nodes: the page updates (Bokeh's palettes end at 256 colours: it
+    raised), every node has a row and a colour, and neighbours in name order differ."""
+    import asyncio
+
+    from benchmarks.scheduler_scale import SETTINGS, add_fake_worker, chunk_ids as scale_chunk_ids
+    from cacheaffinity.protocol import ANNOTATION
+    from cacheaffinity.scheduler._dashboard import node_colors
+
+    async def main():
+        with dask.config.set(SETTINGS):
+            s = Scheduler(host="127.0.0.1", port=0, dashboard=False, validate=False)
+            await s
+            try:
+                for i in range(1000):
+                    add_fake_worker(s, i, 8)
+                plugin = CacheAffinityPlugin()
+                s.add_plugin(plugin)
+                await plugin.start(s)
+                keys = [f"t-{i}" for i in range(3000)]
+                for k in keys:
+                    s.new_task(k, None, "released")
+                plugin.update_graph(s, keys=set(), tasks=keys,
+                                    annotations={ANNOTATION: dict(zip(keys, scale_chunk_ids(3000)))},
+                                    stimulus_id="place")  # fmt: skip
+                view = TorusView(s)
+                view.update()
+                nodes = view.stats.data["node"]
+                assert nodes == sorted(plugin.membership.node_workers) and len(nodes) == 1000
+                assert sum(view.stats.data["placements"]) == 3000
+                assert "1,000 cache nodes" in view.header.text or "1000 cache nodes" in view.header.text
+            finally:
+                for a in list(s.stream_comms):
+                    s.stream_comms.pop(a, None)
+                await s.close()
+
+    asyncio.run(main())
+    colors = node_colors([f"node-{i:05d}" for i in range(1000)])
+    names = sorted(colors)
+    assert len(colors) == 1000 and all(c.startswith("#") for c in colors.values())
+    assert all(colors[a] != colors[b] for a, b in zip(names, names[1:]))
+    assert colors == node_colors(list(reversed(names)))  # stable for a node set

@@ -82,7 +82,9 @@ def _num(x: Any) -> float:
 
 
 def node_colors(nodes: list[str]) -> dict[str, str]:
-    """A distinct colour per node, stable for a node set."""
+    """A colour per node, stable for a node set: distinct up to 256 nodes (the largest
+    Bokeh palette); beyond, neighbours in name order still differ (the palette repeats
+    with a stride), as a facility of 1000 nodes has."""
     from bokeh.palettes import Category10, Category20, turbo
 
     names = sorted(nodes)
@@ -93,8 +95,12 @@ def node_colors(nodes: list[str]) -> dict[str, str]:
         palette = Category10[10]
     elif n <= 20:
         palette = Category20[20]
-    else:
+    elif n <= 256:
         palette = turbo(n)
+    else:
+        palette = turbo(256)
+        # a stride coprime with 256: consecutive nodes get far-apart colours
+        return {name: palette[(i * 97) % 256] for i, name in enumerate(names)}
     return {name: palette[i] for i, name in enumerate(names)}
 
 
