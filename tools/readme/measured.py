@@ -212,6 +212,16 @@ def render_scheduler_scale(results: str, name: str = "scheduler_scale") -> str:
         row("scheduler RSS per pending chunk task (without)", "rss_per_task_bytes",
             fmt=lambda v: "-" if v is None else f"{v:,.0f} B", stock="stock_rss_per_task_bytes"),
     ]  # fmt: skip
+    rows = {x["tasks"]: x for x in doc.get("results") or []}
+    if all("query_ms" in rows.get(x["tasks"], {}) for x in sm):
+        body.append(["slowest query on the loop (info, snapshot, /metrics, page, where, forecast)"] + [
+            "{:,.0f} ms ({})".format(*max(((v, k) for k, v in rows[x["tasks"]]["query_ms"].items())))
+            for x in sm])  # fmt: skip
+    if all("steal_choose_ms" in rows.get(x["tasks"], {}) for x in sm):
+        for n in ("1000", "100000"):
+            body.append([f"one stealing choice over a queue of {int(n):,} tasks"] + [
+                "-" if n not in rows[x["tasks"]]["steal_choose_ms"] else
+                f"{rows[x['tasks']]['steal_choose_ms'][n]:,.1f} ms" for x in sm])  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     lines += ["| " + " | ".join(r) + " |" for r in body]
     out = "\n".join(lines) + "\n"
