@@ -27,6 +27,9 @@ Tables (``RENDERERS``):
 ``simulate_hetero``
     heterogeneous clusters (``simulate.json``, scenarios ``hetero`` and ``slowdown``): hit
     rate and makespan of runs 1-5 per policy.
+``simulate_burst``
+    an adaptive burst (``simulate_burst.json``): 100 nodes join 1000 during run 3 of 10^6
+    chunks; hit rate per run and policy, points the burst costs.
 ``cluster_box``
     the simulator against a multi-host run in a cluster box (``cluster_box.json``): measured
     and simulated run-2 hit rate, run 1 / run 2 and run times side by side.
@@ -84,7 +87,12 @@ from tools.readme.consecutive import (  # noqa: E402
     render_worker_gc,
 )
 from tools.readme.measured import render_chunksize_change, render_measured, render_scheduler_scale  # noqa: E402
-from tools.readme.simulation import render_cluster_box, render_simulate_capacity, render_simulate_hetero  # noqa: E402
+from tools.readme.simulation import (  # noqa: E402
+    render_cluster_box,
+    render_simulate_burst,
+    render_simulate_capacity,
+    render_simulate_hetero,
+)
 
 # ----------------------------------------------------------------------------- results rendered by benchmarks/
 
@@ -130,6 +138,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "beyond_capacity": render_beyond_capacity,
     "cluster_box": render_cluster_box,
     "simulate_hetero": render_simulate_hetero,
+    "simulate_burst": render_simulate_burst,
     "scheduler_scale": render_scheduler_scale,
     "store_scale": render_store_scale,
     "chunksize_change": render_chunksize_change,

@@ -1,6 +1,6 @@
-"""The simulator's tables: heterogeneous clusters (``simulate.json``), the simulator against
-a cluster box (``cluster_box.json``), working sets beyond the caches
-(``simulate_capacity.json``)."""
+"""The simulator's tables: heterogeneous clusters (``simulate.json``), an adaptive burst
+(``simulate_burst.json``), the simulator against a cluster box (``cluster_box.json``),
+working sets beyond the caches (``simulate_capacity.json``)."""
 
 from __future__ import annotations
 
@@ -51,6 +51,56 @@ def render_simulate_hetero(results: str, name: str = "simulate") -> str:
     rows.append(f"Hit rate % and makespan s of runs 1-5; `python benchmarks/simulate.py`, measured on "
                 f"{commit_label(doc)}, {_date(doc)}.")  # fmt: skip
     return "\n".join(rows) + "\n"
+
+
+#: policies of the burst table, as the simulator names them, and their labels
+BURST_POLICIES = (
+    ("cacheaffinity", "cacheaffinity"),
+    ("cacheaffinity-nosteal", "torus, no stealing"),
+    ("paper", "`paper` (torus + Dask's stealing)"),
+    ("hash%n", "`hash % n` (coffea's worker affinity)"),
+)
+
+
+def render_simulate_burst(results: str, name: str = "simulate_burst") -> str:
+    """An adaptive burst from ``simulate_burst.json``: per policy the hit rate of every run
+    (served by caches, peers included, where it differs) and the points the burst costs in
+    its run and the next against the run before it."""
+    doc = _load(results, name)
+    if doc is None or not (doc.get("results") or {}).get("burst"):
+        return f"(no benchmarks/results/{name}.json yet)\n"
+    out = []
+    for key, sec in doc["results"]["burst"].items():
+        b = sec["_burst"]
+        r = b["run"]
+        pols = [(p, label) for p, label in BURST_POLICIES if p in sec]
+        runs = len(sec[pols[0][0]]["runs"])
+        out.append("| policy | " + " | ".join(f"run {i + 1}" + (" (burst)" if i + 1 == r else "")
+                                             for i in range(runs))
+                   + " | points lost: burst run / next run |")  # fmt: skip
+        out.append("|" + " --- |" * (runs + 2))
+        for p, label in pols:
+            xs = sec[p]["runs"]
+            cells = []
+            for x in xs:
+                c = f"{100 * x['hit_rate']:.1f}"
+                if x.get("served_rate") is not None and x["served_rate"] > x["hit_rate"] + 5e-4:
+                    c += f" ({100 * x['served_rate']:.1f})"
+                cells.append(c)
+            before = xs[r - 2]["hit_rate"]
+            lost = [100 * (before - xs[r - 1]["hit_rate"])]
+            if r < len(xs):
+                lost.append(100 * (before - xs[r]["hit_rate"]))
+            out.append(f"| {label} | " + " | ".join(cells) + " | " + " / ".join(f"{v:.1f}" for v in lost) + " |")
+        nodes = sec[pols[0][0]]["runs"]
+        out.append("")
+        out.append(f"{int(key.split('/')[1]):,} chunks on {nodes[0]['nodes']} nodes; {b['nodes']} nodes join at once "
+                   f"{b['at']:.0%} into run {r} (its estimated makespan) and stay ({nodes[-1]['nodes']} nodes). "
+                   "Hit rate % per run (in brackets: served by caches, a peer's included). "
+                   f"`python benchmarks/simulate.py --scenario burst --name {name}`, measured on "
+                   f"{commit_label(doc)}, {_date(doc)}.")  # fmt: skip
+        out.append("")
+    return "\n".join(out)
 
 
 def render_cluster_box(results: str, name: str = "cluster_box") -> str:
