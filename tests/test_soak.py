@@ -168,3 +168,35 @@ def test_a_late_descriptor_growth_is_named_by_kind():
     finally:
         os.close(r)
         os.close(w)
+
+
+@pytest.mark.soak
+@pytest.mark.timeout(1500)
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")
+def test_long_lived_soak_of_node_shaped_workers(tmp_path):
+    """The long-lived configuration at CI size: 2 nodes x 2 worker processes sharing each
+    node's directory, never killed nor scaled, sampled every 3rd step: the index is
+    measured per node (database and WAL apart, bytes per entry), the form store within its
+    bound, and nothing is wrong."""
+    from cacheaffinity.worker._forms import MAX_BYTES, MAX_DOCUMENTS
+
+    cfg = soak.Config(**{**CI, "runs": 24, "warmup": 8, "workers": 2, "per_node": 2, "kill_every": 0,
+                         "scale_every": 0, "new_process_every": 0, "sample_every": 3},
+                      data=str(tmp_path / "data"))  # fmt: skip
+    doc = soak.run_soak(cfg)
+    fig = _soak_analysis.analyse(doc, cfg)
+    runs, samples = doc["runs"], doc["samples"]
+    assert len(runs) == cfg.runs
+    assert {e["event"] for e in doc["events"]} <= {"chunksize"}  # no kill, no scaling
+    assert fig["wrong_results"] == 0 and fig["hung_runs"] == 0 and fig["failed_runs"] == 0
+    # four processes, named node by node, on two cache directories
+    assert sorted(samples[-1]["workers"]) == ["0-0", "0-1", "1-0", "1-1"]
+    assert sorted(samples[-1]["caches"]) == ["0", "1"]
+    # sampled every 3rd step (and the first and last, and the chunksize change's)
+    assert len(samples) < len(runs) / 2 and samples[-1]["run"] == len(runs)
+    for node, g in fig["index_bytes"].items():
+        assert g["db_last"] > 0 and g["entries_last"] > 0 and g["per_entry_last"] > 0, (node, g)
+        assert g["wal_max"] <= 2 * 2**20, g  # checkpointed, truncated to 1 MiB
+    assert fig["index_bytes_per_entry_ratio"] is not None
+    assert 0 < fig["forms_max"] <= MAX_DOCUMENTS and fig["forms_bytes_max"] <= MAX_BYTES
+    assert fig["worker_rss_mb_per_100_runs_second_half"] is not None
