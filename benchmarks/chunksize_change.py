@@ -44,10 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
-os.environ.setdefault("PYTHONWARNINGS", "ignore::RuntimeWarning:coffea.nanoevents.schemas.nanoaod")
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    dict.fromkeys(filter(None, [str(ROOT), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]))
-)
+import benchmarks._runs  # noqa: E402, F401  (the workers' environment: PYTHONPATH, coffea's warnings)
 
 import warnings  # noqa: E402
 
