@@ -176,3 +176,64 @@ def render(results: str, name: str = "soak", other: str = "soak_noprofiler") -> 
                     f"{d['machine']['cpu_count']} cores, {d['results']['soak_s'] / 60:.0f} min.")  # fmt: skip
         rows.append("")
     return "\n".join(rows)
+
+
+def render_long_lived(results: str, name: str = "soak_longlived", other: str = "soak_longlived_noprofiler") -> str:
+    """Markdown for the long-lived soak (workers never killed nor scaled, the facility node
+    shape): ``<name>.json`` (Dask's profiler on) and ``<other>.json`` (off) side by side,
+    each must-show figure with its bound.  Hook: ``"soak_longlived"`` in
+    tools/render_readme.py."""
+    docs = {label: read_results(results, n) for label, n in (("profiler off", other), ("profiler on", name))}
+    docs = {label: d for label, d in docs.items() if d is not None}
+    if not docs:
+        return not_measured("soak.py", name)
+    rows = ["| figure | bound | " + " | ".join(docs) + " |", "|" + " --- |" * (2 + len(docs))]
+
+    def row(what: str, bound: str, cells) -> None:
+        rows.append(f"| {what} | {bound} | " + " | ".join(str(c) for c in cells) + " |")
+
+    def judged(v, ok: bool) -> str:
+        return f"{v} ({'met' if ok else '**missed**'})"
+
+    def shape(d: dict) -> str:
+        c = d["config"]
+        return f"{c['workers']} nodes x {c.get('per_node', 1)} processes"
+
+    def per_entry(d: dict) -> str:
+        gs = [g for g in (d.get("index_bytes") or {}).values() if g and g.get("per_entry_first")]
+        return ", ".join(f"{g['per_entry_first']:,.0f} -> {g['per_entry_last']:,.0f}" for g in gs) or "-"
+
+    ds = list(docs.values())
+    row("cluster", "-", [shape(d) for d in ds])
+    row("runs (each worker in every run)", "≥ 1000", [judged(d["runs"], d["runs"] >= 1000) for d in ds])
+    row("wrong / hung / failed runs", "0 / 0 / 0",
+        [judged(f"{d['wrong_results']} / {d['hung_runs']} / {d['failed_runs']}",
+                not (d["wrong_results"] or d["hung_runs"] or d["failed_runs"])) for d in ds])  # fmt: skip
+    row("worker RSS slope, second half [MB / 100 runs], max over workers", "under 5",
+        [judged(d["worker_rss_mb_per_100_runs"], (d["worker_rss_mb_per_100_runs"] or 0) < 5) for d in ds])
+    row("scheduler RSS slope, second half [MB / 100 runs]", "-", [d["scheduler_rss_mb_per_100_runs"] for d in ds])
+    row("largest worker RSS [MB], 1st / 2nd half of the runs", "2nd ≈ 1st",
+        [" / ".join("-" if v is None else f"{v:.0f}" for v in _max_rss_by_half(d)) for d in ds])
+    row("worker descriptors / threads net of pools, still growing at the end", "≤ 0 / ≤ 0",
+        [judged(f"{d['fd_net_late_growth']} / {d['thread_net_late_growth']}",
+                (d["fd_net_late_growth"] or 0) <= 0 and (d["thread_net_late_growth"] or 0) <= 0) for d in ds])  # fmt: skip
+    row("index bytes per entry, per node: second half's start -> end", "end ≤ 1.5x start", [per_entry(d) for d in ds])
+    row("index bytes per entry, end / start (worst node)", "≤ 1.5",
+        [judged(d.get("index_bytes_per_entry_ratio"), (d.get("index_bytes_per_entry_ratio") or 99) <= 1.5)
+         for d in ds])  # fmt: skip
+    row("index WAL, largest [KiB] / free pages, largest [KiB]", "WAL ≤ ~1 MiB",
+        [" / ".join(f"{max((g or {}).get(k) or 0 for g in d['index_bytes'].values()) / 1024:,.0f}"
+                    for k in ("wal_max", "free_max")) for d in ds])  # fmt: skip
+    row("form store: documents / bytes, largest", "≤ 4,096 / ≤ 1 GiB",
+        [f"{d.get('forms_max')} / {(d.get('forms_bytes_max') or 0) / 2**10:,.0f} KiB" for d in ds])
+    row("plugin structures beyond their bound", "0", [len(d["bounds"]) for d in ds])
+    row("cache over capacity (samples) / evictions", "0 / > 0",
+        [f"{d['cache_over_capacity']} / {d['evictions']}" for d in ds])
+    row("hit rate (mean of runs) / median wall [s]", "-", [f"{d['hit_rate']} / {d['wall_s_median']}" for d in ds])
+    rows.append("")
+    for label, d in docs.items():
+        rows.append(f"{label}: `{d['config']['command']}`, commit `{str(d.get('commit'))[:7]}`, "
+                    f"{d['machine']['cpu_count']} cores, {d['results']['soak_s'] / 60:.0f} min; slopes and "
+                    f"growths over runs {d['config']['warmup'] + 1}-{d['runs']}.")  # fmt: skip
+        rows.append("")
+    return "\n".join(rows)

@@ -27,6 +27,9 @@ Tables (``RENDERERS``):
 ``simulate_hetero``
     heterogeneous clusters (``simulate.json``, scenarios ``hetero`` and ``slowdown``): hit
     rate and makespan of runs 1-5 per policy.
+``soak_longlived``
+    the long-lived soak (``soak_longlived.json``, ``..._noprofiler.json``): workers never
+    killed, the facility node shape, each must-show figure with its bound.
 ``simulate_burst``
     an adaptive burst (``simulate_burst.json``): 100 nodes join 1000 during run 3 of 10^6
     chunks; hit rate per run and policy, points the burst costs.
@@ -113,6 +116,14 @@ def render_soak(results: str, name: str = "soak") -> str:
     return render(results, name)
 
 
+def render_soak_long_lived(results: str, name: str = "soak_longlived") -> str:
+    """The long-lived soak's figures (``soak_longlived.json``, ``soak_longlived_noprofiler.json``):
+    rendered by benchmarks/soak.py."""
+    from benchmarks._soak_figures import render_long_lived
+
+    return render_long_lived(results, name)
+
+
 def render_store_scale(results: str, name: str = "store_scale") -> str:
     """A node cache's bookkeeping against what it holds and how many processes share it
     (``store_scale.json``): rendered by benchmarks/store_scale.py."""
@@ -133,6 +144,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "before_after": render_before_after,
     "before_after_fifo": lambda results: render_before_after(results, "before_after_fifo"),
     "soak": render_soak,
+    "soak_longlived": render_soak_long_lived,
     "worker_gc": render_worker_gc,
     "simulate_capacity": render_simulate_capacity,
     "beyond_capacity": render_beyond_capacity,
