@@ -145,7 +145,7 @@ from distributed import Client  # noqa: E402
 
 import cacheaffinity  # noqa: E402
 from benchmarks._clusters import scheduler_process_cluster, slot_order, wait_nodes  # noqa: E402
-from benchmarks._common import print_table, save_png, write_json  # noqa: E402
+from benchmarks._common import portable_path, print_table, save_png, write_json  # noqa: E402
 from benchmarks._soak_analysis import analyse, check_bounds, columnar, growing_rows, summary_rows  # noqa: E402
 from benchmarks._soak_analysis import mean, progress_line, shape  # noqa: E402
 from benchmarks._soak_figures import plot  # noqa: E402
@@ -524,7 +524,9 @@ def main(argv=None) -> int:
     config = {**dataclasses.asdict(cfg), "schedule": [
         {"step": s.step, "runs": [dataclasses.asdict(r) for r in s.runs], "events": s.events, "kill": s.kill}
         for s in make_schedule(cfg)]}  # fmt: skip
-    config["command"] = "python benchmarks/soak.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    # as results record paths (portable_path): no folder of this machine in the command
+    config["command"] = "python benchmarks/soak.py " + " ".join(
+        portable_path(a) if a.startswith("/") else a for a in (sys.argv[1:] if argv is None else argv))
     results = {"runs": doc["runs"], "datasets": doc["datasets"], "chunk_ids": doc["chunk_ids"],
                "references_s": doc["references_s"], "cluster_start_s": doc["cluster_start_s"],
                "soak_s": doc["soak_s"], "steps": doc["steps"], "plugin_types": doc["plugin_types"]}  # fmt: skip
