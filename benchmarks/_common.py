@@ -216,13 +216,14 @@ def portable_path(path: str | os.PathLike) -> str:
 
 def _portable(value: Any) -> Any:
     """``value`` with every string that is an absolute path (one word, starting with
-    ``/``) replaced by :func:`portable_path`; dicts, lists and tuples recursively."""
+    ``/``) replaced by :func:`portable_path`; dicts (keys and values), lists and tuples
+    recursively."""
     if isinstance(value, str):
         if value.startswith("/") and len(value) > 1 and not any(c.isspace() for c in value):
             return portable_path(value)
         return value
-    if isinstance(value, dict):
-        return {k: _portable(v) for k, v in value.items()}
+    if isinstance(value, dict):  # keys too: descriptors by target, files by path
+        return {(_portable(k) if isinstance(k, str) else k): _portable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_portable(v) for v in value]
     if isinstance(value, os.PathLike):
