@@ -352,9 +352,10 @@ class CacheAffinityPlugin(SchedulerPlugin):
     def _membership_changed(
         self, reason: str, *, stimulus_id: str, worker=None, join: bool = False
     ) -> None:
-        """Rebuild the placement and re-target the tasks that must move: at once, or
-        (a ``join`` with ``sliced_from`` pending tasks or more) after the other joins
-        of this pass of the event loop, in slices (``_flush_later``)."""
+        """Rebuild the placement and re-target the tasks that must move: at once, or, with
+        ``sliced_from`` pending tasks or more, in slices (``_flush_later``): a ``join``
+        after the other joins of this pass of the event loop, a leave with its new layout
+        set here."""
         sliced = len(self.pending) >= self.sliced_from and self.scheduler is not None
         if join and sliced:
             if self._deferred is None:
