@@ -15,6 +15,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from test_import_graph import find_cycle  # one cycle finder for both import graphs
+
 REPO = Path(__file__).resolve().parents[1]
 ROOTS = ("benchmarks", "tools")
 #: The most lines a file of benchmarks/ or tools/ may have.
@@ -72,33 +74,6 @@ def import_graph(repo: Path = REPO, roots: tuple[str, ...] = ROOTS) -> dict[str,
                     found.add(got)
         graph[me] = found
     return graph
-
-
-def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of ``graph`` (its modules in order, the first repeated at the end), or None."""
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(m: str) -> list[str] | None:
-        state[m] = 1
-        path.append(m)
-        for n in sorted(graph.get(m, ())):
-            if state.get(n) == 1:
-                return path[path.index(n):] + [n]
-            if n not in state:
-                found = visit(n)
-                if found:
-                    return found
-        state[m] = 2
-        path.pop()
-        return None
-
-    for m in sorted(graph):
-        if m not in state:
-            found = visit(m)
-            if found:
-                return found
-    return None
 
 
 def long_files(repo: Path = REPO, roots: tuple[str, ...] = ROOTS, limit: int = MAX_LINES) -> dict[str, int]:
