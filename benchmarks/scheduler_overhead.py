@@ -161,6 +161,11 @@ def _task_count(dask_scheduler=None) -> int:
     return len(dask_scheduler.tasks)
 
 
+def steals(client) -> int:
+    """Steal requests the plugin's stealing policy has sent so far."""
+    return int((cacheaffinity.check(client, warn=False)["stealing"] or {}).get("steals", 0))
+
+
 def wait_forgotten(client, timeout: float = 120.0) -> None:
     """Wait until the scheduler has released and forgotten every task."""
     deadline = time.monotonic() + timeout
@@ -198,6 +203,7 @@ def main(argv=None):
     overheads: list[float] = []
     hooks: list[float] = []
     same_worker: list[float] = []
+    steal_requests: list[int] = []
     hs: dict = {}
     try:
         ca_client = clusters["plugin"][0]
@@ -216,12 +222,15 @@ def main(argv=None):
                 if mode == "hooks":
                     client.run_on_scheduler(hook_timer, on=True)
                     h0 = sum(client.run_on_scheduler(hook_seconds).values())
+                if mode == "chunk":
+                    s0 = steals(client)
                 c0, w0 = cpu(sched), time.perf_counter()
                 futs = runners[mode](client, hook_chunks if mode == "hooks" else chunks, placement)
                 c1, w1 = cpu(sched), time.perf_counter()
                 if mode == "chunk":
                     ran = ran_on_index(client, futs)
                     share = sum(a == b for a, b in zip(ran, placement)) / len(chunks)
+                    stolen = steals(client) - s0
                 elif mode == "plain":
                     ran_plain = ran_on_index(client, futs)
                 # the release of the batch (to "forgotten") is part of its cost
@@ -241,6 +250,7 @@ def main(argv=None):
                         hooks.append((h1 - h0) / args.tasks * 1e6)
                     elif mode == "chunk":
                         same_worker.append(share)
+                        steal_requests.append(stolen)
                     print(f"round {r} {mode:12s}: {per_round[mode]:7.1f} us scheduler CPU per task",
                           flush=True)  # fmt: skip
             if r:
@@ -277,6 +287,9 @@ def main(argv=None):
         "overhead": spread(overheads),
         "hook_us_per_task": spread(hooks),
         "chunk_tasks_on_placed_worker": spread(same_worker),
+        # the throttled stealing may move a few chunk tasks to a worker that fell idle (more
+        # often on a loaded machine); every chunk task off its placed worker is one of these
+        "chunk_steal_requests": spread(steal_requests),
         "annotated_us_per_task": spread(results["annotated"]),
         "hooks_timed_us_per_task": spread(results["hooks"]),
         "idle_cpu_ms_per_s": {k: spread(v) for k, v in idle.items()},

