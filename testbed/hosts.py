@@ -60,7 +60,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from testbed.xrootd import BOUNDED_CLIENT_ENV, INSTALL_HINT, _ip, _tc, _which
+from testbed.netns import INSTALL_HINT, _ip, _tc, _which
+from testbed.xrootd import BOUNDED_CLIENT_ENV
 
 __all__ = [
     "PREFIX",

@@ -69,21 +69,28 @@ less repetitive data take the compressors longer: LZMA-9 and ZLIB-1 need 20 to 3
 from __future__ import annotations
 
 import fnmatch
-import hashlib
 import logging
 import math
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 
 import awkward as ak
 import numpy as np
 import uproot
 
-from testbed.samples import REL_SAMPLES, sample
+from testbed.jitter import _INNER_BITS, _Jitter, _jitter_specs, _mantissa_bits, _round_mantissa  # noqa: F401
+from testbed.nanoaod_template import (  # noqa: F401  (re-exported: the template's names)
+    TEMPLATE_ENV,
+    TREE_NAME,
+    Template,
+    _Collection,
+    _Plan,
+    default_template_path,
+    load_template,
+    resolve_template,
+)
 
 __all__ = [
     "CODECS",
@@ -103,11 +110,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-#: Environment variable that overrides the default template file.
-TEMPLATE_ENV = "CACHEAFFINITY_NANOAOD_TEMPLATE"
-
-#: Name of the tree that is read from the template and written to every file.
-TREE_NAME = "Events"
 
 #: codec name -> (uproot compression class, default level, (lowest, highest) level).
 #: Defaults: LZMA 9 as CMS writes NanoAOD; ZLIB 1, LZ4 4 and ZSTD 5 as ROOT's own defaults
@@ -139,21 +141,6 @@ MAX_JITTER = 0.1
 # content does not depend on basket_events and the index array stays small for huge files.
 _DRAW_BLOCK = 1 << 16
 
-# dtypes a TTree leaf written by uproot can hold (uproot.writing._cascadetree._dtype_to_char).
-_WRITABLE_KINDS = {
-    np.dtype(np.bool_),
-    np.dtype(np.int8),
-    np.dtype(np.uint8),
-    np.dtype(np.int16),
-    np.dtype(np.uint16),
-    np.dtype(np.int32),
-    np.dtype(np.uint32),
-    np.dtype(np.int64),
-    np.dtype(np.uint64),
-    np.dtype(np.float32),
-    np.dtype(np.float64),
-}
-
 
 def file_name(index: int) -> str:
     """Name of the ``index``-th file of a dataset: ``nano_{index:03d}.root``."""
@@ -161,239 +148,7 @@ def file_name(index: int) -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# template
-
-
-def default_template_path() -> Path:
-    """The template used when none is given: ``$CACHEAFFINITY_NANOAOD_TEMPLATE`` if set, else
-    ``nano_dy.root`` of the repository's sample folder ``data/nanoaod/``
-    (:func:`testbed.samples.sample`; may not exist)."""
-    env = os.environ.get(TEMPLATE_ENV)
-    if env:
-        return Path(env).expanduser()
-    return sample("nano_dy.root")
-
-
-def resolve_template(template: str | os.PathLike | None = None) -> Path:
-    """The template file to use, checked to exist (FileNotFoundError naming the fix if not)."""
-    if template is not None:
-        path = Path(template).expanduser()
-        origin = "template= argument"
-    else:
-        path = default_template_path()
-        origin = (
-            f"${TEMPLATE_ENV}" if os.environ.get(TEMPLATE_ENV) else "default template location"
-        )
-    if not path.is_file():
-        raise FileNotFoundError(
-            f"NanoAOD template file not found: {str(path)!r} (from the {origin}). "
-            f"Pass template=<path to a NanoAOD ROOT file with an {TREE_NAME!r} TTree> "
-            f"or set the environment variable {TEMPLATE_ENV}; the real sample files live in "
-            f"the repository folder {REL_SAMPLES} (see its README.md)."
-        )
-    return path
-
-
-@dataclass(frozen=True)
-class _Collection:
-    """A jagged collection of the template: counter ``n<name>``, branches ``<name>_<field>``
-    (or the single branch ``<name>`` when ``fields == ("",)``)."""
-
-    name: str
-    fields: tuple[str, ...]
-    offsets: np.ndarray  # int64, num_entries + 1, starting at 0
-    contents: tuple[np.ndarray, ...]  # flat content of each field, in ``fields`` order
-
-    @property
-    def counter(self) -> str:
-        return "n" + self.name
-
-    def branch(self, field: str) -> str:
-        return self.name if field == "" else f"{self.name}_{field}"
-
-    @property
-    def branches(self) -> tuple[str, ...]:
-        return tuple(self.branch(f) for f in self.fields)
-
-    def select(self, keep: set[str]) -> _Collection | None:
-        pairs = [(f, c) for f, c in zip(self.fields, self.contents) if self.branch(f) in keep]
-        if not pairs:
-            return None
-        fields, contents = zip(*pairs)
-        return _Collection(self.name, tuple(fields), self.offsets, tuple(contents))
-
-
-@dataclass(frozen=True)
-class Template:
-    """The writable content of a template's ``Events`` tree, held in memory.
-
-    ``order`` lists every writable branch (counters included) in the template's order,
-    ``dtypes`` their dtypes in the template (generated counters are written as int32);
-    ``skipped`` the branches that cannot be written (strings, objects, unusual layouts).
-    """
-
-    path: str
-    num_entries: int
-    scalars: dict[str, np.ndarray]
-    collections: dict[str, _Collection]
-    order: tuple[str, ...]
-    dtypes: dict[str, np.dtype]
-    skipped: tuple[str, ...] = ()
-
-
-def load_template(template: str | os.PathLike | None = None) -> Template:
-    """Read the template's ``Events`` tree into memory (cached per path and modification time)."""
-    path = resolve_template(template).resolve()
-    stat = path.stat()
-    return _load_template_cached(str(path), stat.st_mtime_ns, stat.st_size)
-
-
-def _native(dtype: np.dtype) -> np.dtype:
-    """``dtype`` in native byte order (subarray dtypes too)."""
-    if dtype.subdtype is not None:
-        base, shape = dtype.subdtype
-        return np.dtype((_native(base), shape))
-    return dtype.newbyteorder("=") if dtype.byteorder not in ("=", "|") else dtype
-
-
-@lru_cache(maxsize=4)
-def _load_template_cached(path: str, _mtime_ns: int, _size: int) -> Template:
-    with uproot.open(path) as f:
-        try:
-            tree = f[TREE_NAME]
-        except KeyError:
-            raise ValueError(f"template {path!r} has no {TREE_NAME!r} tree") from None
-        if tree.classname != "TTree":
-            raise ValueError(f"template {path!r}: {TREE_NAME!r} is a {tree.classname}, not a TTree")
-        num_entries = int(tree.num_entries)
-
-        skipped: list[str] = []
-        scalar_names: list[str] = []
-        # collection name -> member branch names (template order)
-        members: dict[str, list[str]] = {}
-        counters: set[str] = set()
-        for branch in tree.branches:
-            name = branch.name
-            interp = branch.interpretation
-            if branch.branches:  # split objects: not NanoAOD-like
-                skipped.append(name)
-                continue
-            if isinstance(interp, uproot.AsDtype):
-                if _native(interp.from_dtype).base in _WRITABLE_KINDS:
-                    scalar_names.append(name)
-                else:
-                    skipped.append(name)
-                continue
-            if isinstance(interp, uproot.AsJagged) and isinstance(interp.content, uproot.AsDtype):
-                count = branch.count_branch
-                dtype = _native(interp.content.from_dtype)
-                ok = (
-                    count is not None
-                    and count.name.startswith("n")
-                    and len(count.name) > 1
-                    and dtype.subdtype is None
-                    and dtype in _WRITABLE_KINDS
-                )
-                coll = count.name[1:] if ok else ""
-                if ok and (name == coll or name.startswith(coll + "_")):
-                    members.setdefault(coll, []).append(name)
-                    counters.add(count.name)
-                    continue
-            skipped.append(name)
-
-        # a collection is either one bare jagged branch "X" or fields "X_*", not both
-        for coll, names in list(members.items()):
-            if coll in names and len(names) > 1:
-                names.remove(coll)
-                skipped.append(coll)
-
-        # counters are read even when they are not writable scalars themselves
-        member_names = [n for names in members.values() for n in names]
-        wanted = list(dict.fromkeys([*scalar_names, *counters, *member_names]))
-        arrays = tree.arrays(wanted, library="ak", how=dict) if num_entries else {}
-        order_index = {b.name: i for i, b in enumerate(tree.branches)}
-        dtypes: dict[str, np.dtype] = {}
-
-        scalars: dict[str, np.ndarray] = {}
-        for name in scalar_names:
-            dtype = _native(tree[name].interpretation.from_dtype)
-            dtypes[name] = dtype
-            if num_entries:
-                scalars[name] = np.ascontiguousarray(ak.to_numpy(arrays[name]), dtype=dtype.base)
-            else:
-                scalars[name] = np.zeros(0, dtype)
-
-        collections: dict[str, _Collection] = {}
-        for coll, names in members.items():
-            counter = "n" + coll
-            if num_entries:
-                counts = np.asarray(ak.to_numpy(arrays[counter]), dtype=np.int64)
-            else:
-                counts = np.zeros(0, np.int64)
-            offsets = np.zeros(num_entries + 1, np.int64)
-            np.cumsum(counts, out=offsets[1:])
-            fields: list[str] = []
-            contents: list[np.ndarray] = []
-            for name in names:
-                dtype = _native(tree[name].interpretation.content.from_dtype)
-                if num_entries:
-                    layout = ak.to_layout(arrays[name])
-                    if not isinstance(layout, ak.contents.ListOffsetArray):
-                        layout = layout.to_ListOffsetArray64(True)
-                    branch_offsets = np.asarray(layout.offsets, dtype=np.int64)
-                    first = int(branch_offsets[0])
-                    if not np.array_equal(branch_offsets - first, offsets):
-                        logger.debug("template branch %s disagrees with %s: skipped", name, counter)
-                        skipped.append(name)
-                        continue
-                    content = np.ascontiguousarray(
-                        ak.to_numpy(layout.content[first : first + offsets[-1]]), dtype=dtype
-                    )
-                else:
-                    content = np.zeros(0, dtype)
-                fields.append("" if name == coll else name[len(coll) + 1 :])
-                contents.append(content)
-                dtypes[name] = dtype
-            if fields:
-                collections[coll] = _Collection(coll, tuple(fields), offsets, tuple(contents))
-                dtypes.setdefault(counter, _native(tree[counter].interpretation.from_dtype))
-
-        writable = set(scalars) | {c.counter for c in collections.values()}
-        writable |= {b for c in collections.values() for b in c.branches}
-        order = tuple(sorted(writable, key=lambda n: order_index.get(n, len(order_index))))
-        if skipped:
-            logger.debug(
-                "template %s: %d branches cannot be written and are skipped: %s",
-                path,
-                len(skipped),
-                ", ".join(skipped),
-            )
-        return Template(
-            path=path,
-            num_entries=num_entries,
-            scalars=scalars,
-            collections=collections,
-            order=order,
-            dtypes=dtypes,
-            skipped=tuple(skipped),
-        )
-
-
-# --------------------------------------------------------------------------------------------
 # selection of branches
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """What to write, in output order: scalar branch names and collections."""
-
-    groups: tuple[str | _Collection, ...]
-    branch_types: dict[str, object]  # for mktree
-    bytes_per_event: float  # uncompressed, without basket overheads
-
-    @property
-    def num_branches(self) -> int:
-        return sum(1 if isinstance(g, str) else len(g.fields) + 1 for g in self.groups)
 
 
 def _select(template: Template, branches: list[str] | None) -> _Plan:
@@ -525,176 +280,6 @@ def _build_basket(
         else:
             data[group.name] = _build_collection(group, idx, jitter, start)
     return data
-
-
-# --------------------------------------------------------------------------------------------
-# jitter: small random changes of floating-point values that break exact repeats
-
-# A value's random number depends on (seed, file, branch, event position in the file, position
-# in the event's collection): counter = event position << _INNER_BITS | index in the event.
-_INNER_BITS = 24
-_U64 = np.uint64
-_GOLDEN = _U64(0x9E3779B97F4A7C15)
-_MIX1 = _U64(0xBF58476D1CE4E5B9)
-_MIX2 = _U64(0x94D049BB133111EB)
-
-# Branch-level and value-level rules (see make_dataset's docstring), from the template's values:
-# a value occurring at least this often in a branch is a special value, copied exactly...
-_FREQUENT_MIN_COUNT = 3
-_FREQUENT_MIN_FRACTION = 0.05
-# ... a branch with at most this many distinct values per value is discrete, copied exactly...
-_DISCRETE_MAX_UNIQUE_FRACTION = 0.25
-# ... and values are rounded to the branch's mantissa precision, at least this many bits.
-_MIN_MANTISSA_BITS = 6
-
-_MANTISSA = {np.dtype(np.float32): (23, np.uint32), np.dtype(np.float64): (52, np.uint64)}
-
-
-def _normal(key: int, counters: np.ndarray) -> np.ndarray:
-    """Standard normal numbers, one per counter, from a counter-based hash (splitmix64 of
-    ``key + (counter + 1) * golden``, Box-Muller on its two 32-bit halves; |z| < 6.8)."""
-    x = counters.astype(np.uint64)  # a copy; uint64 arithmetic wraps around
-    x += _U64(1)
-    x *= _GOLDEN
-    x += _U64(key)
-    x ^= x >> _U64(30)
-    x *= _MIX1
-    x ^= x >> _U64(27)
-    x *= _MIX2
-    x ^= x >> _U64(31)
-    u1 = ((x >> _U64(32)).astype(np.float64) + 0.5) * 2.0**-32
-    u2 = (x & _U64(0xFFFFFFFF)).astype(np.float64) * (2.0 * np.pi * 2.0**-32)
-    return np.sqrt(-2.0 * np.log(u1)) * np.cos(u2)
-
-
-def _mantissa_bits(values: np.ndarray) -> np.ndarray:
-    """Mantissa bits in use by each float (23 or 52 minus the trailing zero bits)."""
-    nbits, utype = _MANTISSA[values.dtype]
-    mantissa = values.view(utype) & utype((1 << nbits) - 1)
-    lowest = mantissa & (~mantissa + utype(1))  # lowest set bit (0 for a zero mantissa)
-    trailing = np.where(mantissa == 0, nbits, np.log2(np.maximum(lowest, 1)).astype(np.int64))
-    return nbits - trailing
-
-
-def _round_mantissa(values: np.ndarray, bits: int) -> np.ndarray:
-    """Round floats (in place) to ``bits`` mantissa bits, to nearest (halves away from zero; a
-    carry goes into the exponent), like NanoAOD's reduced precision
-    (CMSSW ``MiniFloatConverter::reduceMantissaToNbitsRounding``)."""
-    nbits, utype = _MANTISSA[values.dtype]
-    if bits >= nbits:
-        return values
-    shift = nbits - bits
-    width = 8 * np.dtype(utype).itemsize
-    u = values.view(utype)
-    u += utype(1 << (shift - 1))
-    u &= utype(((1 << width) - 1) >> shift << shift)
-    return values
-
-
-@dataclass(frozen=True)
-class _JitterSpec:
-    """How one floating-point branch is jittered."""
-
-    bits: int  # mantissa bits kept (>= 23 or 52: full precision)
-    exact: np.ndarray  # special values copied exactly (sorted)
-    wrap_phi: bool  # an angle in [-pi, pi]: wrapped back into it
-    unit: bool  # template values in [-1, 1]: clipped to it
-
-
-def _jitter_specs(template: Template, plan: _Plan) -> tuple[dict[str, _JitterSpec], set[str]]:
-    """Jitter rules of the plan's floating-point branches, learnt from the template's values;
-    and the ``pt`` branches of collections whose objects the template sorts by decreasing pt."""
-    arrays: dict[str, np.ndarray] = {}
-    sort_descending: set[str] = set()
-    for group in plan.groups:
-        if isinstance(group, str):
-            arrays[group] = template.scalars[group]
-            continue
-        for field, content in zip(group.fields, group.contents):
-            arrays[group.branch(field)] = content
-        if "pt" in group.fields:
-            pt = group.contents[group.fields.index("pt")]
-            offsets = group.offsets
-            same_event = np.ones(max(len(pt) - 1, 0), bool)
-            inner = offsets[(offsets > 0) & (offsets < len(pt))]
-            same_event[inner - 1] = False  # pairs across an event boundary
-            if pt.dtype.kind == "f" and np.all(np.diff(pt)[same_event] <= 0):
-                sort_descending.add(group.branch("pt"))
-
-    specs: dict[str, _JitterSpec] = {}
-    for name, array in arrays.items():
-        if array.dtype not in _MANTISSA:
-            continue
-        values = array.ravel()
-        values = values[np.isfinite(values)]
-        if values.size == 0:
-            continue
-        unique, counts = np.unique(values, return_counts=True)
-        if len(unique) <= _DISCRETE_MAX_UNIQUE_FRACTION * values.size:
-            continue  # discrete values (a constant mass, a grid of areas, weights +-w)
-        threshold = max(_FREQUENT_MIN_COUNT, _FREQUENT_MIN_FRACTION * values.size)
-        exact = unique[counts >= threshold]
-        jittered = values[~np.isin(values, exact)] if exact.size else values
-        jittered = jittered[jittered != 0]
-        if jittered.size == 0:
-            continue
-        bits = max(int(_mantissa_bits(jittered).max()), _MIN_MANTISSA_BITS)
-        lowest, highest = float(values.min()), float(values.max())
-        wrap_phi = name.lower().endswith("phi") and -3.2 < lowest and highest < 3.2
-        unit = -1.0 <= lowest and highest <= 1.0
-        specs[name] = _JitterSpec(bits, exact, wrap_phi, unit)
-    sort_descending &= set(specs)
-    return specs, sort_descending
-
-
-class _Jitter:
-    """Jitter of one file: ``apply`` multiplies the values of a branch by 1 + N(0, sigma)."""
-
-    def __init__(
-        self,
-        sigma: float,
-        seed: int,
-        file_index: int,
-        specs: dict[str, _JitterSpec],
-        sort_descending: set[str],
-    ):
-        self.sigma = sigma
-        self.specs = specs
-        self.sort_descending = sort_descending
-        self.keys = {
-            name: int.from_bytes(
-                hashlib.blake2b(f"{seed}/{file_index}/{name}".encode(), digest_size=8).digest(),
-                "little",
-            )
-            for name in specs
-        }
-
-    def touches(self, coll: _Collection) -> bool:
-        return any(b in self.specs for b in coll.branches)
-
-    def apply(self, name: str, values: np.ndarray, counters: np.ndarray) -> np.ndarray:
-        """``values`` (a fresh array, changed in place) jittered; ``counters`` identify them."""
-        spec = self.specs.get(name)
-        if spec is None or values.size == 0:
-            return values
-        flat = values.reshape(-1)  # a view: values is contiguous
-        todo = np.isfinite(flat)
-        todo &= flat != 0
-        if spec.exact.size:
-            todo &= ~np.isin(flat, spec.exact)
-        where = np.flatnonzero(todo)
-        if where.size == 0:
-            return values
-        z = _normal(self.keys[name], counters.reshape(-1)[where])
-        new = flat[where].astype(np.float64)
-        new *= 1.0 + self.sigma * z
-        if spec.wrap_phi:
-            new[new > np.pi] -= 2.0 * np.pi
-            new[new < -np.pi] += 2.0 * np.pi
-        if spec.unit:
-            np.clip(new, -1.0, 1.0, out=new)
-        flat[where] = _round_mantissa(new.astype(values.dtype), spec.bits)
-        return values
 
 
 # --------------------------------------------------------------------------------------------

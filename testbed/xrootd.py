@@ -5,28 +5,18 @@ NanoAOD over real XRootD storage, directly (:class:`XRootDServer`, the Debian ``
 daemon serving a directory read-only) and through XCache (:class:`XCacheServer`, the
 XRootD proxy with the ``libXrdPfc`` file cache).  Clients read with uproot and the
 ``xrootd`` Python bindings: ``uproot.open(url, handler=uproot.XRootDSource)``
-(:func:`read_tree` does that and digests every branch).
+(:func:`testbed.xrootd_check.read_tree` does that and digests every branch).
 
 **Nothing may listen on anything but loopback.**  ``xrootd`` binds every interface (it has no
 bind-address directive), so both servers and their clients run inside a private network
-namespace in which only ``lo`` exists.  The servers refuse to start outside one
-(``require_private_netns=False`` lifts that, for a machine where you know better).  Recipes:
-
-- a whole command: ``unshare -n sh -c 'ip link set lo up && exec "$@"' sh CMD ARGS...``,
-  i.e. ``subprocess.run(private_netns_argv([...]))`` or :func:`run_in_private_netns`;
-- a script that should always run in one: call :func:`reexec_in_private_netns` first thing;
-  it re-executes the interpreter with the same arguments under ``unshare -n`` (as root);
-- a named namespace: ``ip netns add xrd && ip -n xrd link set lo up``, then
-  ``ip netns exec xrd CMD``, and ``ip netns del xrd`` at the end.
-
-An ``unshare -n`` namespace has its own ports, sockets and ``tc`` qdiscs and vanishes with its
-last process.  The daemons are children of the process that starts them and are stopped by
-the context managers (and by :func:`main` on SIGTERM); a SIGKILLed parent leaves them running
+namespace in which only ``lo`` exists (:mod:`testbed.netns`: recipes, ``unshare -n``, and
+loopback rate limits).  The servers refuse to start outside one
+(``require_private_netns=False`` lifts that, for a machine where you know better).  The
+daemons are children of the process that starts them and are stopped by the context managers
+(and by :func:`testbed.xrootd_check.main` on SIGTERM); a SIGKILLed parent leaves them running
 inside the namespace, unreachable but alive, until killed by pid.
-:func:`limit_loopback_bandwidth` puts an HTB rate limit on that namespace's ``lo`` only
-(never on a real interface).
 
-``python -m testbed.xrootd check FILE.root`` runs the whole chain (origin,
+``python -m testbed.xrootd_check check FILE.root`` runs the whole chain (origin,
 XCache, uproot reads compared with local reads, cache directory contents) and prints JSON;
 ``tests/test_xrootd.py`` drives it.
 
@@ -38,13 +28,8 @@ System requirements (``.ci/install-system-deps``): Debian ``xrootd-server`` (pul
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
-import functools
 import glob
-import hashlib
-import json
 import os
 import pwd
 import re
@@ -52,22 +37,44 @@ import shutil
 import signal
 import socket
 import subprocess
-import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import urlsplit
 
+# the network-namespace and loopback-shaping helpers live in testbed.netns; their names are
+# re-exported here, where the XRootD servers' users have always found them
+from testbed.netns import (  # noqa: F401
+    INSTALL_HINT,
+    LOOPBACK,
+    NETNS_ENV,
+    _ensure_loopback_up,
+    _ip,
+    _tc,
+    _which,
+    free_port,
+    in_private_netns,
+    limit_loopback_bandwidth,
+    loopback_bandwidth_limit,
+    loopback_qdisc,
+    netns_available,
+    netns_unavailable_reason,
+    popen_in_private_netns,
+    private_netns_argv,
+    reexec_in_private_netns,
+    remove_loopback_bandwidth_limit,
+    require_private_netns,
+    run_in_private_netns,
+)
+
 __all__ = [
     "BOUNDED_CLIENT_ENV",
     "CachedFile",
-    "TreeRead",
     "XCacheServer",
     "XRootDError",
     "XRootDServer",
-    "compare_reads",
     "default_user",
     "free_port",
     "in_private_netns",
@@ -80,20 +87,14 @@ __all__ = [
     "parse_cinfo",
     "popen_in_private_netns",
     "private_netns_argv",
-    "read_tree",
     "reexec_in_private_netns",
     "remove_loopback_bandwidth_limit",
     "require_private_netns",
     "run_in_private_netns",
-    "selfcheck",
     "xrootd_binary",
 ]
 
-LOOPBACK = "127.0.0.1"
-INSTALL_HINT = "install with `.ci/install-system-deps` (as root)"
 PIP_HINT = "pip install xrootd fsspec-xrootd"
-#: set in the environment of every process started through :func:`private_netns_argv`
-NETNS_ENV = "CACHEAFFINITY_PRIVATE_NETNS"
 
 #: XrdCl client settings that turn a dead or missing server into an error within seconds
 #: instead of the defaults' minutes of reconnecting (set before ``XRootD`` is imported; the
@@ -113,27 +114,9 @@ class XRootDError(RuntimeError):
 # --------------------------------------------------------------------------- discovery
 
 
-def _which(name: str, *fallbacks: str) -> str | None:
-    found = shutil.which(name)
-    if found:
-        return found
-    for path in fallbacks:
-        if os.access(path, os.X_OK):
-            return path
-    return None
-
-
 def xrootd_binary() -> str | None:
     """Path of the ``xrootd`` daemon, or None."""
     return _which("xrootd", "/usr/bin/xrootd", "/usr/sbin/xrootd")
-
-
-def _ip() -> str | None:
-    return _which("ip", "/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip")
-
-
-def _tc() -> str | None:
-    return _which("tc", "/usr/sbin/tc", "/sbin/tc")
 
 
 _LIB_DIRS = ("/usr/lib/*-linux-gnu", "/usr/lib64", "/usr/lib", "/usr/local/lib64", "/usr/local/lib")
@@ -192,202 +175,6 @@ def default_user() -> str:
         except KeyError:
             pass
     raise XRootDError(f"neither an `xrootd` nor a `nobody` user exists; {INSTALL_HINT}")
-
-
-# --------------------------------------------------------------------------- network namespace
-
-
-def _netns_inode(pid: int | str = "self") -> int | None:
-    try:
-        return os.stat(f"/proc/{pid}/ns/net").st_ino
-    except OSError:
-        return None
-
-
-def _interfaces() -> set[str]:
-    # if_nameindex asks the kernel about *this* process's namespace (/sys/class/net shows the
-    # namespace of whoever mounted sysfs, which unshare -n does not change)
-    return {name for _, name in socket.if_nameindex()}
-
-
-def in_private_netns() -> bool:
-    """True if this process is in a network namespace other than the host's, with only ``lo``.
-
-    Only ``lo`` is what makes binding every interface safe; the host's namespace is that of
-    PID 1, compared where ``/proc/1/ns/net`` is readable (not inside ``ip netns exec``).
-    """
-    if _interfaces() != {"lo"}:
-        return False
-    ours, host = _netns_inode(), _netns_inode(1)
-    return ours is None or host is None or ours != host
-
-
-def _ensure_loopback_up() -> None:
-    ip = _ip()
-    if ip:
-        subprocess.run([ip, "link", "set", "lo", "up"], check=False, capture_output=True)
-
-
-def private_netns_argv(argv: Sequence[str]) -> list[str]:
-    """``argv`` wrapped to run in a new private network namespace with ``lo`` up.
-
-    ``unshare -n`` (root or CAP_SYS_ADMIN) gives the command a namespace of its own with only a
-    (down) loopback interface; the shell brings ``lo`` up, marks the environment
-    (``CACHEAFFINITY_PRIVATE_NETNS=1``) and execs the command, which inherits the namespace
-    together with all of its children.
-    """
-    unshare = _which("unshare", "/usr/bin/unshare", "/bin/unshare") or "unshare"
-    ip = _ip() or "ip"
-    script = f'{ip} link set lo up && export {NETNS_ENV}=1 && exec "$@"'
-    return [unshare, "--net", "--", "sh", "-c", script, "cacheaffinity-netns", *map(str, argv)]
-
-
-def run_in_private_netns(argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess:
-    """``subprocess.run`` of ``argv`` inside a new private network namespace."""
-    check = kwargs.pop("check", False)
-    return subprocess.run(private_netns_argv(argv), check=check, **kwargs)
-
-
-def popen_in_private_netns(argv: Sequence[str], **kwargs: Any) -> subprocess.Popen:
-    """``subprocess.Popen`` of ``argv`` inside a new private network namespace."""
-    return subprocess.Popen(private_netns_argv(argv), **kwargs)
-
-
-@functools.lru_cache(maxsize=1)
-def netns_unavailable_reason() -> str | None:
-    """None if ``unshare -n`` works here, else what is missing (for ``pytest.skip``)."""
-    if _which("unshare", "/usr/bin/unshare", "/bin/unshare") is None:
-        return f"`unshare` (Debian package util-linux; {INSTALL_HINT})"
-    if _ip() is None:
-        return f"`ip` (Debian package iproute2; {INSTALL_HINT})"
-    try:
-        proc = run_in_private_netns(["true"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"a private network namespace (`unshare -n` failed: {exc})"
-    if proc.returncode != 0:
-        err = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit {proc.returncode}"]
-        return (
-            "a private network namespace: `unshare -n` is not permitted here "
-            f"({err[0]}; it needs root or CAP_SYS_ADMIN)"
-        )
-    return None
-
-
-def netns_available() -> bool:
-    """Whether ``unshare -n`` (with ``ip link set lo up``) works for this process."""
-    return netns_unavailable_reason() is None
-
-
-def require_private_netns(what: str = "this") -> None:
-    """Raise :class:`XRootDError` unless this process is in a private network namespace."""
-    if not in_private_netns():
-        raise XRootDError(
-            f"{what} must run inside a private network namespace with only `lo` "
-            "(xrootd binds every interface): run the process under "
-            "`unshare -n sh -c 'ip link set lo up && exec \"$@\"' sh CMD...` "
-            "(testbed.xrootd.private_netns_argv) or call "
-            "reexec_in_private_netns() first"
-        )
-
-
-def reexec_in_private_netns(argv: Sequence[str] | None = None) -> None:
-    """Re-execute this process (or ``argv``) in a new private network namespace, once.
-
-    Returns at once if the process already is in one; otherwise never returns.
-    """
-    if in_private_netns():
-        _ensure_loopback_up()
-        return
-    if os.environ.get(NETNS_ENV) == "1":
-        raise XRootDError(
-            "re-executed under unshare -n but still not in a private namespace with only lo"
-        )
-    reason = netns_unavailable_reason()
-    if reason:
-        raise XRootDError(f"cannot enter a private network namespace: missing {reason}")
-    argv = list(argv) if argv is not None else [sys.executable, *sys.orig_argv[1:]]
-    sys.stdout.flush()
-    sys.stderr.flush()
-    wrapped = private_netns_argv(argv)
-    os.execv(wrapped[0], wrapped)
-
-
-def free_port(host: str = LOOPBACK) -> int:
-    """A TCP port that is free on ``host`` in this network namespace right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-# --------------------------------------------------------------------------- bandwidth (tc)
-
-
-def _run_tc(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    tc = _tc()
-    if tc is None:
-        raise XRootDError(f"`tc` not found (Debian package iproute2; {INSTALL_HINT})")
-    proc = subprocess.run([tc, *args], check=False, capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise XRootDError(f"tc {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc
-
-
-def limit_loopback_bandwidth(
-    rate: str = "1gbit", *, port: int | None = None, burst: str = "256k"
-) -> None:
-    """Rate-limit ``lo`` of this private network namespace with an HTB qdisc.
-
-    ``port=None`` shapes all loopback traffic; with a ``port`` only the packets whose source
-    port is ``port`` (what that server sends: the data of a read), so e.g. the origin can be
-    slow while a local XCache is not.  ``rate``/``burst`` take tc units (``"1gbit"``,
-    ``"500mbit"``, ``"256k"``).  Refuses to run outside a private namespace, so the host's
-    interfaces are never touched.  Replaces any earlier limit.
-    """
-    require_private_netns("limit_loopback_bandwidth")
-    remove_loopback_bandwidth_limit()
-    if port is None:
-        _run_tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "10")
-        _run_tc(
-            "class", "add", "dev", "lo", "parent", "1:", "classid", "1:10", "htb",
-            "rate", rate, "ceil", rate, "burst", burst, "cburst", burst,
-        )  # fmt: skip
-        return
-    _run_tc("qdisc", "add", "dev", "lo", "root", "handle", "1:", "htb", "default", "20")
-    _run_tc(
-        "class", "add", "dev", "lo", "parent", "1:", "classid", "1:10", "htb",
-        "rate", rate, "ceil", rate, "burst", burst, "cburst", burst,
-    )  # fmt: skip
-    _run_tc(
-        "class", "add", "dev", "lo", "parent", "1:", "classid", "1:20", "htb",
-        "rate", "100gbit", "ceil", "100gbit",
-    )  # fmt: skip
-    _run_tc(
-        "filter", "add", "dev", "lo", "parent", "1:", "protocol", "ip", "prio", "1",
-        "u32", "match", "ip", "sport", str(int(port)), "0xffff", "flowid", "1:10",
-    )  # fmt: skip
-
-
-def remove_loopback_bandwidth_limit() -> None:
-    """Remove the root qdisc of this private namespace's ``lo`` (no error if there is none)."""
-    require_private_netns("remove_loopback_bandwidth_limit")
-    _run_tc("qdisc", "del", "dev", "lo", "root", check=False)
-
-
-def loopback_qdisc() -> str:
-    """``tc qdisc show dev lo`` of this process's namespace."""
-    return _run_tc("qdisc", "show", "dev", "lo").stdout.strip()
-
-
-@contextlib.contextmanager
-def loopback_bandwidth_limit(
-    rate: str = "1gbit", *, port: int | None = None, burst: str = "256k"
-) -> Iterator[None]:
-    """Context manager form of :func:`limit_loopback_bandwidth`."""
-    limit_loopback_bandwidth(rate, port=port, burst=burst)
-    try:
-        yield
-    finally:
-        remove_loopback_bandwidth_limit()
 
 
 # --------------------------------------------------------------------------- servers
@@ -931,213 +718,5 @@ def parse_cinfo(path: str | os.PathLike) -> dict | None:
     return info
 
 
-# --------------------------------------------------------------------------- reading with uproot
-
-
-@dataclasses.dataclass
-class TreeRead:
-    """What :func:`read_tree` read."""
-
-    source: str
-    num_entries: int
-    digests: dict[str, str]  #: branch name -> digest of its awkward buffers and form
-    bytes_read: int  #: bytes uproot requested from the source
-    requests: int
-    seconds: float
-
-    def summary(self) -> dict:
-        d = dataclasses.asdict(self)
-        d["n_branches"] = len(d.pop("digests"))
-        return d
-
-
-def _digest(array: Any) -> str:
-    import awkward as ak
-    import numpy as np
-
-    form, length, buffers = ak.to_buffers(ak.to_packed(array))
-    h = hashlib.blake2b(digest_size=16)
-    h.update(form.to_json().encode())
-    h.update(str(length).encode())
-    for key in sorted(buffers):
-        h.update(key.encode())
-        h.update(memoryview(np.ascontiguousarray(buffers[key])).cast("B"))
-    return h.hexdigest()
-
-
-def read_tree(
-    path_or_url: str | os.PathLike,
-    *,
-    tree: str = "Events",
-    filter_name: Any = None,
-    **options: Any,
-) -> TreeRead:
-    """Read every (or ``filter_name``'s) branch of ``tree`` with uproot and digest each one.
-
-    ``root://`` URLs are read with ``handler=uproot.XRootDSource`` (the ``xrootd``
-    bindings; uproot's default fsspec handler is far slower).  The file is closed before
-    returning, which is when XCache records the access in its ``.cinfo``.
-    """
-    import uproot
-
-    src = str(path_or_url)
-    if src.startswith(("root://", "roots://")):
-        options.setdefault("handler", uproot.XRootDSource)
-    start = time.perf_counter()
-    with uproot.open(src, **options) as f:
-        t = f[tree]
-        arrays = t.arrays(filter_name=filter_name) if filter_name else t.arrays()
-        digests = {name: _digest(arrays[name]) for name in arrays.fields}
-        source = f.file.source
-        nbytes, nreq = int(source.num_requested_bytes), int(source.num_requests)
-        n = int(t.num_entries)
-    return TreeRead(src, n, digests, nbytes, nreq, time.perf_counter() - start)
-
-
-def compare_reads(reference: TreeRead, other: TreeRead) -> list[str]:
-    """Branches whose content differs (or that only one read has); empty if identical."""
-    names = set(reference.digests) | set(other.digests)
-    return sorted(n for n in names if reference.digests.get(n) != other.digests.get(n))
-
-
-# --------------------------------------------------------------------------- self-check
-
-
-def _listening(pids: Sequence[int]) -> list[str]:
-    """``ss -ltnp`` lines (this namespace) of sockets owned by ``pids``."""
-    ss = _which("ss", "/usr/bin/ss", "/bin/ss", "/usr/sbin/ss")
-    if ss is None:
-        return []
-    out = subprocess.run([ss, "-ltnpH"], check=False, capture_output=True, text=True).stdout
-    return [line for line in out.splitlines() if any(f"pid={p}," in line for p in pids)]
-
-
-def _snapshot(cache: XCacheServer) -> list[dict]:
-    return [dataclasses.asdict(f) for f in cache.cached_files()]
-
-
-def selfcheck(
-    files: Sequence[str | os.PathLike],
-    *,
-    tree: str = "Events",
-    pause: bool = False,
-    rate: str | None = None,
-    blocksize: str = "1m",
-    prefetch: int = 0,
-    emit=print,
-) -> dict:
-    """Serve ``files`` (all in one directory) from an origin and an XCache, read them.
-
-    Must run inside a private network namespace.  For each file: read it locally, via the
-    origin and twice via XCache (cache emptied first), digest every branch, and record the
-    cache directory after each XCache read (the first XCache read finds it empty).
-    ``emit("READY " + json)`` announces the servers;
-    with ``pause`` it then waits for a line on stdin (a test looks at the host meanwhile).
-    ``rate`` rate-limits what the origin sends (:func:`limit_loopback_bandwidth`).  Last,
-    the origin is stopped and every file read once more through XCache: that read can only
-    be served from the cache directory.
-    """
-    require_private_netns("selfcheck")
-    paths = [Path(f).resolve() for f in files]
-    export_dir = paths[0].parent
-    if any(p.parent != export_dir for p in paths):
-        raise XRootDError("all files must be in one directory")
-    result: dict[str, Any] = {"files": {}}
-    tmp = Path(tempfile.mkdtemp(prefix="cacheaffinity-selfcheck-"))
-    os.chmod(tmp, 0o755)
-    try:
-        with XRootDServer(export_dir) as origin, XCacheServer(
-            origin, tmp / "cache", blocksize=blocksize, prefetch=prefetch
-        ) as cache:
-            if rate:
-                limit_loopback_bandwidth(rate, port=origin.port)
-                result["qdisc"] = loopback_qdisc()
-            ready = {
-                "origin": {"url": origin.url, "port": origin.port, "pid": origin.pid},
-                "xcache": {"url": cache.url, "port": cache.port, "pid": cache.pid},
-                "netns_inode": _netns_inode(),
-                "listening_in_netns": _listening([origin.pid, cache.pid]),
-                "interfaces": sorted(_interfaces()),
-            }
-            result["servers"] = ready
-            emit("READY " + json.dumps(ready))
-            if pause:
-                sys.stdin.readline()
-            local_reads = {}
-            for path in paths:
-                name = path.name
-                local = local_reads[name] = read_tree(path, tree=tree)
-                entry: dict[str, Any] = {"local": local.summary()}
-                for label, url in (
-                    ("origin", origin.file_url(name)),
-                    ("xcache_first", cache.file_url(name)),
-                    ("xcache_second", cache.file_url(name)),
-                ):
-                    remote = read_tree(url, tree=tree)
-                    entry[label] = remote.summary()
-                    entry[label]["mismatched"] = compare_reads(local, remote)
-                    if label.startswith("xcache"):
-                        cache.wait_for_accesses(name, 1 if label == "xcache_first" else 2)
-                        entry[label]["cache"] = _snapshot(cache)
-                result["files"][name] = entry
-            # with the origin gone, XCache can only answer from its cache directory (a cached
-            # file's open is deferred: the origin is contacted only for a missing block)
-            origin.stop()
-            for path in paths:
-                name = path.name
-                remote = read_tree(cache.file_url(name), tree=tree)
-                entry = result["files"][name]["xcache_origin_stopped"] = remote.summary()
-                entry["mismatched"] = compare_reads(local_reads[name], remote)
-                cache.wait_for_accesses(name, 3)
-                entry["cache"] = _snapshot(cache)
-            if rate:
-                remove_loopback_bandwidth_limit()
-                result["qdisc_after"] = loopback_qdisc()
-            result["xcache_config"] = cache.config_text()
-            result["origin_log_tail"] = origin.log_tail(5)
-            result["xcache_log_tail"] = cache.log_tail(5)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return result
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m testbed.xrootd",
-        description="Serve ROOT files from a real XRootD origin and XCache in a private "
-        "network namespace and check that uproot reads them identically.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    check = sub.add_parser("check", help="origin + XCache round trip, JSON on stdout")
-    check.add_argument("files", nargs="+")
-    check.add_argument("--tree", default="Events")
-    check.add_argument("--pause", action="store_true", help="wait for a stdin line after READY")
-    check.add_argument("--rate", help="rate-limit the origin, e.g. 1gbit")
-    check.add_argument("--blocksize", default="1m")
-    check.add_argument("--prefetch", type=int, default=0)
-    sub.add_parser("requirements", help="print what is missing (exit 1 if anything)")
-    args = parser.parse_args(argv)
-    if args.command == "requirements":
-        missing = missing_requirements()
-        print("\n".join(missing) or "all requirements present")
-        return 1 if missing else 0
-    for key, value in BOUNDED_CLIENT_ENV.items():
-        os.environ.setdefault(key, value)
-    reexec_in_private_netns()
-    # a SIGTERM unwinds the context managers, so the daemons are stopped too
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    result = selfcheck(
-        args.files,
-        tree=args.tree,
-        pause=args.pause,
-        rate=args.rate,
-        blocksize=args.blocksize,
-        prefetch=args.prefetch,
-        emit=lambda line: print(line, flush=True),
-    )
-    print("RESULT " + json.dumps(result), flush=True)
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit("the self-check moved: python -m testbed.xrootd_check check FILE.root")

@@ -1,8 +1,10 @@
-"""The benchmark scripts and tools stay small and acyclic (issue 42, part 3).
+"""The benchmark scripts, tools and testbed stay small and acyclic (issue 42, part 3).
 
-Every ``.py`` file under ``benchmarks/`` and ``tools/`` is at most :data:`MAX_LINES` lines:
-shared parts live in the harness modules (``benchmarks/_clusters.py``, ``_runs.py``,
-``_storage.py``, ``_common.py``), a script's own figures in a private module of its own.
+Every ``.py`` file under ``benchmarks/``, ``tools/`` and ``testbed/`` is at most
+:data:`MAX_LINES` lines: shared parts live in the harness modules (``benchmarks/_clusters.py``,
+``_runs.py``, ``_storage.py``, ``_common.py``), a script's own figures in a private module of
+its own; the testbed's servers, network namespaces, self-checks, template and jitter each in a
+module of their own.
 
 The import graph of those modules, read with :mod:`ast` (nothing is imported), has no
 cycle.  Every import counts: at module level and inside functions (a lazy import is still
@@ -18,8 +20,8 @@ from pathlib import Path
 from test_import_graph import find_cycle  # one cycle finder for both import graphs
 
 REPO = Path(__file__).resolve().parents[1]
-ROOTS = ("benchmarks", "tools")
-#: The most lines a file of benchmarks/ or tools/ may have.
+ROOTS = ("benchmarks", "tools", "testbed")
+#: The most lines a file of benchmarks/, tools/ or testbed/ may have.
 MAX_LINES = 800
 
 
@@ -33,7 +35,7 @@ def module_name(path: Path, repo: Path = REPO) -> str:
 
 
 def import_graph(repo: Path = REPO, roots: tuple[str, ...] = ROOTS) -> dict[str, set[str]]:
-    """``{module: modules of benchmarks/ and tools/ it imports}``."""
+    """``{module: modules of benchmarks/, tools/ and testbed/ it imports}``."""
     files = python_files(repo, roots)
     modules = {module_name(p, repo) for p in files}
     graph: dict[str, set[str]] = {}
@@ -86,7 +88,7 @@ def long_files(repo: Path = REPO, roots: tuple[str, ...] = ROOTS, limit: int = M
 
 
 def test_no_file_of_benchmarks_or_tools_is_over_the_limit():
-    assert python_files(), "no .py file found under benchmarks/ and tools/"
+    assert python_files(), "no .py file found under benchmarks/, tools/ and testbed/"
     too_long = long_files()
     assert not too_long, (
         f"over {MAX_LINES} lines: {too_long}; move shared parts into the harness modules "

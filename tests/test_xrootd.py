@@ -1,7 +1,7 @@
 """Real XRootD storage: an origin server and an XCache proxy, read with uproot.
 
 CI runs the suite as root but in the host's network namespace, and ``xrootd`` binds every
-interface: so the test runs ``python -m testbed.xrootd check`` under
+interface: so the test runs ``python -m testbed.xrootd_check check`` under
 ``unshare -n`` (only ``lo``, brought up), which starts both servers there, reads a real NanoAOD
 file locally, via the origin and via XCache (cold, warm, and with the origin stopped), and
 prints JSON.  While the servers run, the test checks from the host that they are invisible
@@ -107,7 +107,7 @@ def _origin_and_xcache(export_dir, tmp_path):
     host_qdisc = _host("tc", "qdisc", "show", "dev", "lo")
     argv = xrd.private_netns_argv(
         [
-            sys.executable, "-m", "testbed.xrootd", "check",
+            sys.executable, "-m", "testbed.xrootd_check", "check",
             "--pause", "--blocksize", "64k", "--prefetch", "0", "--rate", "1gbit",
             str(export_dir / SAMPLE),
         ]
