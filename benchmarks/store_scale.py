@@ -28,6 +28,7 @@ command, a new process) and of ``verify`` (in process).  ``rank`` (the default) 
 
 from __future__ import annotations
 
+import heapq
 import json
 import multiprocessing
 import os
@@ -69,10 +70,11 @@ def _where(i: int, prefix: str = "f") -> tuple[str, int, int]:
 
 def build(directory: str, n: int) -> dict:
     """A full node cache of ``n`` packs in the store's format (index rows with the rank
-    policy's columns, as if each pack was stored once in order), capacity = their size."""
+    policy's columns and its bottom-k sample, as if each pack was stored once in order),
+    capacity = their size."""
     import cacheaffinity.config  # noqa: F401
     from cacheaffinity.worker._store import ColumnCache
-    from cacheaffinity.worker._store.admission import rank
+    from cacheaffinity.worker._store.admission import StableRank, key_hash, rank
     from cacheaffinity.worker._store.files import DataFiles, toc_of
     from cacheaffinity.worker._store.layout import blocks, pack_key
 
@@ -114,6 +116,10 @@ def build(directory: str, n: int) -> dict:
         "rank, last_used, stale_from, reuse_dist) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         rows,
     )
+    # the policy's bottom-k sample of the hashes looked up, as storing each pack left it
+    # (without it every lookup of the measured phases would be a sample's first sight)
+    sample = heapq.nsmallest(StableRank(1).sample_size, ((key_hash(r[0]), r[12]) for r in rows))
+    con.executemany("INSERT INTO admission_sample VALUES (?, ?)", [(h - 2**63, t) for h, t in sample])
     demand = float(n * size)  # a run looks every pack up once
     state = {"policy": "rank", "capacity": n * size, "clock": float(n * size), "params": {},
              "demand": demand, "reuses": [demand] * 5, "jitter": 0.25, "sampled": 0}  # fmt: skip

@@ -84,6 +84,7 @@ TIERS: dict[str, tuple[str, ...]] = {
         "test_coffea_inputs.py::test_processor_opens_another_tree_through_file_handle",
         "test_coffea_inputs.py::test_use_dataframes",
         "test_benchmarks_scripts.py::test_scheduler_overhead_tiny",
+        "test_benchmarks_scripts.py::test_store_scale_tiny",
         "test_adversarial.py::test_orphans_of_killed_writers_are_collected",
         "test_adversarial.py::test_cli_on_a_damaged_index_then_repair",
         "test_synthetic.py::test_all_branches_by_default",

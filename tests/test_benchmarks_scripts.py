@@ -159,3 +159,48 @@ def test_results_renderers_say_what_is_not_measured_yet(tmp_path):
     (tmp_path / "x.json").write_text('{"commit": "abc"}')
     assert _common.read_results(str(tmp_path), "x") == {"commit": "abc"}
     assert _common.read_results(str(tmp_path), "y") is None
+
+
+def test_store_scale_builds_a_node_cache_as_earlier_work_left_it(tmp_path):
+    """benchmarks/store_scale.py's cache: every pack a row with the rank policy's columns, and
+    the policy's bottom-k sample of the hashes its lookups saw (the k smallest key hashes)."""
+    import sqlite3
+
+    from benchmarks import store_scale
+    from cacheaffinity.worker._directory import INDEX_NAME
+    from cacheaffinity.worker._store.admission import StableRank, key_hash
+
+    n = 1500
+    info = store_scale.build(str(tmp_path / "node"), n)
+    assert info["packs"] == n and info["capacity"] == n * info["pack_bytes"]
+    con = sqlite3.connect(tmp_path / "node" / INDEX_NAME)
+    keys = [k for (k,) in con.execute("SELECT key FROM entries")]
+    sample = sorted(h + 2**63 for (h,) in con.execute("SELECT h FROM admission_sample"))
+    con.close()
+    assert len(keys) == n
+    k = StableRank(1).sample_size
+    assert sample == sorted(key_hash(key) for key in keys)[:k]
+
+
+@pytest.mark.timeout(600)
+def test_store_scale_tiny(tmp_path):
+    """benchmarks/store_scale.py end to end at a tiny size: both policies, real processes."""
+    from benchmarks import store_scale
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "store_scale.py"), "--sizes", "1000,2000", "--procs", "1,2",
+         "--ops", "40", "--repeats", "1", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=580, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "store_scale.json").read_text())
+    rows = doc["results"]
+    assert {(r["packs"], r["policy"], r["procs"]) for r in rows} == {
+        (n, pol, p) for n in (1000, 2000) for pol in ("rank", "fifo") for p in (1, 2)
+    }
+    for r in rows:
+        # every looked-up pack is held (hits), none of the misses is, every phase cost CPU
+        assert r["hit_done"] == 1.0 and r["hit_random_done"] == 1.0 and r["miss_done"] == 0.0, r
+        assert min(r[f"{ph}_cpu_us"] for ph in store_scale.PHASES) > 0, r
+    assert {"hit_vs_fifo_p1", "hit_vs_own_1000_p2", "rss_growth_mb_p1", "open_s_p2"} <= set(doc["checks"])
+    assert (tmp_path / "store_scale.png").read_bytes()[:4] == b"\x89PNG"
