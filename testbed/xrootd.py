@@ -69,6 +69,7 @@ from testbed.netns import (  # noqa: F401
     run_in_private_netns,
 )
 
+#: this module's own names; the testbed.netns names imported above are re-exported too
 __all__ = [
     "BOUNDED_CLIENT_ENV",
     "CachedFile",
@@ -76,21 +77,8 @@ __all__ = [
     "XRootDError",
     "XRootDServer",
     "default_user",
-    "free_port",
-    "in_private_netns",
-    "limit_loopback_bandwidth",
-    "loopback_bandwidth_limit",
-    "loopback_qdisc",
     "missing_requirements",
-    "netns_available",
-    "netns_unavailable_reason",
     "parse_cinfo",
-    "popen_in_private_netns",
-    "private_netns_argv",
-    "reexec_in_private_netns",
-    "remove_loopback_bandwidth_limit",
-    "require_private_netns",
-    "run_in_private_netns",
     "xrootd_binary",
 ]
 
