@@ -20,9 +20,11 @@ Reported per (N, policy, P): CPU per operation summed over the P processes (2 co
 CPU, not speed-up), each process's RSS after the phases, a worker's open time of the
 cache (``ColumnCache(...)``), and per N the time of ``cacheaffinity cache info`` (the
 command, a new process) and of ``verify`` (in process).  ``rank`` (the default) and
-``fifo`` side by side, on caches built alike.  Medians of ``--repeats``.
+``fifo`` side by side, on caches built alike, both built before either is measured and
+measured in alternating order (whichever ran first after its build ran up to ~20% slower
+here).  Medians of ``--repeats``.
 
-    python benchmarks/store_scale.py            # 1e3 .. 1e6 packs, 1/2/4/8 processes (~30 min)
+    python benchmarks/store_scale.py            # 1e3 .. 1e6 packs, 1/2/4/8 processes
     python benchmarks/store_scale.py --quick    # 1e3 and 1e4 packs, 1 and 2 processes
 """
 
@@ -364,13 +366,13 @@ def main(argv=None) -> int:
                    help="packs per node cache, comma separated (default 1e3,1e4,1e5,1e6)")  # fmt: skip
     p.add_argument("--procs", type=lambda s: [int(x) for x in s.split(",")], default=None,
                    help="processes sharing the node cache (default 1,2,4,8)")  # fmt: skip
-    p.add_argument("--ops", type=int, default=None, help="operations per process and phase (default 400)")
+    p.add_argument("--ops", type=int, default=None, help="operations per process and phase (default 1000)")
     p.add_argument("--repeats", type=int, default=None, help="repeats of each case (median; default 3)")
     p.add_argument("--work", default=WORK, help=f"where the caches are built (default: {WORK})")
     args = p.parse_args(argv)
     sizes = args.sizes or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000, 1_000_000])
     procs_list = args.procs or ([1, 2] if args.quick else [1, 2, 4, 8])
-    ops = args.ops or (100 if args.quick else 400)
+    ops = args.ops or (100 if args.quick else 1000)
     repeats = args.repeats or (1 if args.quick else 3)
     work = tempfile.mkdtemp(prefix="store-scale-", dir=args.work)
     config = {"sizes": sizes, "procs": procs_list, "ops": ops, "repeats": repeats, "quick": args.quick,
@@ -379,21 +381,27 @@ def main(argv=None) -> int:
     per_size: list[dict] = []
     try:
         for n in sizes:
-            for policy in POLICIES:
-                directory = os.path.join(work, f"{policy}-{n}")
-                info = build(directory, n)
+            dirs, infos = {}, {}
+            for policy in POLICIES:  # both built before either is measured
+                dirs[policy] = os.path.join(work, f"{policy}-{n}")
+                infos[policy] = info = build(dirs[policy], n)
                 print(f"built {n} packs in {info['build_s']:.1f} s (index {info['index_bytes'] / 2**20:.1f} MiB)", flush=True)
-                if policy == "rank":
-                    info["cache_info_s"] = statistics.median(cli_info_seconds(directory) for _ in range(repeats))
-                    info["verify_s"] = verify_seconds(directory)
-                    per_size.append(info)
-                for procs in procs_list:
-                    cases = [run_case(directory, policy, info["capacity"], procs, ops, seed=r + 1) for r in range(repeats)]
-                    row = {"packs": n, **_median_case(cases)}
+            info = infos["rank"]
+            info["cache_info_s"] = statistics.median(cli_info_seconds(dirs["rank"]) for _ in range(repeats))
+            info["verify_s"] = verify_seconds(dirs["rank"])
+            per_size.append(info)
+            for procs in procs_list:
+                cases: dict[str, list[dict]] = {policy: [] for policy in POLICIES}
+                for r in range(repeats):  # the policies alternate: neither is always measured first
+                    for policy in POLICIES if r % 2 == 0 else POLICIES[::-1]:
+                        cases[policy].append(run_case(dirs[policy], policy, infos[policy]["capacity"], procs, ops, seed=r + 1))
+                for policy in POLICIES:
+                    row = {"packs": n, **_median_case(cases[policy])}
                     rows.append(row)
                     print(f"  {policy:4s} {procs} proc: hit {row['hit_cpu_us']:.0f} µs, random {row['hit_random_cpu_us']:.0f}, miss {row['miss_cpu_us']:.0f}, "
                           f"insert {row['insert_cpu_us']:.0f}, open {row['open_s']:.3f} s, RSS {row['rss_end_mb']:.0f} MB",
                           flush=True)  # fmt: skip
+            for directory in dirs.values():
                 shutil.rmtree(directory, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -457,9 +457,10 @@ class StableRank(Policy):
             self._sampled = 0
             smp.forget_before(self.clock - 4 * self.demand)
 
-    def lookup(self, key, size):
+    def lookup(self, key, size, h=None):
+        """A lookup of ``key`` (``h``: its :func:`key_hash` with this seed, if known)."""
         self.clock += size
-        self._observe(key_hash(key, self.seed))
+        self._observe(key_hash(key, self.seed) if h is None else h)
         e = self.table.get(key)
         if e is None:
             return False

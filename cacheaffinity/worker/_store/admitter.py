@@ -73,13 +73,24 @@ class IndexEntries:
         self._touched: dict[str, tuple] = {}
 
     def prefetch(self, lookups) -> None:
-        """Read the rows of a batch of ``(seq, key, size, row id or None)`` lookups in a few
-        queries: by row id where the lookup found one (a row of that key since replaced
-        is not that id: not held), else by key."""
-        ids = {rid: key for _, key, _, rid in lookups if rid is not None}
-        keys = list({key for _, key, _, rid in lookups if rid is None and key not in ids.values()})
-        self._rows.update(dict.fromkeys(ids.values()))
-        self._rows.update(dict.fromkeys(keys))
+        """Hold the rows of a batch of ``(seq, key, size, row id or None, fields or None)``
+        lookups: a hit's fields as its lookup read them (that row id: a row of that key
+        since replaced or evicted is not changed), else read in a few queries by row id,
+        or by key for a miss (a row of that key since replaced is not that id: not held)."""
+        ids: dict[int, str] = {}
+        keys: list[str] = []
+        for _, key, size, rid, fields in lookups:
+            if key in self._rows:
+                continue
+            if rid is not None and fields is not None:
+                self._rows[key] = (size, *fields)
+                self._ids[key] = rid
+            elif rid is not None:
+                ids[rid] = key
+                self._rows[key] = None
+            else:
+                keys.append(key)
+                self._rows[key] = None
         for column, values in (("id", list(ids)), ("key", keys)):
             for i in range(0, len(values), 500):
                 part = values[i : i + 500]
@@ -267,14 +278,17 @@ class Admitter:
         self._index = index
         #: guards the policy object and its transactions
         self._lock = threading.RLock()
-        #: guards :attr:`_unsaved` only (a lookup never waits for a transaction)
+        #: guards taking lookups from :attr:`_unsaved` (a lookup appends without it: never waits)
         self._ulock = threading.Lock()
         self._policy: StableRank = make_policy(name, capacity)  # type: ignore[assignment]
         #: ``admission_state.version`` as this process last read or wrote it (None: never)
         self._version: int | None = None
         self._seq = itertools.count(1)
-        #: (sequence number, key, size, row id or None) of lookups not saved yet
-        self._unsaved: deque[tuple[int, str, int, int | None]] = deque(maxlen=UNSAVED)
+        #: (sequence number, key, size, row id or None, the row's policy fields or None) of
+        #: lookups not saved yet (appended without a lock: a deque's append is atomic)
+        self._unsaved: deque[tuple[int, str, int, int | None, tuple | None]] = deque(maxlen=UNSAVED)
+        #: :attr:`save_every` as of the last transaction
+        self._save_at = SAVE_EVERY
         self._saving_upto = 0
         self._last_save = time.monotonic()
         #: Times the scalars were read again because another process (or none yet) saved.
@@ -293,13 +307,14 @@ class Admitter:
         self._version = None
         self._token = f"{os.getpid()}-{id(self):x}"
 
-    def looked_up(self, key: str, size: int, rid: int | None = None) -> bool:
-        """A lookup of ``key`` (``size`` bytes): a hit (``rid``: the row it found), or a miss
-        whose value is offered.  Returns whether :data:`SAVE_EVERY` lookups wait to be
-        saved (the caller saves)."""
-        with self._ulock:
-            self._unsaved.append((next(self._seq), key, int(size), rid))
-            return len(self._unsaved) >= self.save_every
+    def looked_up(self, key: str, size: int, rid: int | None = None, fields: tuple | None = None) -> bool:
+        """A lookup of ``key`` (``size`` bytes): a hit (``rid``: the row it found, ``fields``:
+        that row's ``rank, last_used, stale_from, reuse_dist`` as read), or a miss whose
+        value is offered.  Returns whether :attr:`save_every` lookups wait to be saved (the
+        caller saves)."""
+        unsaved = self._unsaved
+        unsaved.append((next(self._seq), key, int(size), rid, fields))
+        return len(unsaved) >= self._save_at
 
     def _bind(self, con: sqlite3.Connection) -> IndexEntries:
         p = self._policy
@@ -448,13 +463,16 @@ class Admitter:
         )
         table = self._bind(con)
         self._held = table.held()
+        self._save_at = self.save_every
         p.grace = self.grace()
         with self._ulock:
             batch = list(self._unsaved)
         table.prefetch(batch)
-        p.sample.prefetch(key_hash(key, p.seed) for _, key, _, _ in batch)  # type: ignore[attr-defined]
-        for _, key, size, _ in batch:
-            p.lookup(key, size)
+        seed = p.seed
+        hashes = [key_hash(item[1], seed) for item in batch]
+        p.sample.prefetch(hashes)  # type: ignore[attr-defined]
+        for (_, key, size, _, _), h in zip(batch, hashes):
+            p.lookup(key, size, h)
         table.flush()
         p.sample.flush()  # type: ignore[attr-defined]
         self._saving_upto = batch[-1][0] if batch else 0

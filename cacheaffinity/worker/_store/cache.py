@@ -439,10 +439,11 @@ class ColumnCache(MutableMapping, ColumnStore):
         if force or adm.save_due():
             adm.save(self.index)
 
-    def looked_up(self, key: str, size: int, rid: int | None = None) -> None:
-        """Record a lookup of ``key`` (``size`` bytes; a hit: its row id) for the admission policy."""
+    def looked_up(self, key: str, size: int, rid: int | None = None, fields: tuple | None = None) -> None:
+        """Record a lookup of ``key`` (``size`` bytes; a hit: its row id and the row's policy
+        fields as read) for the admission policy."""
         adm = self.admission
-        if adm is not None and adm.looked_up(key, size, rid) and self.health.usable:
+        if adm is not None and adm.looked_up(key, size, rid, fields) and self.health.usable:
             adm.save(self.index)  # so the node's other processes see these hits soon
 
     def collect_orphans(self, max_files: int | None = None) -> int:

@@ -30,13 +30,17 @@ logger = logging.getLogger("cacheaffinity.worker")
 #: Keys per index query of :meth:`Reader.get_many` (SQLite's variable limit).
 QUERY_KEYS = 500
 _MISSING = object()
+#: The admission policy's columns of a row, read with every hit (see :class:`Reader`).
+POLICY_FIELDS = "rank, last_used, stale_from, reuse_dist"
 
 
 class Reader:
-    """Verified reads of one cache; ``looked_up(key, size, row id)`` is called for every hit."""
+    """Verified reads of one cache; ``looked_up(key, size, row id, policy fields)`` is called
+    for every hit (the fields: the row's ``rank, last_used, stale_from, reuse_dist`` as the
+    lookup read them, so saving the lookup need not read the row again)."""
 
     def __init__(self, index: Index, files: DataFiles, health: Health, writer: WriteBehind,
-                 looked_up: Callable[[str, int, int], None]):  # fmt: skip
+                 looked_up: Callable[[str, int, int, tuple], None]):  # fmt: skip
         self._index = index
         self._files = files
         self._health = health
@@ -99,7 +103,8 @@ class Reader:
             part = keys[i : i + QUERY_KEYS]
             marks = ",".join("?" * len(part))
             for row in self._index.query(
-                f"SELECT key, file, toc, nbytes, checksum, writer, size, id FROM entries WHERE key IN ({marks})",
+                f"SELECT key, file, toc, nbytes, checksum, writer, size, id, {POLICY_FIELDS} "
+                f"FROM entries WHERE key IN ({marks})",
                 tuple(part),
             ):
                 rows[row[0]] = row[1:]
@@ -126,11 +131,11 @@ class Reader:
             self.failed(todo[0], e)
             rows = {}
         for k, row in rows.items():
-            members = self.read(k, row[:-2])
+            members = self.read(k, row[:5])
             value = None if members is None else members.get(PLAIN)
             if value is not None:
                 out[k] = value
-                self._looked_up(k, row[-2], row[-1])
+                self._looked_up(k, row[5], row[6], row[7:])
         served = sum(v.nbytes for v in out.values())
         self._health.count(hits=len(out), misses=len(keys) - len(out), bytes_served=served)
         return out
@@ -147,8 +152,8 @@ class Reader:
         ]
         try:
             rows = self._index.query(
-                "SELECT key, start, stop, size, id, file, toc, nbytes, checksum, writer FROM entries "
-                "WHERE grp = ? AND start < ? AND stop > ? ORDER BY id DESC",
+                "SELECT key, start, stop, size, id, file, toc, nbytes, checksum, writer, "
+                f"{POLICY_FIELDS} FROM entries WHERE grp = ? AND start < ? AND stop > ? ORDER BY id DESC",
                 (grp, int(stop), int(start)),
             )
         except Closed:
@@ -157,9 +162,9 @@ class Reader:
             self.failed(grp, e)
             return out
         for key, a, b, size, rid, *row in rows:
-            members = self.read(key, tuple(row))
+            members = self.read(key, tuple(row[:5]))
             if members is not None:
                 out.append(Pack(int(a), int(b), members, int(size)))
                 self._health.count(packs_read=1)
-                self._looked_up(key, size, rid)
+                self._looked_up(key, size, rid, tuple(row[5:]))
         return out
