@@ -8,11 +8,12 @@ demand, jitter, ...) one small JSON row of ``admission_state`` with a ``version`
 process holds the entries: every operation reads and writes only the rows it concerns,
 so its cost and a process's memory do not grow with what the node holds.
 
-A process records its lookups in memory; every insert transaction and every save
-(:data:`SAVE_EVERY` lookups, or :data:`SAVE_AFTER` seconds) runs :meth:`Admitter.deciding`:
-re-read the scalars if another process saved since (the version), apply this process's
-unsaved lookups to the rows, decide, save the scalars; so a crash loses at most unsaved
-lookups.  A state that does not parse is replaced by a fresh one (entries kept)."""
+A process records its lookups in memory (a hit with its row id and the policy columns its
+query read); every insert transaction and every save (:data:`SAVE_EVERY` lookups, or
+:data:`SAVE_AFTER` seconds) runs :meth:`Admitter.deciding`: re-read the scalars if another
+process saved since (the version), apply this process's unsaved lookups to the rows (a hit's
+row as its lookup read it: the rows are not read again), decide, save the scalars; so a
+crash loses at most unsaved lookups.  A state that does not parse is replaced by a fresh one (entries kept)."""
 
 from __future__ import annotations
 
