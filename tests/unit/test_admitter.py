@@ -216,3 +216,37 @@ def test_a_damaged_version_is_a_replaced_state_never_an_error(tmp_path, caplog):
     assert "admission state of this cache replaced" in caplog.text
     version, state, _ = state_of(tmp_path)
     assert state["policy"] == "rank" and version >= 0
+
+
+def test_a_save_takes_each_hits_row_as_its_lookup_read_it(tmp_path):
+    """Saving a batch of hits writes every hit's row without reading the rows again (the
+    lookup's own query read their policy columns)."""
+
+    def last_used() -> dict[str, float]:
+        con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME))
+        try:
+            return dict(con.execute("SELECT key, last_used FROM entries"))
+        finally:
+            con.close()
+
+    with ColumnCache(tmp_path, capacity=CAPACITY, admission="rank") as cache:
+        scan(cache)
+        cache.flush()
+        cache.save_admission(force=True)
+        held = sorted(cache)
+        before = last_used()
+        statements: list[str] = []
+        with cache.index.lock:
+            con = cache.index.connection()
+            con.set_trace_callback(statements.append)
+        try:
+            assert scan(cache, held) == len(held) == 20
+            cache.save_admission(force=True)
+        finally:
+            con.set_trace_callback(None)
+        after = last_used()
+    assert any(s.startswith("UPDATE entries SET last_used") for s in statements)  # the save ran here
+    reads = [s for s in statements if "FROM entries WHERE id IN" in s or "FROM entries WHERE key IN" in s]
+    assert [s for s in reads if "last_used" in s and not s.startswith("SELECT key, file")] == []
+    assert set(after) == set(held)
+    assert all(after[k] > before[k] for k in held)  # every hit recorded
