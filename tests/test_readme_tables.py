@@ -112,19 +112,20 @@ def _shape_doc(workers: int, per_node: int, run2: list[float], served: float) ->
             "modes": {"cacheaffinity": {"run1_wall_s": spread([30.0] * len(run2)), "run2_wall_s": spread(run2),
                                         "run2_cache_rate": spread([served] * len(run2))},
                       "direct": {"run2_wall_s": spread([20.0] * len(run2))}},
-            "ratios": {"direct run 2 / cacheaffinity run 2": spread([20.0 / x for x in run2])},
+            "ratios": {"direct run 2 / cacheaffinity run 2": spread([20.0 / x for x in run2]),
+                       "cacheaffinity run 1 / run 2": spread([30.0 / x for x in run2])},
         }},
     }  # fmt: skip
 
 
 def test_the_node_shape_table_sets_the_facility_shape_beside_the_headline(tmp_path):
     assert "Not measured yet" in consecutive.render_node_shape(str(tmp_path))
-    (tmp_path / "consecutive_runs.json").write_text(json.dumps(_shape_doc(4, 1, [5.0, 6.0, 7.0], 1.0)))
+    (tmp_path / "consecutive_runs_4x1.json").write_text(json.dumps(_shape_doc(4, 1, [5.0, 6.0, 7.0], 1.0)))
     (tmp_path / "consecutive_runs_2x2.json").write_text(json.dumps(_shape_doc(2, 2, [6.0, 6.5, 7.0], 0.98)))
     text = consecutive.render_node_shape(str(tmp_path))
-    assert "| headline: 4 nodes x 1 | 1 | 30 | 6 [5, 7] | 100.0% |" in text
-    assert "| facility node shape: 2 nodes x 2 | 2 | 30 | 6.5 [6, 7] | 98.0% |" in text
-    assert "--workers 2 --per-node 2" in text
-    assert "facility node shape / the headline's: 1.08 (bound 1.10, met" in text
+    assert "| one node per process: 4 nodes x 1 | 30 | 6 [5, 7] | 100.0% | 5 [4.29, 6] | - |" in text
+    assert "| facility node shape: 2 nodes x 2 | 30 | 6.5 [6, 7] | 98.0% |" in text
+    assert "--workers 2 --per-node 2" in text and "--workers 4 --runs 5" in text
+    assert "facility node shape / one node per process: 1.08 (bound 1.10, met" in text
     (tmp_path / "consecutive_runs_2x2.json").write_text(json.dumps(_shape_doc(2, 2, [7.0, 7.5, 8.0], 1.0)))
     assert "1.25 (bound 1.10, **missed**" in consecutive.render_node_shape(str(tmp_path))

@@ -351,48 +351,52 @@ def render_worker_gc(results: str, name: str = "consecutive_runs_worker_gc") -> 
     return "\n".join(rows) + "\n"
 
 
-#: The facility node shape's bound: its run 2 at most this times the 4 x 1 headline's.
+#: The facility node shape's bound: its run 2 at most this times the W x 1 cluster's.
 NODE_SHAPE_BOUND = 1.10
 
 
-def render_node_shape(results: str, name: str = "consecutive_runs_2x2", base: str = "consecutive_runs") -> str:
-    """The headline's cluster (``base``: W nodes x 1 process) beside the facility node shape
-    (``name``: nodes x processes per node sharing each node's cache directory): cacheaffinity's
-    run 1 and run 2, run 2's share served by the caches, ``direct``'s run 2 where measured,
-    and the bound on run 2 against the headline's."""
+def _shape_command(c: dict, name: str) -> str:
+    return (f"`python benchmarks/consecutive_runs.py --analysis {c['analysis']} --events {c['events']} "
+            f"--files {c['files']} --chunksize {c['chunksize']} --workers {c['workers']}"
+            + (f" --per-node {c['per_node']}" if int(c.get("per_node") or 1) > 1 else "")
+            + f" --runs {c['runs']} --repeats {c['repeats']} --scenarios stable --modes {' '.join(c['modes'])}"
+            f" --name {name}`")  # fmt: skip
+
+
+def render_node_shape(results: str, name: str = "consecutive_runs_2x2", base: str = "consecutive_runs_4x1") -> str:
+    """One node per worker process (``base``: W nodes x 1) beside the facility node shape
+    (``name``: nodes x processes per node sharing each node's cache directory), the same
+    settings otherwise: cacheaffinity's run 1 and run 2, run 2's share served by the
+    caches, the headline's ratios, and the bound on run 2 against the W x 1 cluster's."""
     shape, head = _load(results, name), _load(results, base)
     if shape is None:
-        return (f"Not measured yet (`python benchmarks/run_all.py --only {name}` writes "
-                f"`benchmarks/results/{name}.json`).\n")  # fmt: skip
+        return f"Not measured yet (`benchmarks/consecutive_runs.py --per-node 2 --name {name}` writes it).\n"
     lines = [
-        "| cluster | processes per node | cacheaffinity run 1 s | run 2 s | run 2 served by caches | "
-        "direct run 2 s | direct / cacheaffinity run 2 | measured on |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        "| cluster | cacheaffinity run 1 s | run 2 s | run 2 served by caches | run 1 / run 2 | "
+        "run 2 / floor (b) | direct / cacheaffinity run 2 | coffea-native / cacheaffinity run 2 | measured on |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    run2 = {}
-    for label, doc in (("headline", head), ("facility node shape", shape)):
+    run2, commands = {}, []
+    for label, key, doc in (("one node per process", base, head), ("facility node shape", name, shape)):
         if doc is None:
             continue
         c, h = doc["config"], doc["results"]["headline"]
-        m, d = h["modes"].get("cacheaffinity") or {}, h["modes"].get("direct") or {}
-        per = int(c.get("per_node") or 1)
+        m, ratios = h["modes"].get("cacheaffinity") or {}, h["ratios"]
         run2[label] = (m.get("run2_wall_s") or {}).get("median")
-        ratio = h["ratios"].get("direct run 2 / cacheaffinity run 2")
-        lines.append(
-            f"| {label}: {c['workers']} nodes x {per} | {per} | {_spread(m.get('run1_wall_s'))} | "
-            f"{_spread(m.get('run2_wall_s'))} | {_spread(m.get('run2_cache_rate'), _pct)} | "
-            f"{_spread(d.get('run2_wall_s'))} | {_spread(ratio)} | {commit_label(doc)}, {_date(doc)} |"
-        )
-    c = shape["config"]
-    lines += ["", f"Medians [min, max] of {c['repeats']} repeats of each; the facility node shape: "
-              f"`python benchmarks/consecutive_runs.py --analysis {c['analysis']} --events {c['events']} "
-              f"--files {c['files']} --chunksize {c['chunksize']} --workers {c['workers']} --per-node "
-              f"{c.get('per_node') or 1} --runs {c['runs']} --repeats {c['repeats']} --scenarios stable "
-              f"--modes {' '.join(c['modes'])} --name {name}` (a step of `benchmarks/run_all.py`)."]  # fmt: skip
-    a, b = run2.get("facility node shape"), run2.get("headline")
+        cells = [_spread(m.get("run1_wall_s")), _spread(m.get("run2_wall_s")), _spread(m.get("run2_cache_rate"), _pct)]
+        cells += [_spread(ratios.get(r)) for r in (
+            "cacheaffinity run 1 / run 2", "cacheaffinity run 2 / floor (b) coffea-in-memory",
+            "direct run 2 / cacheaffinity run 2", "coffea-native run 2 / cacheaffinity run 2")]  # fmt: skip
+        per = int(c.get("per_node") or 1)
+        lines.append(f"| {label}: {c['workers']} nodes x {per} | " + " | ".join(cells)
+                     + f" | {commit_label(doc)}, {_date(doc)} |")  # fmt: skip
+        commands.append(f"{_shape_command(c, key)} ({c['repeats']} repeats)")
+    lines += ["", "Medians [min, max] over the repeats of each; one after the other, alone: "
+              + "; then ".join(commands) + "."]
+    a, b = run2.get("facility node shape"), run2.get("one node per process")
     if a and b:
         r = a / b
         verdict = "met" if r <= NODE_SHAPE_BOUND else "**missed**"
-        lines += ["", f"Run 2 of the facility node shape / the headline's: {r:.2f} (bound {NODE_SHAPE_BOUND:.2f}, "
-                  f"{verdict}; two invocations, medians of each)."]  # fmt: skip
+        lines += ["", f"Run 2 of the facility node shape / one node per process: {r:.2f} (bound "
+                  f"{NODE_SHAPE_BOUND:.2f}, {verdict}; medians of each invocation)."]  # fmt: skip
     return "\n".join(lines) + "\n"
