@@ -143,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         out = a.out
     elif a.quick:
         out = "<tmp>" if a.dry_run else tempfile.mkdtemp(prefix="cacheaffinity-bench-quick-")
+        if not a.dry_run:  # the XRootD origin runs as its own user: it must read the data below
+            os.chmod(out, 0o755)
     else:
         out = str(ROOT / "benchmarks" / "results")
     data = str(Path(out) / "data") if a.quick else str(ROOT / ".bench-data")
