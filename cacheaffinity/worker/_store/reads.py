@@ -18,7 +18,7 @@ import numpy as np
 from cacheaffinity.exceptions import Closed, Corrupt
 from cacheaffinity.worker._store.files import DataFiles, members_of
 from cacheaffinity.worker._store.health import Health
-from cacheaffinity.worker._store.index import Index
+from cacheaffinity.worker._store.index import POLICY_COLUMNS, Index
 from cacheaffinity.worker._store.layout import PLAIN
 from cacheaffinity.worker._store.protocol import Pack
 from cacheaffinity.worker._store.writer import DROPPED, WriteBehind
@@ -30,8 +30,9 @@ logger = logging.getLogger("cacheaffinity.worker")
 #: Keys per index query of :meth:`Reader.get_many` (SQLite's variable limit).
 QUERY_KEYS = 500
 _MISSING = object()
-#: The admission policy's columns of a row, read with every hit (see :class:`Reader`).
-POLICY_FIELDS = "rank, last_used, stale_from, reuse_dist"
+#: The admission policy's columns of a row (:data:`~cacheaffinity.worker._store.index.POLICY_COLUMNS`),
+#: read with every hit (see :class:`Reader`).
+POLICY_FIELDS = ", ".join(POLICY_COLUMNS)
 
 
 class Reader:
