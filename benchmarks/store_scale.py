@@ -269,6 +269,11 @@ def _median_case(cases: list[dict]) -> dict:
     return out
 
 
+#: An insert phase is compared with its own cost at the smallest cache where the default
+#: policy stored at least this share of its inserts (see :func:`checks`).
+STORED_ALIKE = 0.95
+
+
 def checks(rows: list[dict]) -> dict:
     """The issue's bounds at the largest N, for the default policy."""
     sizes = sorted({r["packs"] for r in rows})
@@ -280,9 +285,16 @@ def checks(rows: list[dict]) -> dict:
         if not (big and small and fifo):
             continue
         for phase in ("hit", "hit_random", "miss", "insert"):
-            own = big[f"{phase}_cpu_us"] / small[f"{phase}_cpu_us"]
+            base = small
+            if phase == "insert":
+                # the same work: an insert stored with an eviction.  Where P x ops inserts
+                # overrun a small cache many times, rank refuses most (1e3 packs, 8
+                # processes: 34% stored) and a refusal writes no file: not the same operation
+                stored = [find.get((n, "rank", procs)) for n in sizes]
+                base = next((r for r in stored if r and r["insert_done"] >= STORED_ALIKE), small)
+            own = big[f"{phase}_cpu_us"] / base[f"{phase}_cpu_us"]
             vs_fifo = big[f"{phase}_cpu_us"] / fifo[f"{phase}_cpu_us"]
-            out[f"{phase}_vs_own_{lo}_p{procs}"] = {"ratio": round(own, 3), "bound": 1.5, "met": own <= 1.5}
+            out[f"{phase}_vs_own_{base['packs']}_p{procs}"] = {"ratio": round(own, 3), "bound": 1.5, "met": own <= 1.5}
             out[f"{phase}_vs_fifo_p{procs}"] = {"ratio": round(vs_fifo, 3), "bound": 1.5, "met": vs_fifo <= 1.5}
         growth = big["rss_end_mb"] - small["rss_end_mb"]
         out[f"rss_growth_mb_p{procs}"] = {"value": round(growth, 1), "bound": 16, "met": growth <= 16}
@@ -339,6 +351,8 @@ def render(results: str, name: str = "store_scale") -> str:
             if not (a and b):
                 continue
             cell = [f"{a[k]:.0f} / {b[k]:.0f}" for k in ("hit_cpu_us", "hit_random_cpu_us", "miss_cpu_us", "insert_cpu_us", "rss_end_mb")]
+            if a.get("insert_done", 1.0) < STORED_ALIKE:  # rank refused most: cheaper, not the same work
+                cell[3] = f"{a['insert_cpu_us']:.0f} ({a['insert_done']:.0%} stored) / {b['insert_cpu_us']:.0f}"
             lines.append(f"| {n:,} | {p} | " + " | ".join(cell) + f" | {a['open_s']:.2f} |")
     sizes = ", ".join(
         f"{s['packs']:,} packs: index {s['index_bytes'] / 2**20:.0f} MiB, `cache info` {s['cache_info_s']:.2f} s, "
@@ -350,7 +364,9 @@ def render(results: str, name: str = "store_scale") -> str:
     lines += [
         "",
         f"CPU per operation summed over the node's processes (medians of {c['repeats']}; {c['ops']} operations "
-        f"per process and phase). {sizes}.",
+        f"per process and phase). {sizes}. An insert's own-cost bound compares it with the smallest cache "
+        f"where `rank` stored >= {STORED_ALIKE:.0%} of the inserts (where P x {c['ops']} inserts overrun a "
+        "small cache, it refuses most, and a refusal writes no file).",
         "",
         f"Bounds met: {len(met)} of {len(met) + len(missed)}." + (f" Missed: {'; '.join(missed)}." if missed else ""),
         "",

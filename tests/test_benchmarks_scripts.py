@@ -204,3 +204,23 @@ def test_store_scale_tiny(tmp_path):
         assert min(r[f"{ph}_cpu_us"] for ph in store_scale.PHASES) > 0, r
     assert {"hit_vs_fifo_p1", "hit_vs_own_1000_p2", "rss_growth_mb_p1", "open_s_p2"} <= set(doc["checks"])
     assert (tmp_path / "store_scale.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_store_scale_compares_an_insert_with_its_cost_where_it_was_stored_alike():
+    """An insert's own-cost bound skips a small cache where rank refused most inserts (a
+    refusal writes no file: cheaper, not the same operation), and names the size it used."""
+    from benchmarks import store_scale
+
+    def row(packs, policy, insert_us, done):
+        return {"packs": packs, "policy": policy, "procs": 8, "insert_cpu_us": insert_us, "insert_done": done,
+                "hit_cpu_us": 50.0, "hit_random_cpu_us": 60.0, "miss_cpu_us": 7.0, "rss_end_mb": 50.0, "open_s": 0.1}
+
+    rows = [row(1000, "rank", 320.0, 0.34), row(1000, "fifo", 816.0, 1.0), row(10000, "rank", 671.0, 0.955),
+            row(10000, "fifo", 881.0, 1.0), row(10**6, "rank", 698.0, 1.0), row(10**6, "fifo", 613.0, 1.0)]
+    checks = store_scale.checks(rows)
+    assert "insert_vs_own_1000_p8" not in checks
+    assert checks["insert_vs_own_10000_p8"] == {"ratio": round(698 / 671, 3), "bound": 1.5, "met": True}
+    assert checks["hit_vs_own_1000_p8"]["ratio"] == 1.0  # the other phases keep the smallest cache
+    rows[0]["insert_done"] = 0.99  # stored alike at 1e3: compared there, and that misses
+    assert store_scale.checks(rows)["insert_vs_own_1000_p8"] == {"ratio": round(698 / 320, 3), "bound": 1.5,
+                                                                 "met": False}
