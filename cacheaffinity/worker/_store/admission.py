@@ -280,29 +280,44 @@ class RankEntries:
             self.used -= e[0]
 
     @staticmethod
-    def _top(heap, valid):
-        while heap:
-            if valid(heap[0]):
-                return heap[0]
-            heapq.heappop(heap)
-        return None
+    def _top(heap, valid, exclude=()):
+        """The first valid item of ``heap`` whose key is not in ``exclude`` (invalid items
+        are dropped; excluded ones stay)."""
+        held = []
+        try:
+            while heap:
+                it = heap[0]
+                if not valid(it):
+                    heapq.heappop(heap)
+                elif it[2] in exclude:
+                    held.append(heapq.heappop(heap))
+                else:
+                    return it
+            return None
+        finally:
+            for it in held:
+                heapq.heappush(heap, it)
 
-    def first_due(self) -> tuple[float, str] | None:
-        """``(stale from, key)`` of the looked-up entry stale first."""
+    def first_due(self, exclude=()) -> tuple[float, str] | None:
+        """``(stale from, key)`` of the looked-up entry stale first (keys in ``exclude`` skipped)."""
         e = self._e
-        it = self._top(self._due, lambda it: (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] == it[0])
+        it = self._top(
+            self._due, lambda it: (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] == it[0], exclude
+        )
         return None if it is None else (it[0], it[2])
 
-    def first_fresh(self) -> tuple[float, str] | None:
+    def first_fresh(self, exclude=()) -> tuple[float, str] | None:
         """``(inserted, key)`` of the oldest entry not looked up since inserted."""
         e = self._e
-        it = self._top(self._fresh, lambda it: (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] is None)
+        it = self._top(
+            self._fresh, lambda it: (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] is None, exclude
+        )
         return None if it is None else (it[0], it[2])
 
-    def highest(self) -> tuple[float, str] | None:
+    def highest(self, exclude=()) -> tuple[float, str] | None:
         """``(rank, key)`` of the entry of highest rank."""
         e = self._e
-        it = self._top(self._by_rank, lambda it: (v := e.get(it[2])) is not None and v[5] == -it[1])
+        it = self._top(self._by_rank, lambda it: (v := e.get(it[2])) is not None and v[5] == -it[1], exclude)
         return None if it is None else (-it[0], it[2])
 
     def items(self) -> list[tuple]:
@@ -475,33 +490,66 @@ class StableRank(Policy):
         self.table.touch(key, self.clock, self.clock + self.live_factor * max(d, self.demand or 0.0), d)
         return True
 
-    def _stalest(self) -> tuple[float, str] | None:
-        """``(how long stale, key)`` of the entry stale longest, or None if none is."""
+    def _stalest(self, exclude=()) -> tuple[float, str] | None:
+        """``(how long stale, key)`` of the entry stale longest (keys in ``exclude``
+        skipped), or None if none is."""
         best = None
-        due = self.table.first_due()
+        due = self.table.first_due(exclude)
         if due is not None and due[0] + self.grace < self.clock:
             best = (self.clock - due[0], due[1])
         if self.demand:
-            fresh = self.table.first_fresh()
+            fresh = self.table.first_fresh(exclude)
             if fresh is not None:
                 over = self.clock - self.live_factor * self.demand - fresh[0] - self.grace
                 if over > 0 and (best is None or over > best[0]):
                     best = (over, fresh[1])
         return best
 
+    def _plan(self, size: float, below: float) -> list[str] | None:
+        """The keys :meth:`victims` takes to make room for ``size`` bytes (stale entries,
+        stalest first, then the highest ranks), or None if that would take an entry that is
+        not stale and does not rank above ``below`` (nothing changes)."""
+        need = self.used + size - self.capacity
+        out: list[str] = []
+        taken: set[str] = set()
+        while need > 0:
+            stale = self._stalest(taken)
+            if stale is not None:
+                k = stale[1]
+            else:
+                top = self.table.highest(taken)
+                if top is None or top[0] <= below:
+                    return None
+                k = top[1]
+            e = self.table.get(k)
+            if e is None:
+                return None
+            out.append(k)
+            taken.add(k)
+            need -= e[0]
+        return out
+
     def admit(self, key, size):
+        """Into room, into the room of stale entries, or in place of entries that rank
+        higher, all of them: a key never displaces a live entry of lower rank (where one
+        victim of higher rank is not room enough, the next might rank lower: refused)."""
         if size > self.capacity or key in self.table:
             return False
         r = rank(key, self.seed)
         gated = r < self.theta or self.gate == "none"
         if self.gate == "all" and not gated:
             return False
-        if self.used + size <= self.capacity or self._stalest() is not None:
+        if self.used + size <= self.capacity:
             return True
-        top = self.table.highest()
-        return gated and top is not None and r < top[0]
+        return self._plan(size, r if gated else math.inf) is not None
 
     def victims(self, size, key=None):
+        below = -math.inf if key is None else rank(key, self.seed)
+        plan = self._plan(size, below) if key is not None else None
+        if plan is not None:
+            for k in plan:
+                self.remove(k)
+            return plan
         out = []
         while len(self.table) and self.used + size > self.capacity:
             stale = self._stalest()

@@ -165,16 +165,31 @@ class IndexEntries:
             self.removed.append(row[1])
             self.freed += int(row[2])
 
-    def first_due(self) -> tuple[float, str] | None:
+    @staticmethod
+    def _not_in(exclude) -> tuple[str, tuple]:
+        """SQL and arguments that skip the keys of ``exclude`` (a victim plan's few)."""
+        if not exclude:
+            return "", ()
+        keys = tuple(exclude)
+        return f" AND key NOT IN ({','.join('?' * len(keys))})", keys
+
+    def first_due(self, exclude=()) -> tuple[float, str] | None:
+        skip, args = self._not_in(exclude)
         return self._one(
-            "SELECT stale_from, key FROM entries WHERE stale_from IS NOT NULL ORDER BY stale_from, id LIMIT 1"
+            f"SELECT stale_from, key FROM entries WHERE stale_from IS NOT NULL{skip} ORDER BY stale_from, id LIMIT 1",
+            args,
         )
 
-    def first_fresh(self) -> tuple[float, str] | None:
-        return self._one("SELECT last_used, key FROM entries WHERE stale_from IS NULL ORDER BY last_used, id LIMIT 1")
+    def first_fresh(self, exclude=()) -> tuple[float, str] | None:
+        skip, args = self._not_in(exclude)
+        return self._one(
+            f"SELECT last_used, key FROM entries WHERE stale_from IS NULL{skip} ORDER BY last_used, id LIMIT 1", args
+        )
 
-    def highest(self) -> tuple[float, str] | None:
-        return self._one("SELECT rank, key FROM entries ORDER BY rank DESC, id DESC LIMIT 1")
+    def highest(self, exclude=()) -> tuple[float, str] | None:
+        skip, args = self._not_in(exclude)
+        where = f" WHERE {skip[5:]}" if skip else ""
+        return self._one(f"SELECT rank, key FROM entries{where} ORDER BY rank DESC, id DESC LIMIT 1", args)
 
     def items(self) -> list[tuple]:
         return self.con.execute(
