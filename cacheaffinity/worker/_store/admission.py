@@ -374,7 +374,7 @@ class StableRank(Policy):
     distance (bytes looked up between its last two lookups; never looked up again: x the
     node's *demand*, the median reuse distance of a bottom-k sample of keys, as SHARDS
     samples).  Stale entries go first (stalest first), then the highest rank.  A missed
-    key is admitted into room (free or stale) or if a held entry ranks higher.
+    key is admitted into room: free, stale, or of held entries that all rank higher.
 
     Every decision asks the entries and the sample for one entry or one extreme (a hash
     lookup or the top of an ordered index), never for all of them: what the store keeps
