@@ -167,7 +167,7 @@ def test_rank_never_displaces_a_live_entry_of_lower_rank():
         hits += sum(rates[2:]) / 4
         held = {k for k, *_ in p.entries()}
         top = max(admission.rank(k) for k in held)
-        for k, s in keys:  # every key held ranks below every key left out that would fit in its place
+        for k, s in keys:  # a key left out that ranks below a held one did not fit into the free room
             if k not in held and admission.rank(k) < top:
                 assert p.used + s > p.capacity, (t, k)
     assert writes == 0, writes  # steady runs store nothing (the old rule: ~1 pack per run in 1 case of 4)

@@ -506,8 +506,8 @@ class StableRank(Policy):
         return best
 
     def _plan(self, size: float, below: float) -> list[str] | None:
-        """The keys :meth:`victims` takes to make room for ``size`` bytes (stale entries,
-        stalest first, then the highest ranks), or None if that would take an entry that is
+        """The keys to evict to make room for ``size`` bytes (stale entries, stalest first,
+        then the highest ranks), or None if that would take an entry that is
         not stale and does not rank above ``below`` (nothing changes)."""
         need = self.used + size - self.capacity
         out: list[str] = []
@@ -529,33 +529,32 @@ class StableRank(Policy):
             need -= e[0]
         return out
 
-    def admit(self, key, size):
-        """Into room, into the room of stale entries, or in place of entries that rank
-        higher, all of them: a key never displaces a live entry of lower rank (where one
-        victim of higher rank is not room enough, the next might rank lower: refused)."""
+    def _room(self, key: str, size: float) -> list[str] | None:
+        """The keys to evict for ``key`` (``[]``: it fits), or None if it is not admitted:
+        into room, into the room of stale entries, or in place of entries that rank higher,
+        all of them: a key never displaces a live entry of lower rank (where one victim of
+        higher rank is not room enough, the next might rank lower: refused)."""
         if size > self.capacity or key in self.table:
-            return False
+            return None
         r = rank(key, self.seed)
         gated = r < self.theta or self.gate == "none"
         if self.gate == "all" and not gated:
-            return False
+            return None
         if self.used + size <= self.capacity:
-            return True
-        return self._plan(size, r if gated else math.inf) is not None
+            return []
+        return self._plan(size, r if gated else math.inf)
 
-    def victims(self, size, key=None):
-        below = -math.inf if key is None else rank(key, self.seed)
-        plan = self._plan(size, below) if key is not None else None
-        if plan is not None:
-            for k in plan:
-                self.remove(k)
-            return plan
-        out = []
-        while len(self.table) and self.used + size > self.capacity:
-            stale = self._stalest()
-            k = stale[1] if stale is not None else self.table.highest()[1]
+    def admit(self, key, size):
+        return self._room(key, size) is not None
+
+    def offer(self, key, size):
+        """As :meth:`Policy.offer`, the victims planned once (the admission's own plan)."""
+        out = self._room(key, size)
+        if out is None:
+            return None
+        for k in out:
             self.remove(k)
-            out.append(k)
+        self._insert(key, size)
         return out
 
     def _insert(self, key, size, used=None, due=None, dist=None):
@@ -623,6 +622,8 @@ class RankFifo(StableRank):
     def __init__(self, capacity: float, slack: float = 0.95, **kw: Any):
         super().__init__(capacity, slack=slack, **kw)
         self._order: OrderedDict[str, None] = OrderedDict()
+
+    offer = Policy.offer  # its own admit and victims, not rank's plan
 
     def admit(self, key, size):
         return key not in self.table and size <= self.capacity and rank(key, self.seed) < self.theta
