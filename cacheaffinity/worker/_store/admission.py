@@ -451,10 +451,12 @@ class StableRank(Policy):
         """Stale after this many reuse distances: ``1 + jitter`` within ``[min_live, live]``."""
         return min(self.live, max(self.min_live, 1.0 + self.jitter))
 
-    def _observe(self, h: int) -> None:
+    def _observe(self, h: int, size: float) -> None:
         smp = self.sample
         t = smp.get(h)
         if t is not None:
+            if self.clock - t <= size:
+                return  # nothing else looked up since: the same lookup recorded twice
             smp.set(h, self.clock)
             self._reuses.append(self.clock - t)
             if len(self._reuses) >= MIN_REUSES:
@@ -474,9 +476,14 @@ class StableRank(Policy):
 
     def lookup(self, key, size, h=None):
         """A lookup of ``key`` (``h``: its :func:`key_hash` with this seed, if known)."""
-        self.clock += size
-        self._observe(key_hash(key, self.seed) if h is None else h)
         e = self.table.get(key)
+        if e is not None and e[2] >= self.clock:
+            # Nothing was looked up since its last lookup or its insert: one lookup recorded
+            # twice (a value put twice, a miss and the hit its insert answers), not a reuse
+            # (a reuse distance of one entry would make it stale within a few lookups).
+            return True
+        self.clock += size
+        self._observe(key_hash(key, self.seed) if h is None else h, size)
         if e is None:
             return False
         d = self.clock - e[2]
