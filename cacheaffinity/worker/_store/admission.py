@@ -371,9 +371,9 @@ class StableRank(Policy):
     """Keep the keys of lowest stable rank (``xxh3_64(key) / 2**64``) that are still in use.
 
     An entry is *stale* once not looked up for :attr:`live_factor` x its last reuse
-    distance (bytes looked up between its last two lookups; never looked up again: x the
-    node's *demand*, the median reuse distance of a bottom-k sample of keys, as SHARDS
-    samples).  Stale entries go first (stalest first), then the highest rank.  A missed
+    distance (bytes looked up between its last two lookups; below the demand: twice the
+    demand minus it; never looked up again: x the node's *demand*, the median reuse
+    distance of a bottom-k sample of keys, as SHARDS samples).  Stale entries go first (stalest first), then the highest rank.  A missed
     key is admitted into room: free, stale, or of held entries that all rank higher.
 
     Every decision asks the entries and the sample for one entry or one extreme (a hash
@@ -477,10 +477,10 @@ class StableRank(Policy):
     def lookup(self, key, size, h=None):
         """A lookup of ``key`` (``h``: its :func:`key_hash` with this seed, if known)."""
         e = self.table.get(key)
-        if e is not None and e[2] >= self.clock:
-            # Nothing was looked up since its last lookup or its insert: one lookup recorded
-            # twice (a value put twice, a miss and the hit its insert answers), not a reuse
-            # (a reuse distance of one entry would make it stale within a few lookups).
+        if e is not None and e[2] >= self.clock and not self.demand:
+            # Nothing was looked up since its last lookup or its insert (a value put twice, a
+            # miss and the hit its insert answers): without a demand to go by, that reuse
+            # distance of one entry would make it stale within a few lookups.
             return True
         self.clock += size
         self._observe(key_hash(key, self.seed) if h is None else h, size)
@@ -493,8 +493,11 @@ class StableRank(Policy):
             # up by quantile, down by 1 - quantile: rests where a fraction quantile is below
             step = self.quantile if dev > self.jitter else self.quantile - 1.0
             self.jitter = min(1.0, max(0.01, self.jitter * math.exp(self.learn * step)))
-        # at least the demand: a key run early this time is not due early next time
-        self.table.touch(key, self.clock, self.clock + self.live_factor * max(d, self.demand or 0.0), d)
+        # A key run early this time (d below the demand) may run as late next time as it ran
+        # early now: due no earlier than the demand's mirror image (a node's chunk order is
+        # not the same every run: the last chunk of one run can be the first of the next).
+        demand = self.demand or 0.0
+        self.table.touch(key, self.clock, self.clock + self.live_factor * max(d, 2.0 * demand - d), d)
         return True
 
     def _stalest(self, exclude=()) -> tuple[float, str] | None:
