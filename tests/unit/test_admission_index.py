@@ -246,3 +246,76 @@ def test_a_process_holds_no_per_entry_state(tmp_path):
             _, peaks[n] = tracemalloc.get_traced_memory()
         tracemalloc.stop()
     assert peaks[4000] < peaks[200] + 256 * 1024, peaks  # 3,800 more entries: < 70 bytes each
+
+
+def _steps(con: sqlite3.Connection, fn):
+    """(fn's result, SQLite VM steps it took, in hundreds)."""
+    steps = [0]
+
+    def tick():
+        steps[0] += 1
+        return 0
+
+    con.set_progress_handler(tick, 100)
+    try:
+        return fn(), steps[0]
+    finally:
+        con.set_progress_handler(None, 0)
+
+
+def test_the_oldest_fresh_entry_is_found_from_a_watermark_that_passes_each_row_once(tmp_path):
+    """Entries not looked up since stored are found by row id from a watermark (no index
+    that every first lookup would change): each row is passed over once, not per call."""
+    idx = IndexPolicy(tmp_path, 1e12)
+    keys = [f"w{i:05d}" for i in range(3000)]
+    for k in keys:
+        idx.lookup(k, BLOCK)
+        idx.offer(k, BLOCK)
+    table = idx.p.table
+    assert table.first_fresh() == (BLOCK * 1.0, keys[0]) and table.fresh_from == 1
+    for k in keys[:2990]:  # looked up again: no longer fresh
+        idx.lookup(k, BLOCK)
+    first, walk = _steps(idx.con, table.first_fresh)
+    assert first[1] == keys[2990] and table.fresh_from == 2991
+    again, once = _steps(idx.con, table.first_fresh)
+    assert again == first and once * 20 < walk, (once, walk)  # the rows passed are not passed again
+    assert table.first_fresh(exclude={keys[2990]})[1] == keys[2991] and table.fresh_from == 2991
+    for k in keys[2990:]:
+        idx.lookup(k, BLOCK)
+    assert table.first_fresh() is None and table.fresh_from == 3001  # none: past the last row
+    idx.lookup("w-new", BLOCK)
+    idx.offer("w-new", BLOCK)
+    assert table.first_fresh()[1] == "w-new"
+
+
+def test_an_index_with_the_old_fresh_index_is_upgraded_on_open_and_the_watermark_is_shared(tmp_path):
+    """An index made before the watermark (``entries_fresh``, changed by every first
+    lookup) loses that index on its first open; the watermark is saved for the node's other
+    processes, and a replaced policy state starts it again from the first row."""
+    from cacheaffinity.worker._store.index import OLD_FRESH_INDEX
+
+    n = 200
+    _fill(tmp_path, n)
+    con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME), isolation_level=None)
+    con.execute("DROP INDEX entries_unclocked")
+    con.execute(f"CREATE INDEX {OLD_FRESH_INDEX} ON entries(last_used) WHERE stale_from IS NULL")
+    con.close()
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        names = {n for (n,) in cache.index.query("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert OLD_FRESH_INDEX not in names and "entries_unclocked" in names
+        assert len(cache) == n
+        for i in range(n):  # a re-run: every entry looked up, none fresh
+            assert cache.get(f"e{i:06d}") is not None
+        cache.save_admission(force=True)
+        cache["e-new"] = np.full(4, -1, np.int64)  # a miss into the full cache: looks for a fresh entry
+        cache.save_admission(force=True)
+    con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME), isolation_level=None)
+    saved = int(con.execute("SELECT value FROM admission_state WHERE name = 'fresh_from'").fetchone()[0])
+    top = con.execute("SELECT max(id) FROM entries WHERE key != 'e-new'").fetchone()[0]
+    assert saved > top  # every row stored before the re-run was passed
+    con.execute("UPDATE admission_state SET value = 'not json' WHERE name = 'state'")
+    con.close()
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        assert cache.get("e000000") is not None
+        cache.save_admission(force=True)  # the state is replaced: every entry fresh again
+        assert cache.admission._fresh_from == 0

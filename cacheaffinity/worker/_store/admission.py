@@ -373,8 +373,9 @@ class StableRank(Policy):
     An entry is *stale* once not looked up for :attr:`live_factor` x its last reuse
     distance (bytes looked up between its last two lookups; below the demand: twice the
     demand minus it; never looked up again: x the node's *demand*, the median reuse
-    distance of a bottom-k sample of keys, as SHARDS samples).  Stale entries go first (stalest first), then the highest rank.  A missed
-    key is admitted into room: free, stale, or of held entries that all rank higher.
+    distance of a bottom-k sample of keys, as SHARDS samples).  Stale entries go first
+    (stalest first), then the highest rank.  A missed key is admitted into room: free,
+    stale, or of held entries that all rank higher.
 
     Every decision asks the entries and the sample for one entry or one extreme (a hash
     lookup or the top of an ordered index), never for all of them: what the store keeps

@@ -61,8 +61,13 @@ class IndexEntries:
     evicts are deleted here (their data files in :attr:`removed`, to delete after the
     commit); an admitted key's fields wait in :attr:`fields` for the row its caller inserts."""
 
-    def __init__(self, con: sqlite3.Connection):
+    def __init__(self, con: sqlite3.Connection, fresh_from: int = 0):
         self.con = con
+        #: Every row below this id has been looked up since it was stored (is not fresh):
+        #: rows are stored in clock order with ids that only grow, so the oldest fresh
+        #: entry is the first fresh row from here (:meth:`first_fresh`), found without an
+        #: index that every first lookup would have to change.
+        self.fresh_from = fresh_from
         #: data files of the rows deleted, and their bytes
         self.removed: list[str] = []
         self.freed = 0
@@ -181,10 +186,21 @@ class IndexEntries:
         )
 
     def first_fresh(self, exclude=()) -> tuple[float, str] | None:
+        """The oldest entry not looked up since it was stored: the first such row from
+        :attr:`fresh_from` in id order (which then moves up to it, or past the last row if
+        there is none: each row is passed over once, whatever the index holds)."""
         skip, args = self._not_in(exclude)
-        return self._one(
-            f"SELECT last_used, key FROM entries WHERE stale_from IS NULL{skip} ORDER BY last_used, id LIMIT 1", args
+        row = self._one(
+            f"SELECT last_used, key, id FROM entries WHERE id >= ? AND stale_from IS NULL{skip} ORDER BY id LIMIT 1",
+            (self.fresh_from, *args),
         )
+        if not exclude:
+            if row is not None:
+                self.fresh_from = row[2]
+            else:
+                top = self._one("SELECT max(id) FROM entries")
+                self.fresh_from = max(self.fresh_from, (top[0] or 0) + 1)
+        return None if row is None else (row[0] or 0.0, row[1])
 
     def highest(self, exclude=()) -> tuple[float, str] | None:
         skip, args = self._not_in(exclude)
@@ -317,6 +333,8 @@ class Admitter:
         self._token = f"{os.getpid()}-{id(self):x}"
         #: (entries, bytes) the index held at the last transaction
         self._held = (0, 0)
+        #: :attr:`IndexEntries.fresh_from` as last read or saved (``admission_state``)
+        self._fresh_from = 0
 
     def reset_after_fork(self) -> None:
         """Fresh locks, and the next transaction re-reads the scalars (a forked child)."""
@@ -336,7 +354,7 @@ class Admitter:
 
     def _bind(self, con: sqlite3.Connection) -> IndexEntries:
         p = self._policy
-        p.table, p.sample = IndexEntries(con), IndexSample(con)  # type: ignore[assignment]
+        p.table, p.sample = IndexEntries(con, self._fresh_from), IndexSample(con)  # type: ignore[assignment]
         return p.table  # type: ignore[return-value]
 
     def admits(self, key: str, size: int) -> bool:
@@ -429,13 +447,19 @@ class Admitter:
 
     def _read_scalars(self, con: sqlite3.Connection) -> None:
         """Adopt the scalars another process saved (one small row), if any did since."""
-        rows = dict(con.execute("SELECT name, value FROM admission_state WHERE name IN ('version', 'writers')"))
+        rows = dict(
+            con.execute("SELECT name, value FROM admission_state WHERE name IN ('version', 'writers', 'fresh_from')")
+        )
         try:
             version = int(rows.get("version", 0))
         except (TypeError, ValueError):
             version = -1  # damaged: the state below is replaced and saved anew
         if version == self._version:
             return
+        try:
+            self._fresh_from = max(0, int(rows.get("fresh_from", 0)))
+        except (TypeError, ValueError):
+            self._fresh_from = 0  # the oldest fresh row is then searched from the first row
         try:
             writers = json.loads(rows["writers"]) if "writers" in rows else {}
             self._writers = {str(k): float(v) for k, v in writers.items()}
@@ -470,6 +494,7 @@ class Admitter:
         if con.in_transaction:  # the entries' clocks were the old state's: all fresh now
             con.execute("UPDATE entries SET last_used = 0, stale_from = NULL, reuse_dist = NULL")
             con.execute("DELETE FROM admission_sample")
+            self._fresh_from = 0
 
     def _sync(self, con: sqlite3.Connection) -> None:
         """Inside a write transaction: the scalars, the rows bound, this process's lookups applied."""
@@ -525,6 +550,11 @@ class Admitter:
         table = p.table
         if isinstance(table, IndexEntries):
             self._held = table.held()
+            if table.fresh_from != self._fresh_from:
+                self._fresh_from = table.fresh_from
+                con.execute(
+                    "INSERT OR REPLACE INTO admission_state VALUES ('fresh_from', ?)", (str(self._fresh_from),)
+                )
 
     def describe(self) -> dict:
         """``{"policy", "entries", "bytes", "demand", "theta", "reloads"}`` (as of this
