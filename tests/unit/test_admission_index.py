@@ -319,3 +319,31 @@ def test_an_index_with_the_old_fresh_index_is_upgraded_on_open_and_the_watermark
         assert cache.get("e000000") is not None
         cache.save_admission(force=True)  # the state is replaced: every entry fresh again
         assert cache.admission._fresh_from == 0
+
+
+def test_an_index_another_process_is_writing_opens_with_the_old_fresh_index_kept(tmp_path, monkeypatch, caplog):
+    """The upgrade is best effort: where it cannot take the write lock, the cache opens and
+    works with the old index, and a later open drops it."""
+    from cacheaffinity.worker._store import index as index_module
+    from cacheaffinity.worker._store.index import OLD_FRESH_INDEX
+
+    _fill(tmp_path, 50)
+    path = os.path.join(tmp_path, INDEX_NAME)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("DROP INDEX entries_unclocked")
+    other.execute(f"CREATE INDEX {OLD_FRESH_INDEX} ON entries(last_used) WHERE stale_from IS NULL")
+    other.execute("BEGIN IMMEDIATE")  # another process of the node holds the write lock
+    monkeypatch.setattr(index_module, "BUSY_TIMEOUT", 0.2)
+    try:
+        with caplog.at_level("INFO", logger="cacheaffinity.worker"):
+            cache = ColumnCache(tmp_path, capacity=50 * BLOCK, admission="rank", write_queue=0)
+        assert f"kept its {OLD_FRESH_INDEX} index" in caplog.text
+        assert cache.get("e000007") is not None and len(cache) == 50
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+    cache.save_admission(force=True)
+    cache.close()
+    with ColumnCache(tmp_path, capacity=50 * BLOCK, admission="rank", write_queue=0) as cache:
+        names = {n for (n,) in cache.index.query("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert OLD_FRESH_INDEX not in names and "entries_unclocked" in names

@@ -694,8 +694,8 @@ def migrate(con: sqlite3.Connection) -> None:
     )
 
 
-#: The index of entries not looked up since stored, by last lookup, that schema 4 indexes
-#: had before 0.1.0 was released: every first lookup of an entry moved it out (a B-tree
+#: The index of entries not looked up since stored, by last lookup, that schema-4 indexes
+#: made by earlier versions have: every first lookup of an entry moved it out (a B-tree
 #: delete at a random place, ~40% of an UPDATE's cost at 10^6 entries); a row id watermark
 #: finds the oldest of them now.
 OLD_FRESH_INDEX = "entries_fresh"
@@ -703,18 +703,23 @@ OLD_FRESH_INDEX = "entries_fresh"
 
 def drop_fresh_index(con: sqlite3.Connection) -> None:
     """Replace :data:`OLD_FRESH_INDEX` by ``entries_unclocked`` in place, once (the first
-    process to open the index; the others find it done).  One pass over the rows."""
+    process to open the index; the others find it done).  One pass over the rows.  Best
+    effort: an index this process cannot write keeps it (correct, only slower lookups)."""
     exists = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?"
     if con.execute(exists, (OLD_FRESH_INDEX,)).fetchone() is None:
         return
-    con.execute("BEGIN IMMEDIATE")
     try:
+        con.execute("BEGIN IMMEDIATE")
         if con.execute(exists, (OLD_FRESH_INDEX,)).fetchone() is not None:
             con.execute(f"DROP INDEX {OLD_FRESH_INDEX}")
             for statement in ADMISSION.strip().split(";"):
                 if statement.strip():
                     con.execute(statement)
         con.execute("COMMIT")
+    except sqlite3.OperationalError as e:  # read-only, busy past the timeout, disk full
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        logger.info("cacheaffinity: index kept its %s index (%s); it is dropped at a later open", OLD_FRESH_INDEX, e)
     except BaseException:
         if con.in_transaction:
             con.execute("ROLLBACK")
