@@ -638,6 +638,14 @@ class Index:
         return {n for (n,) in self.query("SELECT file FROM entries WHERE file >= ? AND file < ?", (lo, hi))}
 
 
+def create_admission(con: sqlite3.Connection) -> None:
+    """Create what :data:`ADMISSION` names that is missing, inside the caller's transaction
+    (``executescript`` would commit it)."""
+    for statement in ADMISSION.strip().split(";"):
+        if statement.strip():
+            con.execute(statement)
+
+
 def migrate(con: sqlite3.Connection) -> None:
     """Schema 3 -> 4 in place, in one transaction (the first process to open it; the others
     find version 4): the admission policy's per-entry metadata (a JSON row per entry in the
@@ -679,9 +687,7 @@ def migrate(con: sqlite3.Connection) -> None:
                 )
             except (TypeError, ValueError, AttributeError):
                 pass
-        for statement in ADMISSION.strip().split(";"):
-            if statement.strip():
-                con.execute(statement)
+        create_admission(con)
         con.executemany("INSERT OR REPLACE INTO admission_sample VALUES (?, ?)", sample)
         con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         con.execute("COMMIT")
@@ -712,9 +718,7 @@ def drop_fresh_index(con: sqlite3.Connection) -> None:
         con.execute("BEGIN IMMEDIATE")
         if con.execute(exists, (OLD_FRESH_INDEX,)).fetchone() is not None:
             con.execute(f"DROP INDEX {OLD_FRESH_INDEX}")
-            for statement in ADMISSION.strip().split(";"):
-                if statement.strip():
-                    con.execute(statement)
+            create_admission(con)
         con.execute("COMMIT")
     except sqlite3.OperationalError as e:  # read-only, busy past the timeout, disk full
         if con.in_transaction:
