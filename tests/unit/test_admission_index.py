@@ -19,6 +19,7 @@ import cacheaffinity.config  # noqa: F401  (registers the config defaults)
 from cacheaffinity.worker._store import BLOCK, INDEX_NAME, ColumnCache
 from cacheaffinity.worker._store.admission import StableRank, rank
 from cacheaffinity.worker._store.admitter import IndexEntries, IndexSample
+from cacheaffinity.worker._store.index import UNSET, UNSET_DISTANCE
 from test_admitter import KEYS, scan, value  # the same keys, values and runs (tests/unit)
 
 
@@ -50,7 +51,8 @@ class IndexPolicy:
             self.con.execute(
                 "INSERT INTO entries (key, file, toc, nbytes, size, checksum, stored, rank, last_used, "
                 "stale_from, reuse_dist) VALUES (?, ?, '[]', ?, ?, x'00', 0, ?, ?, ?, ?)",
-                (key, os.urandom(16).hex(), size, size, r, used, due, dist),
+                (key, os.urandom(16).hex(), size, size, r, used, UNSET if due is None else due,
+                 UNSET_DISTANCE if dist is None else dist),  # as the store's insert_row
             )
         return victims
 
@@ -290,19 +292,30 @@ def test_the_oldest_fresh_entry_is_found_from_a_watermark_that_passes_each_row_o
 
 def test_an_index_with_the_old_fresh_index_is_upgraded_on_open_and_the_watermark_is_shared(tmp_path):
     """An index made before the watermark (``entries_fresh``, changed by every first
-    lookup) loses that index on its first open; the watermark is saved for the node's other
-    processes, and a replaced policy state starts it again from the first row."""
-    from cacheaffinity.worker._store.index import OLD_FRESH_INDEX
+    lookup) and before ``UNSET`` (``entries_due``, NULL in rows not looked up) loses those
+    indexes on its first open; its NULLs read as not set; the watermark is saved for the
+    node's other processes, and a replaced policy state starts it again from the first row."""
+    from cacheaffinity.worker._store.index import OLD_DUE_INDEX, OLD_FRESH_INDEX
 
     n = 200
     _fill(tmp_path, n)
     con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME), isolation_level=None)
     con.execute("DROP INDEX entries_unclocked")
     con.execute(f"CREATE INDEX {OLD_FRESH_INDEX} ON entries(last_used) WHERE stale_from IS NULL")
+    # and what they stored for a row not looked up since stored: NULL, in entries_due's terms
+    con.execute("DROP INDEX entries_stale")
+    con.execute(f"CREATE INDEX {OLD_DUE_INDEX} ON entries(stale_from) WHERE stale_from IS NOT NULL")
+    con.execute("UPDATE entries SET stale_from = NULL, reuse_dist = NULL")
     con.close()
     with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
         names = {n for (n,) in cache.index.query("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert OLD_FRESH_INDEX not in names and "entries_unclocked" in names
+        assert not {OLD_FRESH_INDEX, OLD_DUE_INDEX} & names
+        assert {"entries_unclocked", "entries_stale"} <= names
+        # a NULL is read as not set: no entry is stale, the oldest not looked up is the first
+        table = IndexEntries(sqlite3.connect(os.path.join(tmp_path, INDEX_NAME)))
+        assert table.first_due() is None and table.first_fresh()[1] == "e000000"
+        assert table.get("e000007")[3:] == (None, None)
+        table.con.close()
         assert len(cache) == n
         for i in range(n):  # a re-run: every entry looked up, none fresh
             assert cache.get(f"e{i:06d}") is not None
@@ -347,3 +360,49 @@ def test_an_index_another_process_is_writing_opens_with_the_old_fresh_index_kept
     with ColumnCache(tmp_path, capacity=50 * BLOCK, admission="rank", write_queue=0) as cache:
         names = {n for (n,) in cache.index.query("SELECT name FROM sqlite_master WHERE type = 'index'")}
         assert OLD_FRESH_INDEX not in names and "entries_unclocked" in names
+
+
+def _first_lookup_frames(directory, unset: bool, monkeypatch) -> tuple[int, int]:
+    """(WAL frames written by saving a pack row's first lookup, the row's pages) for a pack
+    of 1,500 members (a ~85 KB table of contents: a leaf cell and overflow pages) stored at
+    a node clock of 8 GiB and looked up 4 GiB later (a facility node's figures: the clock,
+    the distance and a whole ``stale_from`` take their widest forms)."""
+    from cacheaffinity.worker._store import writes
+
+    if not unset:  # what earlier versions stored: NULL, which the first lookup grows
+        monkeypatch.setattr(writes, "UNSET", None)
+        monkeypatch.setattr(writes, "UNSET_DISTANCE", None)
+    path = os.path.join(directory, INDEX_NAME)
+    with ColumnCache(directory, capacity=64 * 2**20, admission="rank", write_queue=0) as cache:
+        members = {f"Branch_{i:04d}_with_a_long_name/f0/data": np.full(2, i, np.int64) for i in range(1500)}
+        assert cache.put_pack("small/Events", 0, 100, {"x/f0/data": np.zeros(4, np.int64)})[1]
+        policy = cache.admission._policy  # its scalars read by that insert: kept from here
+        policy.clock = float(2**33)  # as if 8 GiB had been looked up on the node
+        assert cache.put_pack("big/Events", 0, 100, members)[1]
+        cache.save_admission(force=True)
+        policy.clock += 2**32 + 0.5 * BLOCK  # and 4 GiB more: a facility node's reuse distance
+        con = sqlite3.connect(path, isolation_level=None)
+        row = con.execute(
+            "SELECT length(toc), typeof(stale_from), typeof(reuse_dist) FROM entries WHERE grp = 'big/Events'"
+        ).fetchone()
+        assert row[1:] == (("real", "real") if unset else ("null", "null")), row
+        assert con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
+        assert os.path.getsize(path + "-wal") == 0
+        assert cache.get_packs("big/Events", 0, 100)
+        cache.save_admission(force=True)
+        frames = os.path.getsize(path + "-wal") // (4096 + 24)
+        due, dist = con.execute("SELECT stale_from, reuse_dist FROM entries WHERE grp = 'big/Events'").fetchone()
+        con.close()
+    assert due > 2**33 and dist >= 2**32  # the lookup was saved
+    return frames, row[0] // 4096 + 1
+
+
+def test_a_rows_first_lookup_rewrites_in_place_only_the_page_it_changes(tmp_path, monkeypatch):
+    """A row is stored with its size for good (``UNSET``, ``UNSET_DISTANCE``, not NULL): the
+    save of its first lookup writes the page that changes, not the row's ~18 pages again
+    (a row that grew was deleted and inserted again, its overflow pages rewritten)."""
+    with monkeypatch.context() as m:
+        before, pages = _first_lookup_frames(tmp_path / "null", False, m)
+    now, _ = _first_lookup_frames(tmp_path / "unset", True, monkeypatch)
+    assert pages >= 15 and before >= pages, (before, pages)  # the old rows: all rewritten
+    assert now <= 6, (now, before, pages)  # the row's last page, its stale index entry, the state

@@ -67,15 +67,29 @@ ROW = (
 )
 #: The admission policy's columns of a row (worker/_store/admitter.py), added by schema 4.
 POLICY_COLUMNS = ("rank", "last_used", "stale_from", "reuse_dist")
+#: ``stale_from`` and ``reuse_dist`` of a row not looked up since it was stored (read as
+#: none; NULL, which earlier versions stored, is read so too).  Not NULL, and each as wide
+#: as the value its first lookup writes, so that a row keeps its size: SQLite rewrites a
+#: cell of the same size in place, only the pages whose bytes differ, but deletes and
+#: inserts again a cell that changes size: its page splits when full (rows are appended to
+#: full pages) and a pack row's overflow pages (its table of contents) are all rewritten.
+#: At 10^6 entries that was ~25% of a first lookup's writes with one-member packs, ~40%
+#: with 8 KB tables of contents.  ``stale_from`` is a REAL, 8 bytes (a whole value is
+#: stored as the next float up: SQLite stores whole REALs as integers, fewer bytes).
+#: ``reuse_dist`` is a whole number of bytes, which SQLite stores as an integer: -2^40
+#: takes 6 bytes, as every distance from 2 GiB to 128 TiB does (a facility node's run).
+UNSET = -0.5
+UNSET_DISTANCE = -(2.0**40)
 
 #: What the admission policy keeps beside the rows: ordered indexes on the rows' policy
-#: columns (the stalest entry, the highest rank: one index seek each; the oldest entry not
+#: columns (the stalest entry of those looked up since stored, the highest rank: one index
+#: seek each; the oldest entry not
 #: looked up since it was stored is the first such row by id, see ``IndexEntries.first_fresh``),
 #: the rows a ``fifo`` process stored without a clock, its bottom-k sample and its node-wide
 #: scalars.
 ADMISSION = """
 CREATE INDEX IF NOT EXISTS entries_rank ON entries(rank);
-CREATE INDEX IF NOT EXISTS entries_due ON entries(stale_from) WHERE stale_from IS NOT NULL;
+CREATE INDEX IF NOT EXISTS entries_stale ON entries(stale_from) WHERE stale_from >= 0;
 CREATE INDEX IF NOT EXISTS entries_unclocked ON entries(id) WHERE last_used IS NULL;
 CREATE TABLE IF NOT EXISTS admission_state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS admission_sample (h INTEGER PRIMARY KEY, t REAL NOT NULL);
@@ -97,8 +111,8 @@ CREATE TABLE IF NOT EXISTS entries (
     writer   INTEGER,                            -- uid that wrote the data file
     rank       REAL,  -- admission: xxh3 rank of key in [0, 1)
     last_used  REAL,  -- admission clock (bytes looked up on the node) of the last lookup
-    stale_from REAL,  -- admission clock from which it is stale (NULL: no lookup since stored)
-    reuse_dist REAL   -- bytes looked up between its last two lookups
+    stale_from REAL,  -- admission clock from which it is stale (< 0 or NULL: no lookup since stored)
+    reuse_dist REAL   -- bytes looked up between its last two lookups (< 0 or NULL: none yet)
 );
 CREATE INDEX IF NOT EXISTS entries_file ON entries(file);
 CREATE INDEX IF NOT EXISTS entries_grp ON entries(grp, start);
@@ -287,7 +301,7 @@ class Index:
             if 0 < version < SCHEMA_VERSION or (version == 0 and _has_tables(con)):
                 raise OlderLayout(f"index {self.path} has schema version {version}")
             if version == SCHEMA_VERSION and self.heals:
-                drop_fresh_index(con)
+                upgrade_indexes(con)
             if version == 0:
                 # Of processes opening a new directory together, the first creates the
                 # schema; the others wait for its lock and find it.
@@ -700,30 +714,44 @@ def migrate(con: sqlite3.Connection) -> None:
     )
 
 
-#: The index of entries not looked up since stored, by last lookup, that schema-4 indexes
-#: made by earlier versions have: every first lookup of an entry moved it out (a B-tree
-#: delete at a random place, ~40% of an UPDATE's cost at 10^6 entries); a row id watermark
-#: finds the oldest of them now.
+#: Indexes that schema-4 indexes made by earlier versions have:
+#: - ``entries_fresh``, the entries not looked up since stored by last lookup: every first
+#:   lookup of an entry moved it out (a B-tree delete at a random place, ~40% of an UPDATE's
+#:   cost at 10^6 entries); a row id watermark finds the oldest of them now;
+#: - ``entries_due``, the looked-up entries by ``stale_from`` (``WHERE stale_from IS NOT
+#:   NULL``): rows not looked up hold :data:`UNSET` now, ``entries_stale`` leaves them out.
 OLD_FRESH_INDEX = "entries_fresh"
+OLD_DUE_INDEX = "entries_due"
+OLD_INDEXES = (OLD_FRESH_INDEX, OLD_DUE_INDEX)
 
 
-def drop_fresh_index(con: sqlite3.Connection) -> None:
-    """Replace :data:`OLD_FRESH_INDEX` by ``entries_unclocked`` in place, once (the first
+def upgrade_indexes(con: sqlite3.Connection) -> None:
+    """Replace :data:`OLD_INDEXES` by today's (:data:`ADMISSION`) in place, once (the first
     process to open the index; the others find it done).  One pass over the rows.  Best
-    effort: an index this process cannot write keeps it (correct, only slower lookups)."""
-    exists = "SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = ?"
-    if con.execute(exists, (OLD_FRESH_INDEX,)).fetchone() is None:
+    effort: an index this process cannot write keeps them (correct, only slower lookups;
+    rows without a lookup that hold :data:`UNSET` are then in ``entries_due`` too, which
+    only the old code reads)."""
+
+    def old() -> list[str]:
+        marks = ",".join("?" * len(OLD_INDEXES))
+        found = con.execute(f"SELECT name FROM sqlite_master WHERE type = 'index' AND name IN ({marks})", OLD_INDEXES)
+        return sorted(n for (n,) in found)
+
+    present = old()
+    if not present:
         return
     try:
         con.execute("BEGIN IMMEDIATE")
-        if con.execute(exists, (OLD_FRESH_INDEX,)).fetchone() is not None:
-            con.execute(f"DROP INDEX {OLD_FRESH_INDEX}")
-            create_admission(con)
+        for name in old():
+            con.execute(f"DROP INDEX {name}")
+        create_admission(con)
         con.execute("COMMIT")
     except sqlite3.OperationalError as e:  # read-only, busy past the timeout, disk full
         if con.in_transaction:
             con.execute("ROLLBACK")
-        logger.info("cacheaffinity: index kept its %s index (%s); it is dropped at a later open", OLD_FRESH_INDEX, e)
+        logger.info(
+            "cacheaffinity: index kept its %s index (%s); it is dropped at a later open", ", ".join(present), e
+        )
     except BaseException:
         if con.in_transaction:
             con.execute("ROLLBACK")
