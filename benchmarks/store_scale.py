@@ -78,7 +78,7 @@ def build(directory: str, n: int) -> dict:
     from cacheaffinity.worker._store import ColumnCache
     from cacheaffinity.worker._store.admission import StableRank, key_hash, rank
     from cacheaffinity.worker._store.files import DataFiles, toc_of
-    from cacheaffinity.worker._store.index import UNSET, UNSET_DISTANCE
+    from cacheaffinity.worker._store.index import UNSET, stored
     from cacheaffinity.worker._store.layout import blocks, pack_key
 
     t0 = time.perf_counter()
@@ -109,7 +109,7 @@ def build(directory: str, n: int) -> dict:
             os.link(source, path)
         key = pack_key(grp, start, stop, members)
         rows.append((key, grp, start, stop, name, toc_json, nbytes, size, digest, time.time(), uid,
-                     rank(key), float(i * size), UNSET, UNSET_DISTANCE))  # fmt: skip
+                     rank(key), stored(float(i * size)), UNSET, UNSET))  # fmt: skip
     from cacheaffinity.worker._directory import INDEX_NAME
 
     con = sqlite3.connect(os.path.join(directory, INDEX_NAME), isolation_level=None)

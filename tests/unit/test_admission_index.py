@@ -19,7 +19,6 @@ import cacheaffinity.config  # noqa: F401  (registers the config defaults)
 from cacheaffinity.worker._store import BLOCK, INDEX_NAME, ColumnCache
 from cacheaffinity.worker._store.admission import StableRank, rank
 from cacheaffinity.worker._store.admitter import IndexEntries, IndexSample
-from cacheaffinity.worker._store.index import UNSET, UNSET_DISTANCE
 from test_admitter import KEYS, scan, value  # the same keys, values and runs (tests/unit)
 
 
@@ -51,8 +50,7 @@ class IndexPolicy:
             self.con.execute(
                 "INSERT INTO entries (key, file, toc, nbytes, size, checksum, stored, rank, last_used, "
                 "stale_from, reuse_dist) VALUES (?, ?, '[]', ?, ?, x'00', 0, ?, ?, ?, ?)",
-                (key, os.urandom(16).hex(), size, size, r, used, UNSET if due is None else due,
-                 UNSET_DISTANCE if dist is None else dist),  # as the store's insert_row
+                (key, os.urandom(16).hex(), size, size, r, used, due, dist),  # stored values
             )
         return victims
 
@@ -362,30 +360,26 @@ def test_an_index_another_process_is_writing_opens_with_the_old_fresh_index_kept
         assert OLD_FRESH_INDEX not in names and "entries_unclocked" in names
 
 
-def _first_lookup_frames(directory, unset: bool, monkeypatch) -> tuple[int, int]:
+def _first_lookup_frames(directory, as_before: bool, monkeypatch) -> tuple[int, int]:
     """(WAL frames written by saving a pack row's first lookup, the row's pages) for a pack
-    of 1,500 members (a ~85 KB table of contents: a leaf cell and overflow pages) stored at
-    a node clock of 8 GiB and looked up 4 GiB later (a facility node's figures: the clock,
-    the distance and a whole ``stale_from`` take their widest forms)."""
-    from cacheaffinity.worker._store import writes
+    of 1,500 members (a ~85 KB table of contents: a leaf cell and overflow pages)."""
+    from cacheaffinity.worker._store import admitter
 
-    if not unset:  # what earlier versions stored: NULL, which the first lookup grows
-        monkeypatch.setattr(writes, "UNSET", None)
-        monkeypatch.setattr(writes, "UNSET_DISTANCE", None)
+    if as_before:  # what earlier versions stored: NULL until the first lookup, whole clocks
+        monkeypatch.setattr(admitter, "UNSET", None)
+        monkeypatch.setattr(admitter, "stored", lambda value: value)
     path = os.path.join(directory, INDEX_NAME)
     with ColumnCache(directory, capacity=64 * 2**20, admission="rank", write_queue=0) as cache:
         members = {f"Branch_{i:04d}_with_a_long_name/f0/data": np.full(2, i, np.int64) for i in range(1500)}
         assert cache.put_pack("small/Events", 0, 100, {"x/f0/data": np.zeros(4, np.int64)})[1]
-        policy = cache.admission._policy  # its scalars read by that insert: kept from here
-        policy.clock = float(2**33)  # as if 8 GiB had been looked up on the node
         assert cache.put_pack("big/Events", 0, 100, members)[1]
+        assert cache.get_packs("small/Events", 0, 100)
         cache.save_admission(force=True)
-        policy.clock += 2**32 + 0.5 * BLOCK  # and 4 GiB more: a facility node's reuse distance
         con = sqlite3.connect(path, isolation_level=None)
         row = con.execute(
             "SELECT length(toc), typeof(stale_from), typeof(reuse_dist) FROM entries WHERE grp = 'big/Events'"
         ).fetchone()
-        assert row[1:] == (("real", "real") if unset else ("null", "null")), row
+        assert row[1:] == (("null", "null") if as_before else ("real", "real")), row
         assert con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0
         assert os.path.getsize(path + "-wal") == 0
         assert cache.get_packs("big/Events", 0, 100)
@@ -393,16 +387,35 @@ def _first_lookup_frames(directory, unset: bool, monkeypatch) -> tuple[int, int]
         frames = os.path.getsize(path + "-wal") // (4096 + 24)
         due, dist = con.execute("SELECT stale_from, reuse_dist FROM entries WHERE grp = 'big/Events'").fetchone()
         con.close()
-    assert due > 2**33 and dist >= 2**32  # the lookup was saved
+    assert due > 0 and dist > 0  # the lookup was saved
     return frames, row[0] // 4096 + 1
 
 
 def test_a_rows_first_lookup_rewrites_in_place_only_the_page_it_changes(tmp_path, monkeypatch):
-    """A row is stored with its size for good (``UNSET``, ``UNSET_DISTANCE``, not NULL): the
-    save of its first lookup writes the page that changes, not the row's ~18 pages again
-    (a row that grew was deleted and inserted again, its overflow pages rewritten)."""
+    """A row is stored with its size for good (``UNSET``, not NULL; every clock an 8-byte
+    REAL): the save of its first lookup writes the page that changes, not the row's ~21
+    pages again (a row that changed size was deleted and inserted again, its overflow
+    pages rewritten)."""
     with monkeypatch.context() as m:
-        before, pages = _first_lookup_frames(tmp_path / "null", False, m)
-    now, _ = _first_lookup_frames(tmp_path / "unset", True, monkeypatch)
+        before, pages = _first_lookup_frames(tmp_path / "before", True, m)
+    now, _ = _first_lookup_frames(tmp_path / "now", False, monkeypatch)
     assert pages >= 15 and before >= pages, (before, pages)  # the old rows: all rewritten
     assert now <= 6, (now, before, pages)  # the row's last page, its stale index entry, the state
+
+
+def test_a_policy_clock_is_stored_as_an_eight_byte_real_and_read_back_as_computed():
+    """Whole clocks (block multiples, the usual case) would be stored by SQLite as integers
+    of 0-6 bytes, so a row would change size as its clocks grow; stored as the next float up
+    they are REALs of 8 bytes, and read back exactly."""
+    from cacheaffinity.worker._store.index import UNSET, read, stored
+
+    con = sqlite3.connect(":memory:")
+    con.execute("CREATE TABLE t (v REAL)")
+    values = [0.0, 1.0, 4096.0, 2.0**31, 2.0**47 + 4096, 2.0**52 - 1, 2.0**52, 2.0**60, 1.5, 1e13 + 0.25]
+    for v in values:
+        assert read(stored(v)) == v, v
+        con.execute("INSERT INTO t VALUES (?)", (stored(v),))
+        if v < 2**52:  # SQLite keeps a REAL that is not whole as a REAL: 8 bytes
+            assert stored(v) != int(stored(v)), v
+    assert [read(v) for (v,) in con.execute("SELECT v FROM t")] == values
+    assert read(UNSET) is None and read(None) is None

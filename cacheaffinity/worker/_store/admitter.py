@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import json
 import logging
-import math
 import os
 import sqlite3
 import threading
@@ -31,7 +30,7 @@ from collections.abc import Iterator
 
 from cacheaffinity.exceptions import Closed
 from cacheaffinity.worker._store.admission import POLICIES, StableRank, key_hash, make_policy, rank
-from cacheaffinity.worker._store.index import UNSET, UNSET_DISTANCE
+from cacheaffinity.worker._store.index import UNSET, read, stored
 
 __all__ = ["STORE_POLICIES", "UNSAVED", "Admitter", "IndexEntries", "IndexSample", "SAVE_EVERY"]
 
@@ -55,30 +54,6 @@ WRITERS_WITHIN = 2.0
 WRITERS_KEPT = 64
 #: Sample hashes are unsigned 64-bit, SQLite's integers signed: stored shifted by this.
 _SHIFT = 2**63
-
-
-def _set(value: float | None) -> float | None:
-    """A row's ``stale_from`` or ``reuse_dist`` as the policy reads it (None: not set yet,
-    stored as :data:`~cacheaffinity.worker._store.index.UNSET` or ``UNSET_DISTANCE``, or
-    NULL by earlier versions)."""
-    return None if value is None or value < 0 else value
-
-
-def _stored_due(due: float) -> float:
-    """``stale_from`` as stored: a whole value as the next float up (SQLite stores a whole
-    REAL as an integer of fewer bytes: the row would change size, see ``UNSET``)."""
-    return math.nextafter(due, math.inf) if due == int(due) else due
-
-
-def _due(value: float | None) -> float | None:
-    """``stale_from`` as the policy reads it: :func:`_set`, a whole value back from the
-    next float up (the policy decides on the values it computed)."""
-    value = _set(value)
-    if value is not None and value != int(value):
-        below = math.nextafter(value, -math.inf)
-        if below == int(below):
-            return below
-    return value
 
 
 class IndexEntries:
@@ -179,15 +154,16 @@ class IndexEntries:
         if row is None:
             return None
         size, r, used, due, dist = row
-        return (size, rank(key) if r is None else r, used or 0.0, _due(due), _set(dist))
+        return (size, rank(key) if r is None else r, read(used) or 0.0, read(due), read(dist))
 
     def add(self, key: str, size: float, r: float, used: float, due: float | None, dist: float | None) -> None:
-        self.fields[key] = (r, used, due, dist)
+        self.fields[key] = (r, stored(used), *(UNSET if v is None else stored(v) for v in (due, dist)))
 
     def touch(self, key: str, used: float, due: float, dist: float) -> None:
         row = self._rows.get(key) or self.get(key)
-        self._rows[key] = (row[0], row[1], used, _stored_due(due), dist)  # type: ignore[index]
-        self._touched[key] = (used, _stored_due(due), dist)
+        values = (stored(used), stored(due), stored(dist))
+        self._rows[key] = (row[0], row[1], *values)  # type: ignore[index]
+        self._touched[key] = values
 
     def remove(self, key: str) -> None:
         row = self._one("SELECT id, file, size FROM entries WHERE key = ?", (key,))
@@ -210,7 +186,7 @@ class IndexEntries:
             f"SELECT stale_from, key FROM entries WHERE stale_from >= 0{skip} ORDER BY stale_from, id LIMIT 1",
             args,
         )
-        return None if row is None else (_due(row[0]), row[1])
+        return None if row is None else (read(row[0]), row[1])
 
     def first_fresh(self, exclude=()) -> tuple[float, str] | None:
         """The oldest entry not looked up since it was stored: the first such row from
@@ -228,7 +204,7 @@ class IndexEntries:
             else:
                 top = self._one("SELECT max(id) FROM entries")
                 self.fresh_from = max(self.fresh_from, (top[0] or 0) + 1)
-        return None if row is None else (row[0] or 0.0, row[1])
+        return None if row is None else (read(row[0]) or 0.0, row[1])
 
     def highest(self, exclude=()) -> tuple[float, str] | None:
         skip, args = self._not_in(exclude)
@@ -237,7 +213,7 @@ class IndexEntries:
 
     def items(self) -> list[tuple]:
         return [
-            (*row[:4], _due(row[4]), _set(row[5]))
+            (*row[:3], read(row[3]) or 0.0, read(row[4]), read(row[5]))
             for row in self.con.execute(
                 "SELECT key, size, rank, last_used, stale_from, reuse_dist FROM entries ORDER BY id"
             )
@@ -523,7 +499,7 @@ class Admitter:
         fresh = make_policy(self.name, self._policy.capacity)
         self._policy.set_scalars(fresh.scalars())  # type: ignore[attr-defined]
         if con.in_transaction:  # the entries' clocks were the old state's: all fresh now
-            con.execute("UPDATE entries SET last_used = 0, stale_from = ?, reuse_dist = ?", (UNSET, UNSET_DISTANCE))
+            con.execute("UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ?", (stored(0.0), UNSET, UNSET))
             con.execute("DELETE FROM admission_sample")
             self._fresh_from = 0
 
@@ -532,7 +508,7 @@ class Admitter:
         self._read_scalars(con)
         p = self._policy
         # rows a fifo process of the node inserted (no lookup clock): fresh as of now
-        con.execute("UPDATE entries SET last_used = ? WHERE last_used IS NULL", (p.clock,))
+        con.execute("UPDATE entries SET last_used = ? WHERE last_used IS NULL", (stored(p.clock),))
         table = self._bind(con)
         self._held = table.held()
         self._save_at = self.save_every

@@ -18,6 +18,7 @@ import contextlib
 import fcntl
 import json
 import logging
+import math
 import os
 import shutil
 import sqlite3
@@ -68,18 +69,32 @@ ROW = (
 #: The admission policy's columns of a row (worker/_store/admitter.py), added by schema 4.
 POLICY_COLUMNS = ("rank", "last_used", "stale_from", "reuse_dist")
 #: ``stale_from`` and ``reuse_dist`` of a row not looked up since it was stored (read as
-#: none; NULL, which earlier versions stored, is read so too).  Not NULL, and each as wide
-#: as the value its first lookup writes, so that a row keeps its size: SQLite rewrites a
-#: cell of the same size in place, only the pages whose bytes differ, but deletes and
-#: inserts again a cell that changes size: its page splits when full (rows are appended to
-#: full pages) and a pack row's overflow pages (its table of contents) are all rewritten.
-#: At 10^6 entries that was ~25% of a first lookup's writes with one-member packs, ~40%
-#: with 8 KB tables of contents.  ``stale_from`` is a REAL, 8 bytes (a whole value is
-#: stored as the next float up: SQLite stores whole REALs as integers, fewer bytes).
-#: ``reuse_dist`` is a whole number of bytes, which SQLite stores as an integer: -2^40
-#: takes 6 bytes, as every distance from 2 GiB to 128 TiB does (a facility node's run).
+#: none; NULL, which earlier versions stored, is read so too).  Not NULL, and every policy
+#: clock stored as an 8-byte REAL (:func:`stored`), so that a row keeps its size from its
+#: insert on: SQLite overwrites a cell of the same size in place, writing only the pages
+#: whose bytes change, but deletes and inserts again a cell that changes size: its page
+#: splits when full (rows are appended to full pages) and a pack row's overflow pages (its
+#: table of contents) are all rewritten.
 UNSET = -0.5
-UNSET_DISTANCE = -(2.0**40)
+
+
+def stored(value: float) -> float:
+    """A policy clock (``last_used``, ``stale_from``, ``reuse_dist``) as the index stores it:
+    a whole value below 2^52 as the next float up (SQLite stores a whole REAL as an integer
+    of 0-6 bytes; every other value is a REAL of 8 bytes, or from 2^52 an integer of 8)."""
+    return math.nextafter(value, math.inf) if value == int(value) and abs(value) < 2**52 else value
+
+
+def read(value: float | None) -> float | None:
+    """A policy clock as :func:`stored` wrote it, back to the value the policy computed
+    (None: not set, :data:`UNSET` or NULL)."""
+    if value is None or value < 0:
+        return None
+    if value != int(value):
+        below = math.nextafter(value, -math.inf)
+        if below == int(below):
+            return below
+    return value
 
 #: What the admission policy keeps beside the rows: ordered indexes on the rows' policy
 #: columns (the stalest entry of those looked up since stored, the highest rank: one index

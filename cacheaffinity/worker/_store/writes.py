@@ -28,7 +28,7 @@ from cacheaffinity.worker._store.admitter import Admitter
 from cacheaffinity.worker._store.capacity import Capacity, evict_rows, make_room
 from cacheaffinity.worker._store.files import DataFiles, toc_of
 from cacheaffinity.worker._store.health import Health
-from cacheaffinity.worker._store.index import UNSET, UNSET_DISTANCE, Index, problem
+from cacheaffinity.worker._store.index import UNSET, Index, problem
 from cacheaffinity.worker._store.layout import blocks, pack_key
 from cacheaffinity.worker._store.writer import WriteBehind
 
@@ -313,11 +313,11 @@ def insert_row(con: sqlite3.Connection, item: Item, name: str, toc: list, nbytes
                now: float, writer: int, fields: tuple | None = None) -> None:  # fmt: skip
     """The index row of ``item`` (data file ``name``, written by uid ``writer``, the
     admission policy's ``fields``: rank, last_used, stale_from, reuse_dist), inside the
-    caller's transaction.  Without ``fields`` (``fifo``) the rank is still recorded; a
-    field not set yet is stored as :data:`~cacheaffinity.worker._store.index.UNSET` (or
-    ``UNSET_DISTANCE``: the row keeps its size when the policy sets it)."""
-    r, used, due, dist = (rank(item.key), None, None, None) if fields is None else fields
-    fields = (r, used, UNSET if due is None else due, UNSET_DISTANCE if dist is None else dist)
+    caller's transaction.  Without ``fields`` (``fifo``) the rank is still recorded, and
+    the fields the policy sets at a lookup as :data:`~cacheaffinity.worker._store.index.UNSET`
+    (the row keeps its size when it sets them; ``fields`` are stored values already)."""
+    if fields is None:
+        fields = (rank(item.key), None, UNSET, UNSET)
     con.execute(
         "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, checksum, stored, "
         "writer, rank, last_used, stale_from, reuse_dist) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
