@@ -322,11 +322,12 @@ class ModeCluster:
             "origin_bytes": None if o0 is None else o1 - o0,
             # columns fetched from another node's cache are stored here too, not decompressed
             "decompressed_bytes": d.get("bytes_written", 0) - d.get("peer_bytes", 0) if cached else None,
-            "hit_rate": d["hits"] / lookups if cached and lookups else None,
+            # the node's own cache: hits include the lookups packs fetched from peers answered
+            "hit_rate": (d["hits"] - d.get("peer_hits", 0)) / lookups if cached and lookups else None,
             "hits": d.get("hits"),
             "misses": d.get("misses"),
             "peer_hits": d.get("peer_hits") if self.cached else None,  # cacheaffinity's peer fetch
-            "cache_rate": (d["hits"] + d.get("peer_hits", 0)) / lookups if cached and lookups else None,
+            "cache_rate": d["hits"] / lookups if cached and lookups else None,  # served by caches
             "files_opened": d.get("storage_opens") if plugin else None,
             # uproot files the workers opened (coffea's preprocessing and chunk tasks,
             # cacheaffinity's misses): the same counter for every mode

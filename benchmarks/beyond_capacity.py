@@ -54,7 +54,7 @@ processor on 200 events of the template), and the idle cluster's workers are fro
 
 Per run: ``wall_s`` (coffea's preprocessing included: run 1 pays it, later runs use the
 Runner's metadata cache); from :func:`cacheaffinity.run_stats` (the run's chunk tasks) the
-own-node ``hit_rate`` = hits / (hits + misses), ``served_share`` = ``chunk_bytes_hit /
+own-node ``hit_rate`` = (hits - peer_hits) / (hits + misses), ``served_share`` = ``chunk_bytes_hit /
 chunk_bytes`` (the share of the run's chunk bytes the own node's cache served; with a
 scheduler that does not report them, ``bytes_served`` / the calibration's all-hits run's: a
 chunk that misses makes more lookups than one that hits, about 307 against 228 with this
@@ -352,7 +352,8 @@ def run_once(c, ref_digest: str | None, all_hits_served: int | None = None) -> d
         # CPU seconds of the workers (sum; on a busy machine a steadier figure than the wall)
         "workers_cpu_s": None if cpu0 is None or cpu1 is None else cpu1 - cpu0,
         "preprocess_s": row["preprocess_s"],
-        "hit_rate": hits / lookups if hits is not None and lookups else None,
+        # own node: the hits that packs fetched from peers answered are not its own
+        "hit_rate": (hits - (stats.get("peer_hits") or 0)) / lookups if hits is not None and lookups else None,
         "served_share": served_share(stats, all_hits_served),
         "chunk_bytes": stats.get("chunk_bytes"),
         "chunk_bytes_hit": stats.get("chunk_bytes_hit"),

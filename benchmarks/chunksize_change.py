@@ -189,13 +189,14 @@ def main(argv=None) -> int:
                             "chunksize": c,
                             "chunks": int(metrics.get("chunks", 0)),
                             "wall_s": round(wall, 3),
-                            "hit_rate": round(d["hits"] / lookups, 4) if lookups else None,
+                            # own node's (hits include the lookups peers' packs answered)
+                            "hit_rate": round((d["hits"] - d["peer_hits"]) / lookups, 4) if lookups else None,
                             "hits": d["hits"],
                             "misses": d["misses"],
                             "peer_hits": d["peer_hits"],
                             "peer_bytes": d["peer_bytes"],
                             "cache_rate": (
-                                round((d["hits"] + d["peer_hits"]) / lookups, 4) if lookups else None
+                                round(d["hits"] / lookups, 4) if lookups else None
                             ),
                             "storage_opens": d["storage_opens"],
                             "storage_bytes": d["storage_bytes"],

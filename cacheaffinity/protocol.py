@@ -36,9 +36,9 @@ TASK_REPORT_TOPIC = "cacheaffinity-task"
 #: (``steals`` by the scheduler), not node totals: a worker restart cannot make them negative.
 RUN_FIGURES = (
     "chunks",  # chunk tasks that reported (a task run twice counts twice)
-    "hits",  # column buffers read from the node's own disk cache
-    "peer_hits",  # column buffers fetched from another node's cache
-    "misses",  # lookups the node's cache did not hold (peer hits included)
+    "hits",  # lookups answered by a cache: the node's own, or another node's (peer_hits)
+    "peer_hits",  # of the hits, those answered by packs fetched from another node's cache
+    "misses",  # lookups no cache answered (read from storage)
     "bytes_served",  # bytes read from the node's disk cache
     "peer_bytes",  # bytes fetched from other nodes' caches
     "storage_bytes",  # bytes requested from storage (the data files)

@@ -157,7 +157,8 @@ def test_new_process_runs(tmp_path):
             assert r["child"]["pid_differs"] and r["child"]["process_s"] >= r["wall_s"] > 0
             pids.add(r["child"]["pid"])
         # the cluster (its workers and their caches) persists across the client processes
-        assert rows[0]["misses"] > 0 and rows[1]["hit_rate"] == 1, (mode, rows[1])
+        # (served by caches: a chunk stolen on 2 busy cores is answered by its holder's pack)
+        assert rows[0]["misses"] > 0 and rows[1]["cache_rate"] == 1, (mode, rows[1])
         assert rows[0]["file_opens"] > 0  # run 1: preprocessing and chunks opened files
     assert len(pids) == 4 and os.getpid() not in pids  # one new process per run
     same = doc["sequences"]["stable"]
@@ -276,7 +277,7 @@ def test_what_a_worker_restart_keeps(tmp_path, mode, kept):
         try:
             cold = c.run()
             assert cold["misses"] > 0
-            assert c.run()["hit_rate"] == 1
+            assert c.run()["cache_rate"] == 1
             before = c.native_stats()
             if mode == "coffea-native":  # one cache per worker, in its local directory
                 local = c.client.run(lambda dask_worker: dask_worker.local_directory)
@@ -301,7 +302,7 @@ def test_what_a_worker_restart_keeps(tmp_path, mode, kept):
         finally:
             c.close()
     if kept:
-        assert after["misses"] == 0 and after["hit_rate"] == 1, after
+        assert after["misses"] == 0 and after["cache_rate"] == 1, after
     else:  # as cold as run 1: every buffer decompressed and stored again
         assert after["misses"] == cold["misses"], after
         assert after["decompressed_bytes"] == cold["decompressed_bytes"] > 0
@@ -406,7 +407,9 @@ def test_realistic_repeats_and_floors(tmp_path):
         assert f["processor-only"][0]["process_s_sum"] > 0
         ca = rp["sequences"]["stable"]["cacheaffinity"]
         # run 1 cold (two chunks of one node may share a ROOT cluster), then all hits
-        assert ca[0]["hit_rate"] < 1 and ca[1]["hit_rate"] == ca[2]["hit_rate"] == 1
+        assert ca[0]["hit_rate"] < 1 and ca[1]["cache_rate"] == ca[2]["cache_rate"] == 1
+        for r in ca:  # the own node's hits and the peers' answers add up to what caches served
+            assert r["hit_rate"] + r["peer_hits"] / (r["hits"] + r["misses"]) == pytest.approx(r["cache_rate"]), r
         direct = rp["sequences"]["stable"]["direct"]
         # uncached: every run decompresses what the cold cached run 1 inserted
         assert direct[1]["decompressed_bytes"] == ca[0]["decompressed_bytes"] > 0

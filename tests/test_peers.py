@@ -74,7 +74,9 @@ def test_rechunked_run_reads_the_neighbour_stripe_from_its_node(files, tmp_path)
         # straddling chunks exist (48 stripes, 3 nodes): what their node lacked came
         # from the holders' packs, nothing from storage
         assert second["peer_hits"] > 0 and second["misses"] == 0, second
-        assert second["peer_served"] == second["peer_hits"] and second["peer_bytes"] > 0
+        assert second["peer_hits"] <= second["hits"], second  # the hits peers' packs answered
+        # peer hits are the lookups the fetched packs answered: at most the members sent
+        assert 0 < second["peer_hits"] <= second["peer_served"] and second["peer_bytes"] > 0
         assert second["storage_opens"] == 0 and second["peer_failed"] == 0, second
         got, third = counted(client, lambda: run(ours, files, 3 * C // 2))
         assert canonical(got) == expected[3 * C // 2]

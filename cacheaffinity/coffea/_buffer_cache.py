@@ -50,8 +50,8 @@ class IdentifiedKeys(MutableMapping, protocol.ColumnStore):
     def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> None:
         protocol.put_pack(self.front, grp, start, stop, arrays)
 
-    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
-        protocol.count_served(self.front, hits=hits, misses=misses, nbytes=nbytes)
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0, peer_hits: int = 0) -> None:
+        protocol.count_served(self.front, hits=hits, misses=misses, nbytes=nbytes, peer_hits=peer_hits)
 
     def get(self, key, default=None):
         if self._identified(key):

@@ -79,8 +79,9 @@ class PackSourceMapping(UprootSourceMapping):
     coffea does), ``token`` the ``FileIdentity.token`` of the file's bytes,
     ``kinds`` the ``branch_kinds`` of its base form and ``forms`` its
     ``{branch: form}`` (answers empty ranges without opening the file).
-    ``hits``/``misses`` count column parts served from packs/read from storage;
-    ``bytes_copied`` what serving copied (concatenations, re-based offsets).
+    ``hits`` count column parts served from packs (``peer_hits`` of them from packs fetched
+    from other nodes), ``misses`` those read from storage; ``bytes_copied`` what serving
+    copied (concatenations, re-based offsets).
     """
 
     def __init__(self, fileopener, start, stop, *, store, token, treepath, kinds, forms=None, **kwargs):
@@ -96,10 +97,15 @@ class PackSourceMapping(UprootSourceMapping):
         self._forms = forms or {}
         self._packs: list | None = None
         self._asked_peers = False
+        #: ids of the packs in :attr:`_packs` fetched from other nodes (the hits they
+        #: answer are peer hits too)
+        self._fetched: set[int] = set()
+        #: whether the parts the last :meth:`_find` returned came from a fetched pack
+        self._found_fetched = False
         #: Column parts read from storage by this chunk: stored as one pack by ``finish``.
         self._new: dict[str, np.ndarray] = {}
         self._new_range: tuple[int, int] | None = None
-        self.hits = self.misses = self.bytes_served = self.bytes_copied = 0
+        self.hits = self.misses = self.peer_hits = self.bytes_served = self.bytes_copied = 0
         #: Buffer keys served without a ``!load``: coffea's access log misses them.
         self.served_keys: list[str] = []
 
@@ -127,9 +133,11 @@ class PackSourceMapping(UprootSourceMapping):
             fetched = protocol.fetch_packs(self._store, self._group, start, stop)
             if fetched:
                 self._packs = fetched + (self._packs or [])
+                self._fetched.update(id(p) for p in fetched)
                 parts = self._find(names, start, stop)
         if parts is not None:
             self.hits += len(names)
+            self.peer_hits += len(names) if self._found_fetched else 0
             self.bytes_served += sum(p.nbytes for p in parts)
             array, copied = _as_array(parts, kind)
             self.bytes_copied += copied
@@ -176,6 +184,7 @@ class PackSourceMapping(UprootSourceMapping):
                 if value is not None:
                     if count:
                         self.hits += 1
+                        self.peer_hits += id(p) in self._fetched
                         self.bytes_served += value.nbytes
                         self.served_keys.append(key)
                     return value
@@ -196,15 +205,18 @@ class PackSourceMapping(UprootSourceMapping):
             return None
         for p in packs:  # one pack covers the range: views only
             if p.start <= start and p.stop >= stop:
+                self._found_fetched = id(p) in self._fetched
                 return _slice(p, names, start - p.start, stop - p.start)
-        pieces, pos = [], start
+        pieces, pos, used = [], start, []
         while pos < stop:  # a chain of packs covers it: concatenated
             best = max((p for p in packs if p.start <= pos < p.stop), key=lambda p: p.stop, default=None)
             if best is None:
                 return None
             end = min(best.stop, stop)
             pieces.append(_slice(best, names, pos - best.start, end - best.start))
+            used.append(best)
             pos = end
+        self._found_fetched = any(id(p) in self._fetched for p in used)
         if len(names) == 1:
             out = (np.concatenate([p[0] for p in pieces]),)
         else:
@@ -219,7 +231,9 @@ class PackSourceMapping(UprootSourceMapping):
 
     def finish(self) -> None:
         """Count this chunk's lookups and store what it read as one pack (at task end)."""
-        protocol.count_served(self._store, hits=self.hits, misses=self.misses, nbytes=self.bytes_served)
+        protocol.count_served(
+            self._store, hits=self.hits, misses=self.misses, nbytes=self.bytes_served, peer_hits=self.peer_hits
+        )
         arrays = dict(self._new) if self._new_range in (None, (self._start, self._stop)) else {}
         arrays.update(self._final)  # views of the branch arrays are stored once
         if arrays and self._start < self._stop:
@@ -229,6 +243,7 @@ class PackSourceMapping(UprootSourceMapping):
                 warn_once("pack-store", "cacheaffinity: chunk pack not cached: %r", e)
         self._new, self._final = {}, {}
         self._packs = None
+        self._fetched = set()
 
     def _direct(self, h: _Handle, start, stop, allow_missing, use_ak_forth):
         """What coffea does: the chunk's range read from the file."""

@@ -160,7 +160,9 @@ class PeerStore(MutableMapping, ColumnStore):
     def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> None:
         column_store(self.store).put_pack(grp, start, stop, arrays)
 
-    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0, peer_hits: int = 0) -> None:
+        if peer_hits:  # lookups the packs fetched by :meth:`fetch_packs` answered
+            self._plugin.count_peer(hits=peer_hits)
         column_store(self.store).count_served(hits=hits, misses=misses, nbytes=nbytes)
 
     def _sync(self, coro_fn, *args, **kwargs):
@@ -255,11 +257,8 @@ class PeerStore(MutableMapping, ColumnStore):
                 self._down(addr, e)
                 continue
             got = _packs_of(reply)
-            self._plugin.count_peer(
-                hits=sum(len(p.members) for p in got),
-                nbytes=sum(v.nbytes for p in got for v in p.members.values()),
-                requests=1,
-            )
+            # the lookups they answer are counted by the chunk (``count_served``'s peer_hits)
+            self._plugin.count_peer(nbytes=sum(v.nbytes for p in got for v in p.members.values()), requests=1)
             if not got:  # it has none of these: nor, most likely, the rest of this task's
                 self._peers = [a for a in self._peers or () if a != addr]
                 continue

@@ -453,8 +453,9 @@ class _Tallied(MutableMapping):
             raise KeyError(key)
         return found[key]
 
-    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
-        """Chunk pack lookups: counted for the task and the cache."""
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0, peer_hits: int = 0) -> None:
+        """Chunk pack lookups: counted for the task and the cache (``peer_hits``, of the
+        hits, by the peer store: :meth:`count_peer`)."""
         self._count(hits=hits, misses=misses, bytes_served=nbytes)
         self.cache.count_served(hits=hits, misses=misses, nbytes=nbytes)
 

@@ -300,8 +300,9 @@ class ColumnCache(MutableMapping, ColumnStore):
             raise ValueError(f"{self!r} cannot be used: {self.disabled}")
         return rebuilt
 
-    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
-        """Count chunk pack lookups answered outside :meth:`get`."""
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0, peer_hits: int = 0) -> None:
+        """Count chunk pack lookups answered outside :meth:`get` (``peer_hits``, hits a
+        peer's pack answered, are counted by the worker plugin)."""
         self.health.count(hits=hits, misses=misses, bytes_served=nbytes)
 
     def stats(self) -> dict[str, int]:

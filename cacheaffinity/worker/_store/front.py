@@ -142,13 +142,13 @@ class MemoryFront(MutableMapping, ColumnStore):
         if self.store is not None:
             put_pack(self.store, grp, start, stop, arrays)
 
-    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0, peer_hits: int = 0) -> None:
         with self._lock:
             self._counts["hits"] += hits
             self._counts["misses"] += misses
             self._counts["bytes_served"] += nbytes
         if self.store is not None:
-            count_served(self.store, hits=hits, misses=misses, nbytes=nbytes)
+            count_served(self.store, hits=hits, misses=misses, nbytes=nbytes, peer_hits=peer_hits)
 
     def __setitem__(self, key: str, value: Any) -> None:
         if self.store is not None:

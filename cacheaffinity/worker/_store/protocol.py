@@ -59,8 +59,9 @@ class ColumnStore(Protocol):
         """Keep the columns a chunk read for ``[start, stop)`` of ``grp`` as one pack (if packs are kept)."""
 
     @abstractmethod
-    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
-        """Count lookups answered from packs (a store without counters does nothing)."""
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0, peer_hits: int = 0) -> None:
+        """Count lookups of packs: ``hits`` answered by packs (``peer_hits`` of them by packs
+        fetched from other nodes), ``misses`` not; a store without counters does nothing."""
 
     def fetch_packs(self, grp: str, start: int, stop: int) -> list[Pack]:
         """Chunk packs of ``grp`` overlapping ``[start, stop)`` from other nodes (this default: ``[]``)."""
@@ -90,7 +91,7 @@ class MappingStore(ColumnStore):
     def put_pack(self, grp: str, start: int, stop: int, arrays: dict) -> None:
         return None  # nor keeps them
 
-    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
+    def count_served(self, hits: int = 0, misses: int = 0, nbytes: int = 0, peer_hits: int = 0) -> None:
         return None  # nor counts lookups
 
 
@@ -114,9 +115,12 @@ def put_pack(store: ColumnStore | Mapping, grp: str, start: int, stop: int, arra
     column_store(store).put_pack(grp, start, stop, arrays)
 
 
-def count_served(store: ColumnStore | Mapping, hits: int = 0, misses: int = 0, nbytes: int = 0) -> None:
-    """Add pack lookups to ``store``'s counters (nothing for a store without them)."""
-    column_store(store).count_served(hits=hits, misses=misses, nbytes=nbytes)
+def count_served(
+    store: ColumnStore | Mapping, hits: int = 0, misses: int = 0, nbytes: int = 0, peer_hits: int = 0
+) -> None:
+    """Add pack lookups to ``store``'s counters (nothing for a store without them): ``hits``
+    include the ``peer_hits``, lookups answered by packs fetched from other nodes."""
+    column_store(store).count_served(hits=hits, misses=misses, nbytes=nbytes, peer_hits=peer_hits)
 
 
 def fetch_packs(store: ColumnStore | Mapping, grp: str, start: int, stop: int) -> list[Pack]:
