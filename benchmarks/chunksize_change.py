@@ -14,8 +14,9 @@ warmed with one run at C; then N warm runs at C of each layout, interleaved, giv
 of their wall times (``warm_comparison`` in the JSON): the warm run with an unchanged
 chunksize must be no slower than before.
 
-Per run: wall time, column hit rate (hits / lookups of the node caches,
-:func:`cacheaffinity.cache_totals` deltas), files opened by chunk tasks and bytes they
+Per run: wall time, column hit rate (the node's own cache: (hits - peer_hits) / lookups;
+``cache_rate``, served by any node's cache: hits / lookups; :func:`cacheaffinity.cache_totals`
+deltas), files opened by chunk tasks and bytes they
 requested from storage (the worker plugin's ``storage_opens`` / ``storage_bytes``), chunks,
 and whether the output equals coffea's ``IterativeExecutor`` at the same chunksize
 (``--check``, on by default).  ``stripe_boundaries`` is the number of placement-stripe

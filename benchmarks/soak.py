@@ -60,7 +60,7 @@ and the workers have stored their queued cache writes, then samples:
   ``LocalCluster``, cacheaffinity at INFO) and in this process;
 * per run: wall time, hit rate (``hits / (hits + misses)`` of the run's own figures,
   :func:`cacheaffinity.run_stats`: columns served from the node's packs, those fetched
-  from a peer's included) and ``peer_hits`` (column parts fetched from peers).
+  from a peer's included) and ``peer_hits`` (of the hits, lookups answered by packs fetched from peers).
 
 Derived figures (top level of the JSON):
 
