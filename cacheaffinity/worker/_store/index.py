@@ -98,10 +98,9 @@ def read(value: float | None) -> float | None:
 
 #: What the admission policy keeps beside the rows: ordered indexes on the rows' policy
 #: columns (the stalest entry of those looked up since stored, the highest rank: one index
-#: seek each; the oldest entry not
-#: looked up since it was stored is the first such row by id, see ``IndexEntries.first_fresh``),
-#: the rows a ``fifo`` process stored without a clock, its bottom-k sample and its node-wide
-#: scalars.
+#: seek each; the oldest entry not looked up since it was stored is the first such row by
+#: id, see ``IndexEntries.first_fresh``), the rows a ``fifo`` process stored without a
+#: clock, its bottom-k sample and its node-wide scalars.
 ADMISSION = """
 CREATE INDEX IF NOT EXISTS entries_rank ON entries(rank);
 CREATE INDEX IF NOT EXISTS entries_stale ON entries(stale_from) WHERE stale_from >= 0;
