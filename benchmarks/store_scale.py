@@ -78,7 +78,7 @@ def build(directory: str, n: int) -> dict:
     from cacheaffinity.worker._store import ColumnCache
     from cacheaffinity.worker._store.admission import StableRank, key_hash, rank
     from cacheaffinity.worker._store.files import DataFiles, toc_of
-    from cacheaffinity.worker._store.index import UNSET, stored
+    from cacheaffinity.worker._store.schema import UNSET, stored
     from cacheaffinity.worker._store.layout import blocks, pack_key
 
     t0 = time.perf_counter()

@@ -28,8 +28,8 @@ from cacheaffinity.worker._directory import (
 )
 from cacheaffinity.worker._forms import FormStore
 from cacheaffinity.worker._store import INDEX_NAME, ColumnCache
-from cacheaffinity.worker._store.index import MIGRATES_FROM
-from cacheaffinity.worker._store.layout import LAYOUT_VERSION, SCHEMA_VERSION
+from cacheaffinity.worker._store.schema import MIGRATES_FROM, SCHEMA_VERSION
+from cacheaffinity.worker._store.layout import LAYOUT_VERSION
 
 __all__ = ["cache", "read_only_reason"]
 

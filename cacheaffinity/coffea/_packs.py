@@ -100,8 +100,6 @@ class PackSourceMapping(UprootSourceMapping):
         #: ids of the packs in :attr:`_packs` fetched from other nodes (the hits they
         #: answer are peer hits too)
         self._fetched: set[int] = set()
-        #: whether the parts the last :meth:`_find` returned came from a fetched pack
-        self._found_fetched = False
         #: Column parts read from storage by this chunk: stored as one pack by ``finish``.
         self._new: dict[str, np.ndarray] = {}
         self._new_range: tuple[int, int] | None = None
@@ -127,17 +125,18 @@ class PackSourceMapping(UprootSourceMapping):
         if kind == "other" or self._store is None or start >= stop:
             return self._direct(h, start, stop, allow_missing, use_ak_forth)
         names = [member(h.name, digest, p) for p in (FLAT_PARTS if kind == "flat" else JAGGED_PARTS)]
-        parts = self._find(names, start, stop)
-        if parts is None and not self._asked_peers:
+        found = self._find(names, start, stop)
+        if found is None and not self._asked_peers:
             self._asked_peers = True
             fetched = protocol.fetch_packs(self._store, self._group, start, stop)
             if fetched:
                 self._packs = fetched + (self._packs or [])
                 self._fetched.update(id(p) for p in fetched)
-                parts = self._find(names, start, stop)
-        if parts is not None:
+                found = self._find(names, start, stop)
+        if found is not None:
+            parts, from_peer = found
             self.hits += len(names)
-            self.peer_hits += len(names) if self._found_fetched else 0
+            self.peer_hits += len(names) if from_peer else 0
             self.bytes_served += sum(p.nbytes for p in parts)
             array, copied = _as_array(parts, kind)
             self.bytes_copied += copied
@@ -196,8 +195,9 @@ class PackSourceMapping(UprootSourceMapping):
         if name is not None and isinstance(value, np.ndarray) and not value.dtype.hasobject:
             self._final[name] = value
 
-    def _find(self, names: list[str], start: int, stop: int) -> tuple | None:
-        """The parts ``names`` of ``[start, stop)`` from the packs, or None."""
+    def _find(self, names: list[str], start: int, stop: int) -> tuple[tuple, bool] | None:
+        """The parts ``names`` of ``[start, stop)`` from the packs and whether a pack fetched
+        from another node gave any of them, or None."""
         if self._packs is None:
             self._packs = protocol.get_packs(self._store, self._group, start, stop)
         packs = [p for p in self._packs if all(n in p.members for n in names)]
@@ -205,8 +205,7 @@ class PackSourceMapping(UprootSourceMapping):
             return None
         for p in packs:  # one pack covers the range: views only
             if p.start <= start and p.stop >= stop:
-                self._found_fetched = id(p) in self._fetched
-                return _slice(p, names, start - p.start, stop - p.start)
+                return _slice(p, names, start - p.start, stop - p.start), id(p) in self._fetched
         pieces, pos, used = [], start, []
         while pos < stop:  # a chain of packs covers it: concatenated
             best = max((p for p in packs if p.start <= pos < p.stop), key=lambda p: p.stop, default=None)
@@ -216,7 +215,6 @@ class PackSourceMapping(UprootSourceMapping):
             pieces.append(_slice(best, names, pos - best.start, end - best.start))
             used.append(best)
             pos = end
-        self._found_fetched = any(id(p) in self._fetched for p in used)
         if len(names) == 1:
             out = (np.concatenate([p[0] for p in pieces]),)
         else:
@@ -227,7 +225,7 @@ class PackSourceMapping(UprootSourceMapping):
             contents = [c[int(o[0]) : int(o[-1])] for o, c in pieces]
             out = (np.concatenate(shifted), np.concatenate(contents))
         self.bytes_copied += sum(a.nbytes for a in out)
-        return out
+        return out, any(id(p) in self._fetched for p in used)
 
     def finish(self) -> None:
         """Count this chunk's lookups and store what it read as one pack (at task end)."""

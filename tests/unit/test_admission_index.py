@@ -293,7 +293,7 @@ def test_an_index_with_the_old_fresh_index_is_upgraded_on_open_and_the_watermark
     lookup) and before ``UNSET`` (``entries_due``, NULL in rows not looked up) loses those
     indexes on its first open; its NULLs read as not set; the watermark is saved for the
     node's other processes, and a replaced policy state starts it again from the first row."""
-    from cacheaffinity.worker._store.index import OLD_DUE_INDEX, OLD_FRESH_INDEX
+    from cacheaffinity.worker._store.schema import OLD_DUE_INDEX, OLD_FRESH_INDEX
 
     n = 200
     _fill(tmp_path, n)
@@ -336,7 +336,7 @@ def test_an_index_another_process_is_writing_opens_with_the_old_fresh_index_kept
     """The upgrade is best effort: where it cannot take the write lock, the cache opens and
     works with the old index, and a later open drops it."""
     from cacheaffinity.worker._store import index as index_module
-    from cacheaffinity.worker._store.index import OLD_FRESH_INDEX
+    from cacheaffinity.worker._store.schema import OLD_FRESH_INDEX
 
     _fill(tmp_path, 50)
     path = os.path.join(tmp_path, INDEX_NAME)
@@ -407,7 +407,7 @@ def test_a_policy_clock_is_stored_as_an_eight_byte_real_and_read_back_as_compute
     """Whole clocks (block multiples, the usual case) would be stored by SQLite as integers
     of 0-6 bytes, so a row would change size as its clocks grow; stored as the next float up
     they are REALs of 8 bytes, and read back exactly."""
-    from cacheaffinity.worker._store.index import UNSET, read, stored
+    from cacheaffinity.worker._store.schema import UNSET, read, stored
 
     con = sqlite3.connect(":memory:")
     con.execute("CREATE TABLE t (v REAL)")

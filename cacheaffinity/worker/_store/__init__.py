@@ -9,7 +9,8 @@ import their siblings, never this package."""
 from cacheaffinity.worker._store.cache import ColumnCache
 from cacheaffinity.worker._store.front import MemoryFront
 from cacheaffinity.worker._directory import DATA_DIR, INDEX_NAME, TMP_DIR
-from cacheaffinity.worker._store.layout import BLOCK, LAYOUT_VERSION, SCHEMA_VERSION
+from cacheaffinity.worker._store.layout import BLOCK, LAYOUT_VERSION
+from cacheaffinity.worker._store.schema import SCHEMA_VERSION
 from cacheaffinity.worker._store.protocol import ColumnStore, Pack
 
 __all__ = [

@@ -30,7 +30,7 @@ from collections.abc import Iterator
 
 from cacheaffinity.exceptions import Closed
 from cacheaffinity.worker._store.admission import POLICIES, StableRank, key_hash, make_policy, rank
-from cacheaffinity.worker._store.index import UNSET, read, stored
+from cacheaffinity.worker._store.schema import UNSET, read, stored
 
 __all__ = ["STORE_POLICIES", "UNSAVED", "Admitter", "IndexEntries", "IndexSample", "SAVE_EVERY"]
 

@@ -24,7 +24,8 @@ from cacheaffinity.worker._store.admitter import Admitter
 from cacheaffinity.worker._store.capacity import Capacity
 from cacheaffinity.worker._store.files import DataFiles
 from cacheaffinity.worker._store.health import Health
-from cacheaffinity.worker._store.index import MIGRATES_FROM, Index, corruption
+from cacheaffinity.worker._store.index import Index, corruption
+from cacheaffinity.worker._store.schema import MIGRATES_FROM
 from cacheaffinity.worker._store.layout import PLAIN
 from cacheaffinity.worker._store.maintenance import ORPHAN_AFTER, Maintenance
 from cacheaffinity.worker._store.protocol import ColumnStore, Pack

@@ -29,8 +29,6 @@ import xxhash
 
 #: What keys and values mean (the module docstring).
 LAYOUT_VERSION = 4
-#: Index schema version (``PRAGMA user_version``): older ones dropped, newer refused.
-SCHEMA_VERSION = 4
 
 #: Written by layouts 1-3 (settings are in the index since layout 4); removed on upgrade.
 LEGACY_SETTINGS_NAME = "settings.json"

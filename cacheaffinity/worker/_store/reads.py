@@ -18,7 +18,8 @@ import numpy as np
 from cacheaffinity.exceptions import Closed, Corrupt
 from cacheaffinity.worker._store.files import DataFiles, members_of
 from cacheaffinity.worker._store.health import Health
-from cacheaffinity.worker._store.index import POLICY_COLUMNS, Index
+from cacheaffinity.worker._store.index import Index
+from cacheaffinity.worker._store.schema import POLICY_COLUMNS
 from cacheaffinity.worker._store.layout import PLAIN
 from cacheaffinity.worker._store.protocol import Pack
 from cacheaffinity.worker._store.writer import DROPPED, WriteBehind

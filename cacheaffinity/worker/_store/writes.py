@@ -28,7 +28,8 @@ from cacheaffinity.worker._store.admitter import Admitter
 from cacheaffinity.worker._store.capacity import Capacity, evict_rows, make_room
 from cacheaffinity.worker._store.files import DataFiles, toc_of
 from cacheaffinity.worker._store.health import Health
-from cacheaffinity.worker._store.index import UNSET, Index, problem
+from cacheaffinity.worker._store.index import Index, problem
+from cacheaffinity.worker._store.schema import UNSET
 from cacheaffinity.worker._store.layout import blocks, pack_key
 from cacheaffinity.worker._store.writer import WriteBehind
 
@@ -314,7 +315,7 @@ def insert_row(con: sqlite3.Connection, item: Item, name: str, toc: list, nbytes
     """The index row of ``item`` (data file ``name``, written by uid ``writer``, the
     admission policy's ``fields``: rank, last_used, stale_from, reuse_dist), inside the
     caller's transaction.  Without ``fields`` (``fifo``) the rank is still recorded, and
-    the fields the policy sets at a lookup as :data:`~cacheaffinity.worker._store.index.UNSET`
+    the fields the policy sets at a lookup as :data:`~cacheaffinity.worker._store.schema.UNSET`
     (the row keeps its size when it sets them; ``fields`` are stored values already)."""
     if fields is None:
         fields = (rank(item.key), None, UNSET, UNSET)

@@ -1,0 +1,215 @@
+"""The schema of a node cache's SQLite index (runs in workers and in the CLI): its tables and
+indexes, how the admission policy's clocks are stored in its rows (:func:`stored`,
+:func:`read`: a row keeps its size), and the in-place upgrades of indexes that earlier
+versions made (schema 3 -> 4, :func:`migrate`; schema-4 indexes, :func:`upgrade_indexes`).
+Connections, healing and the ``settings`` table are ``index.Index``'s."""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import sqlite3
+from collections.abc import Callable
+
+logger = logging.getLogger("cacheaffinity.worker")
+
+__all__ = [
+    "ADMISSION", "MIGRATES_FROM", "POLICY_COLUMNS", "ROW", "SCHEMA", "SCHEMA_VERSION", "UNSET",
+    "create_admission", "has_tables", "migrate", "read", "stored", "upgrade_indexes",
+]  # fmt: skip
+
+#: Index schema version (``PRAGMA user_version``): older ones dropped, newer refused.
+SCHEMA_VERSION = 4
+#: The schema version this one upgrades in place (:func:`migrate`); older ones are dropped.
+MIGRATES_FROM = 3
+#: Columns of an index row, in the order :meth:`Index.salvage` returns them.
+ROW = (
+    "id, key, grp, start, stop, file, toc, nbytes, size, checksum, stored, writer, "
+    "rank, last_used, stale_from, reuse_dist"
+)
+#: The admission policy's columns of a row (worker/_store/admitter.py), added by schema 4.
+POLICY_COLUMNS = ("rank", "last_used", "stale_from", "reuse_dist")
+#: ``stale_from`` and ``reuse_dist`` of a row not looked up since it was stored (read as
+#: none; NULL, which earlier versions stored, is read so too).  Not NULL, and every policy
+#: clock stored as an 8-byte REAL (:func:`stored`), so that a row keeps its size from its
+#: insert on: SQLite overwrites a cell of the same size in place, writing only the pages
+#: whose bytes change, but deletes and inserts again a cell that changes size: its page
+#: splits when full (rows are appended to full pages) and a pack row's overflow pages (its
+#: table of contents) are all rewritten.
+UNSET = -0.5
+
+
+def stored(value: float) -> float:
+    """A policy clock (``last_used``, ``stale_from``, ``reuse_dist``) as the index stores it:
+    a whole value below 2^52 as the next float up (SQLite stores a whole REAL as an integer
+    of 0-6 bytes; every other value is a REAL of 8 bytes, or from 2^52 an integer of 8)."""
+    return math.nextafter(value, math.inf) if value == int(value) and abs(value) < 2**52 else value
+
+
+def read(value: float | None) -> float | None:
+    """A policy clock as :func:`stored` wrote it, back to the value the policy computed
+    (None: not set, :data:`UNSET` or NULL)."""
+    if value is None or value < 0:
+        return None
+    if value != int(value):
+        below = math.nextafter(value, -math.inf)
+        if below == int(below):
+            return below
+    return value
+
+#: What the admission policy keeps beside the rows: ordered indexes on the rows' policy
+#: columns (the stalest entry of those looked up since stored, the highest rank: one index
+#: seek each; the oldest entry not looked up since it was stored is the first such row by
+#: id, see ``IndexEntries.first_fresh``), the rows a ``fifo`` process stored without a
+#: clock, its bottom-k sample and its node-wide scalars.
+ADMISSION = """
+CREATE INDEX IF NOT EXISTS entries_rank ON entries(rank);
+CREATE INDEX IF NOT EXISTS entries_stale ON entries(stale_from) WHERE stale_from >= 0;
+CREATE INDEX IF NOT EXISTS entries_unclocked ON entries(id) WHERE last_used IS NULL;
+CREATE TABLE IF NOT EXISTS admission_state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS admission_sample (h INTEGER PRIMARY KEY, t REAL NOT NULL);
+"""
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS entries (
+    id       INTEGER PRIMARY KEY AUTOINCREMENT,  -- FIFO order, never reused
+    key      TEXT NOT NULL UNIQUE,
+    grp      TEXT,                               -- chunk packs: file identity/tree
+    start    INTEGER,                            -- chunk packs: entry range
+    stop     INTEGER,
+    file     TEXT NOT NULL,                      -- 32 hex digits
+    toc      TEXT NOT NULL,                      -- JSON [[member, dtype, shape, offset], ...]
+    nbytes   INTEGER NOT NULL,                   -- bytes of the data file
+    size     INTEGER NOT NULL,                   -- nbytes in whole blocks
+    checksum BLOB NOT NULL,                      -- xxh3_64 digest of the file (8 bytes)
+    stored   REAL NOT NULL,                      -- time.time() of the store
+    writer   INTEGER,                            -- uid that wrote the data file
+    rank       REAL,  -- admission: xxh3 rank of key in [0, 1)
+    last_used  REAL,  -- admission clock (bytes looked up on the node) of the last lookup
+    stale_from REAL,  -- admission clock from which it is stale (< 0 or NULL: no lookup since stored)
+    reuse_dist REAL   -- bytes looked up between its last two lookups (< 0 or NULL: none yet)
+);
+CREATE INDEX IF NOT EXISTS entries_file ON entries(file);
+CREATE INDEX IF NOT EXISTS entries_grp ON entries(grp, start);
+""" + ADMISSION + """CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('size', 0), ('count', 0);
+CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS entries_insert AFTER INSERT ON entries BEGIN
+    UPDATE meta SET value = value + NEW.size WHERE name = 'size';
+    UPDATE meta SET value = value + 1 WHERE name = 'count';
+END;
+CREATE TRIGGER IF NOT EXISTS entries_delete AFTER DELETE ON entries BEGIN
+    UPDATE meta SET value = value - OLD.size WHERE name = 'size';
+    UPDATE meta SET value = value - 1 WHERE name = 'count';
+END;
+"""
+
+
+def create_admission(con: sqlite3.Connection) -> None:
+    """Create what :data:`ADMISSION` names that is missing, inside the caller's transaction
+    (``executescript`` would commit it)."""
+    for statement in ADMISSION.strip().split(";"):
+        if statement.strip():
+            con.execute(statement)
+
+
+def migrate(con: sqlite3.Connection, rank: Callable[[str], float]) -> None:
+    """Schema 3 -> 4 in place, in one transaction (the first process to open it; the others
+    find version 4): the admission policy's per-entry metadata (a JSON row per entry in the
+    ``admission`` table) and its sample become columns, indexes and a table; every row's
+    rank is computed with ``rank`` (``admission.rank``, passed in: the schema imports no
+    policy).  O(entries), once."""
+    con.execute("BEGIN IMMEDIATE")
+    try:
+        if con.execute("PRAGMA user_version").fetchone()[0] != MIGRATES_FROM:
+            con.execute("ROLLBACK")
+            return
+        for column in POLICY_COLUMNS:
+            con.execute(f"ALTER TABLE entries ADD COLUMN {column} REAL")
+        con.executemany(
+            "UPDATE entries SET rank = ? WHERE id = ?",
+            ((rank(key), i) for i, key in con.execute("SELECT id, key FROM entries").fetchall()),
+        )
+        tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        updates = []
+        if "admission" in tables:
+            for key, meta in con.execute("SELECT key, meta FROM admission").fetchall():
+                try:
+                    used, due, dist = json.loads(meta)
+                    updates.append((float(used), due, dist, key))
+                except (TypeError, ValueError):
+                    continue
+            con.execute("DROP TRIGGER IF EXISTS entries_delete_admission")
+            con.execute("DROP TABLE admission")
+        con.executemany("UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ? WHERE key = ?", updates)
+        sample = []
+        if "admission_state" in tables:
+            row = con.execute("SELECT value FROM admission_state WHERE name = 'state'").fetchone()
+            try:
+                state = json.loads(row[0]) if row else None
+                sample = [(int(h) - 2**63, float(t)) for h, _, t in state.pop("sample", [])]
+                con.execute(
+                    "UPDATE admission_state SET value = ? WHERE name = 'state'", (json.dumps(state),)
+                )
+            except (TypeError, ValueError, AttributeError):
+                pass
+        create_admission(con)
+        con.executemany("INSERT OR REPLACE INTO admission_sample VALUES (?, ?)", sample)
+        con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
+        con.execute("COMMIT")
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+    logger.info(
+        "cacheaffinity: index upgraded from schema %d to %d in place (entries kept)", MIGRATES_FROM, SCHEMA_VERSION
+    )
+
+
+#: Indexes that schema-4 indexes made by earlier versions have:
+#: - ``entries_fresh``, the entries not looked up since stored by last lookup: every first
+#:   lookup of an entry moved it out (a B-tree delete at a random place, ~40% of an UPDATE's
+#:   cost at 10^6 entries); a row id watermark finds the oldest of them now;
+#: - ``entries_due``, the looked-up entries by ``stale_from`` (``WHERE stale_from IS NOT
+#:   NULL``): rows not looked up hold :data:`UNSET` now, ``entries_stale`` leaves them out.
+OLD_FRESH_INDEX = "entries_fresh"
+OLD_DUE_INDEX = "entries_due"
+OLD_INDEXES = (OLD_FRESH_INDEX, OLD_DUE_INDEX)
+
+
+def upgrade_indexes(con: sqlite3.Connection) -> None:
+    """Replace :data:`OLD_INDEXES` by today's (:data:`ADMISSION`) in place, once (the first
+    process to open the index; the others find it done).  One pass over the rows.  Best
+    effort: an index this process cannot write keeps them (correct, only slower lookups;
+    rows without a lookup that hold :data:`UNSET` are then in ``entries_due`` too, which
+    only the old code reads)."""
+
+    def old() -> list[str]:
+        marks = ",".join("?" * len(OLD_INDEXES))
+        found = con.execute(f"SELECT name FROM sqlite_master WHERE type = 'index' AND name IN ({marks})", OLD_INDEXES)
+        return sorted(n for (n,) in found)
+
+    present = old()
+    if not present:
+        return
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        for name in old():
+            con.execute(f"DROP INDEX {name}")
+        create_admission(con)
+        con.execute("COMMIT")
+    except sqlite3.OperationalError as e:  # read-only, busy past the timeout, disk full
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        logger.info(
+            "cacheaffinity: index kept its %s index (%s); it is dropped at a later open", ", ".join(present), e
+        )
+    except BaseException:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        raise
+
+
+def has_tables(con: sqlite3.Connection) -> bool:
+    return con.execute("SELECT count(*) FROM sqlite_master WHERE type = 'table'").fetchone()[0] > 0
