@@ -202,6 +202,12 @@ def test_store_scale_tiny(tmp_path):
         # every looked-up pack is held (hits), none of the misses is, every phase cost CPU
         assert r["hit_done"] == 1.0 and r["hit_random_done"] == 1.0 and r["miss_done"] == 0.0, r
         assert min(r[f"{ph}_cpu_us"] for ph in store_scale.PHASES) > 0, r
+        # the part spent saving lookups: none without a policy, some of the phase with rank
+        for ph in ("hit", "hit_random"):
+            if r["policy"] == "fifo":
+                assert r[f"{ph}_save_cpu_us"] == 0, r
+            else:
+                assert 0 < r[f"{ph}_save_cpu_us"] < r[f"{ph}_cpu_us"], r
     assert {"hit_vs_fifo_p1", "hit_vs_own_1000_p2", "rss_growth_mb_p1", "open_s_p2"} <= set(doc["checks"])
     assert (tmp_path / "store_scale.png").read_bytes()[:4] == b"\x89PNG"
 

@@ -91,6 +91,23 @@ def test_state_survives_a_restart(tmp_path):
     assert state_of(tmp_path)[0] > version
 
 
+def test_the_policy_counts_the_lookups_it_saved_and_the_cpu_they_took(tmp_path):
+    """``describe()`` says how many lookups the policy saved and the saving thread's CPU:
+    what keeping the policy costs beyond the lookups (benchmarks/store_scale.py splits its
+    phases with it)."""
+    with ColumnCache(tmp_path, capacity=CAPACITY, admission="rank") as cache:
+        scan(cache)  # run 1: misses and inserts (the inserts' transactions save as they go)
+        cache.save_admission(force=True)
+        before = cache.admission.describe()
+        assert scan(cache) == 20
+        cache.save_admission(force=True)
+        after = cache.admission.describe()
+        assert after["lookups_saved"] - before["lookups_saved"] == 80  # every lookup, hit or miss
+        assert after["save_cpu_s"] > before["save_cpu_s"] >= 0
+        cache.save_admission(force=True)  # nothing left to save: no transaction, no time
+        assert cache.admission.describe()["save_cpu_s"] == after["save_cpu_s"]
+
+
 def test_a_state_that_does_not_parse_is_replaced_and_entries_kept(tmp_path, caplog):
     with ColumnCache(tmp_path, capacity=CAPACITY, admission="rank") as cache:
         scan(cache)
