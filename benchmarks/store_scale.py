@@ -60,6 +60,8 @@ MEMBER_LEN = 16
 #: Where the node caches are built: memory (a million data file names are built and
 #: removed in seconds there, in many minutes on this machine's disk); CPU, not I/O, is measured.
 WORK = "/dev/shm" if os.path.isdir("/dev/shm") else None
+#: The rank policy's stale factor (1 + its initial jitter) for rows built looked up.
+LIVE = 1.25
 
 
 def _arrays(i: int) -> dict[str, np.ndarray]:
@@ -71,10 +73,11 @@ def _where(i: int, prefix: str = "f") -> tuple[str, int, int]:
     return f"{prefix}{i // PER_GROUP:07d}/Events", (i % PER_GROUP) * 1000, (i % PER_GROUP) * 1000 + 1000
 
 
-def build(directory: str, n: int) -> dict:
+def build(directory: str, n: int, looked_up: bool = False) -> dict:
     """A full node cache of ``n`` packs in the store's format (index rows with the rank
-    policy's columns and its bottom-k sample, as if each pack was stored once in order),
-    capacity = their size."""
+    policy's columns and its bottom-k sample, as if each pack was stored once in order;
+    ``looked_up``: and then looked up once more in that order, a warm run, as the rank
+    policy's lookups leave the rows), capacity = their size."""
     import cacheaffinity.config  # noqa: F401
     from cacheaffinity.worker._store import ColumnCache
     from cacheaffinity.worker._store.admission import StableRank, key_hash, rank
@@ -109,8 +112,13 @@ def build(directory: str, n: int) -> dict:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             os.link(source, path)
         key = pack_key(grp, start, stop, members)
+        if looked_up:  # stored at i x size, looked up at (n + i + 1) x size: a reuse distance of n + 1 packs
+            used, dist = float((n + i + 1) * size), float((n + 1) * size)
+            clocks = (stored(used), stored(used + LIVE * dist), stored(dist))
+        else:
+            clocks = (stored(float(i * size)), UNSET, UNSET)
         rows.append((key, grp, start, stop, name, toc_json, nbytes, size, digest, time.time(), uid,
-                     rank(key), stored(float(i * size)), UNSET, UNSET))  # fmt: skip
+                     rank(key), *clocks))  # fmt: skip
     from cacheaffinity.worker._directory import INDEX_NAME
 
     con = sqlite3.connect(os.path.join(directory, INDEX_NAME), isolation_level=None)
@@ -125,10 +133,12 @@ def build(directory: str, n: int) -> dict:
     sample = heapq.nsmallest(StableRank(1).sample_size, ((key_hash(r[0]), r[12]) for r in rows))
     con.executemany("INSERT INTO admission_sample VALUES (?, ?)", [(h - 2**63, t) for h, t in sample])
     demand = float(n * size)  # a run looks every pack up once
-    state = {"policy": "rank", "capacity": n * size, "clock": float(n * size), "params": {},
+    state = {"policy": "rank", "capacity": n * size, "clock": float((2 if looked_up else 1) * n * size), "params": {},
              "demand": demand, "reuses": [demand] * 5, "jitter": 0.25, "sampled": 0}  # fmt: skip
     con.execute("INSERT OR REPLACE INTO admission_state VALUES ('state', ?)", (json.dumps(state),))
     con.execute("INSERT OR REPLACE INTO admission_state VALUES ('version', '1')")
+    if looked_up:  # no row is fresh (not looked up since stored)
+        con.execute("INSERT OR REPLACE INTO admission_state VALUES ('fresh_from', ?)", (str(n + 1),))
     con.execute("INSERT OR REPLACE INTO settings VALUES ('capacity', ?)", (n * size,))
     con.execute("COMMIT")
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
@@ -370,6 +380,13 @@ def render(results: str, name: str = "store_scale") -> str:
     met = [k for k, v in doc.get("checks", {}).items() if v.get("met")]
     missed = [f"{k} ({v.get('ratio', v.get('value'))} against {v['bound']})" for k, v in doc.get("checks", {}).items() if not v.get("met")]
     c = doc["config"]
+    command = f"python benchmarks/store_scale.py --repeats {c['repeats']}"
+    if c.get("sizes") and c["sizes"] != [1000, 10_000, 100_000, 1_000_000]:
+        command += " --sizes " + ",".join(f"{n:.0e}".replace("+0", "") for n in c["sizes"])
+    if c.get("procs") and c["procs"] != [1, 2, 4, 8]:
+        command += " --procs " + ",".join(str(p) for p in c["procs"])
+    if c.get("looked_up"):
+        command += " --looked-up"
     lines += [
         "",
         f"CPU per operation summed over the node's processes (medians of {c['repeats']}; {c['ops']} operations "
@@ -380,8 +397,7 @@ def render(results: str, name: str = "store_scale") -> str:
         "",
         f"Bounds met: {len(met)} of {len(met) + len(missed)}." + (f" Missed: {'; '.join(missed)}." if missed else ""),
         "",
-        f"Measured at {str(doc.get('commit', '?'))[:7]}{' (dirty)' if doc.get('dirty') else ''}, "
-        f"`python benchmarks/store_scale.py --repeats {c['repeats']}`.",
+        f"Measured at {str(doc.get('commit', '?'))[:7]}{' (dirty)' if doc.get('dirty') else ''}, `{command}`.",
     ]
     return "\n".join(lines) + "\n"
 
@@ -395,6 +411,9 @@ def main(argv=None) -> int:
     p.add_argument("--ops", type=int, default=None, help="operations per process and phase (default 1000)")
     p.add_argument("--repeats", type=int, default=None, help="repeats of each case (median; default 3)")
     p.add_argument("--work", default=WORK, help=f"where the caches are built (default: {WORK})")
+    p.add_argument("--looked-up", action="store_true",
+                   help="build every pack looked up once since stored (a warm run's rows): the lookup phases are "
+                        "re-lookups; results in store_scale_looked_up.json")  # fmt: skip
     args = p.parse_args(argv)
     sizes = args.sizes or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000, 1_000_000])
     procs_list = args.procs or ([1, 2] if args.quick else [1, 2, 4, 8])
@@ -402,7 +421,7 @@ def main(argv=None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     work = tempfile.mkdtemp(prefix="store-scale-", dir=args.work)
     config = {"sizes": sizes, "procs": procs_list, "ops": ops, "repeats": repeats, "quick": args.quick,
-              "member_len": MEMBER_LEN, "per_group": PER_GROUP}  # fmt: skip
+              "member_len": MEMBER_LEN, "per_group": PER_GROUP, "looked_up": args.looked_up}  # fmt: skip
     rows: list[dict] = []
     per_size: list[dict] = []
     try:
@@ -410,7 +429,7 @@ def main(argv=None) -> int:
             dirs, infos = {}, {}
             for policy in POLICIES:  # both built before either is measured
                 dirs[policy] = os.path.join(work, f"{policy}-{n}")
-                infos[policy] = info = build(dirs[policy], n)
+                infos[policy] = info = build(dirs[policy], n, looked_up=args.looked_up)
                 print(f"built {n} packs in {info['build_s']:.1f} s (index {info['index_bytes'] / 2**20:.1f} MiB)", flush=True)
             info = infos["rank"]
             info["cache_info_s"] = statistics.median(cli_info_seconds(dirs["rank"]) for _ in range(repeats))
@@ -441,6 +460,8 @@ def main(argv=None) -> int:
     for k, v in verdict.items():
         print(f"{k}: {v}")
     name = "store_scale_quick" if args.quick else "store_scale"
+    if args.looked_up:
+        name += "_looked_up"
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, f"{name}.json"), config, rows, sizes=per_size, checks=verdict)
     plot(rows, os.path.join(args.out, f"{name}.png"))

@@ -182,6 +182,43 @@ def test_store_scale_builds_a_node_cache_as_earlier_work_left_it(tmp_path):
     assert sample == sorted(key_hash(key) for key in keys)[:k]
 
 
+def test_store_scale_builds_a_node_cache_looked_up_as_a_warm_run_left_it(tmp_path):
+    """``--looked-up``: every row as the rank policy's lookup in a warm run leaves it (a
+    reuse distance, stale from 1.25 of it later: the policy's own factor), none fresh; a
+    lookup of the measured phases is a re-lookup that moves its row's clocks on."""
+    import sqlite3
+
+    from benchmarks import store_scale
+    from cacheaffinity.worker._directory import INDEX_NAME
+    from cacheaffinity.worker._store import ColumnCache
+    from cacheaffinity.worker._store.admission import StableRank
+    from cacheaffinity.worker._store.schema import read
+
+    assert StableRank(1).live_factor == store_scale.LIVE
+    n = 1500
+    node = tmp_path / "node"
+    info = store_scale.build(str(node), n, looked_up=True)
+    con = sqlite3.connect(node / INDEX_NAME)
+    rows = con.execute("SELECT id, last_used, stale_from, reuse_dist FROM entries ORDER BY id").fetchall()
+    fresh_from = int(con.execute("SELECT value FROM admission_state WHERE name = 'fresh_from'").fetchone()[0])
+    con.close()
+    size = info["pack_bytes"]
+    assert fresh_from > max(r[0] for r in rows)
+    for i, (_, used, due, dist) in enumerate(rows):
+        assert read(dist) == (n + 1) * size and read(used) == (n + i + 1) * size
+        assert read(due) == pytest.approx(read(used) + store_scale.LIVE * read(dist))
+    grp, start, stop = store_scale._where(7)
+    with ColumnCache(node, capacity=info["capacity"], admission="rank", write_queue=0) as cache:
+        assert cache.get_packs(grp, start, stop)
+        cache.save_admission(force=True)
+        assert cache.stats()["evictions"] == 0
+    con = sqlite3.connect(node / INDEX_NAME)
+    used, due, dist = con.execute("SELECT last_used, stale_from, reuse_dist FROM entries WHERE id = ?", (rows[7][0],)).fetchone()
+    con.close()
+    assert read(used) > read(rows[7][1]) and read(due) > read(rows[7][2])
+    assert read(dist) == read(used) - read(rows[7][1])  # its reuse distance since the warm run's lookup
+
+
 @pytest.mark.timeout(600)
 def test_store_scale_tiny(tmp_path):
     """benchmarks/store_scale.py end to end at a tiny size: both policies, real processes."""

@@ -157,6 +157,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "simulate_burst": render_simulate_burst,
     "scheduler_scale": render_scheduler_scale,
     "store_scale": render_store_scale,
+    "store_scale_looked_up": lambda results: render_store_scale(results, "store_scale_looked_up"),
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"
