@@ -18,9 +18,11 @@ phases, each process ``--ops`` operations, the phases started together (a barrie
 
 Reported per (N, policy, P): CPU per operation summed over the P processes (2 cores here:
 CPU, not speed-up) and the part of it the admission policy spent saving the lookups
-(``Admitter.save_cpu_s``: its transactions), each process's RSS after the phases, a worker's open time of the
-cache (``ColumnCache(...)``), and per N the time of ``cacheaffinity cache info`` (the
-command, a new process) and of ``verify`` (in process).  ``rank`` (the default) and
+(``Admitter.save_cpu_s``: its transactions), each process's RSS after the phases, a
+worker's open time of the cache (``ColumnCache(...)``), and per N the time of
+``cacheaffinity cache info`` (the command, a new process) and of ``verify`` (in process).
+``--looked-up`` builds the caches as a warm run leaves them (every pack looked up once since
+stored), so that the lookup phases are re-lookups.  ``rank`` (the default) and
 ``fifo`` side by side, on caches built alike, both built before either is measured and
 measured in alternating order (whichever ran first after its build ran up to ~20% slower
 here).  Medians of ``--repeats``.

@@ -58,7 +58,8 @@ def render_consecutive_runs(results: str, name: str = "consecutive_runs") -> str
               if t.get("pass") is False and not (new and k in _new_process_target_names(r))]  # fmt: skip
     if missed:
         lines.append("- Targets missed in this measurement: " + "; ".join(
-            f"{k} = {_f(r['targets'][k]['value'])} (target {r['targets'][k]['limit']})" for k in missed
+            # four digits: a ratio missed by less than 0.5% would read "1 (target <= 1.00)"
+            f"{k} = {_f(r['targets'][k]['value'], 4)} (target {r['targets'][k]['limit']})" for k in missed
         ) + ".")  # fmt: skip
     return "\n".join(lines) + "\n"
 

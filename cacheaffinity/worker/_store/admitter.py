@@ -458,7 +458,9 @@ class Admitter:
             logger.debug("cacheaffinity: admission state not saved: %r", e)
             return
         finally:
-            self.save_cpu_s += time.thread_time() - c0
+            spent = time.thread_time() - c0
+            with self._ulock:
+                self.save_cpu_s += spent
         self.committed()
 
     def _read_scalars(self, con: sqlite3.Connection) -> None:
