@@ -334,9 +334,11 @@ class Admitter:
         self._last_save = time.monotonic()
         #: Times the scalars were read again because another process (or none yet) saved.
         self.reloads = 0
-        #: Lookups saved, and the CPU seconds of the saving thread in :meth:`save` (its
-        #: transactions: the rows' page writes, the policy's bookkeeping): what keeping
-        #: the policy costs beyond the lookups themselves.
+        #: Lookups saved (by any transaction of this process: :meth:`save`'s and the
+        #: inserts'), and the CPU seconds of the saving thread in :meth:`save` alone (its
+        #: transactions: the rows' page writes, the policy's bookkeeping): what keeping the
+        #: policy costs beyond the lookups themselves (an insert's transaction is part of
+        #: the insert's cost).
         self.lookups_saved = 0
         self.save_cpu_s = 0.0
         self._warned = False
