@@ -230,7 +230,7 @@ def _summary_read_only(directory: str) -> tuple[dict[str, Any], int | None]:
             "node id, where the directory can be written)"
         )
     if version != SCHEMA_VERSION:
-        fate = ("upgraded in place (entries kept)" if version == MIGRATES_FROM
+        fate = ("upgraded in place (entries kept)" if MIGRATES_FROM <= version
                 else "dropped")  # fmt: skip
         raise CommandError(
             f"the index of {directory} has schema version {version}: written by an older "

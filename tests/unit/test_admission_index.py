@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import cacheaffinity.config  # noqa: F401  (registers the config defaults)
-from cacheaffinity.worker._store import BLOCK, INDEX_NAME, ColumnCache
+from cacheaffinity.worker._store import BLOCK, INDEX_NAME, SCHEMA_VERSION, ColumnCache
 from cacheaffinity.worker._store.admission import StableRank, rank
 from cacheaffinity.worker._store.admitter import IndexEntries, IndexSample
 from test_admitter import KEYS, scan, value  # the same keys, values and runs (tests/unit)
@@ -34,7 +34,7 @@ class IndexPolicy:
     def __init__(self, directory, capacity: float, **params):
         self.con = _empty_index(directory)
         self.p = StableRank(capacity, **params)
-        self.p.table = IndexEntries(self.con)
+        self.p.table = IndexEntries(self.con, writing=True)  # drops superseded records, as the store does
         self.p.sample = IndexSample(self.con)
 
     def lookup(self, key: str, size: int) -> bool:
@@ -159,7 +159,7 @@ def test_a_schema_3_index_is_upgraded_in_place_keeping_entries_and_policy_state(
     with caplog.at_level("INFO", "cacheaffinity.worker"):
         cache = ColumnCache(old, capacity=40 * BLOCK)
     with cache:
-        assert "upgraded from schema 3 to 4" in caplog.text
+        assert f"upgraded from schema 3 to {SCHEMA_VERSION}" in caplog.text
         assert len(cache) == 20  # nothing dropped
         held = {r[0] for r in rows}
         got = {k: cache.get(k) for k in KEYS}  # one lookup each, as a run does
@@ -169,7 +169,10 @@ def test_a_schema_3_index_is_upgraded_in_place_keeping_entries_and_policy_state(
         cache.save_admission(force=True)
         assert cache.admission.describe()["demand"] == pytest.approx(state["demand"], rel=0.2)
     con = sqlite3.connect(old / INDEX_NAME)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 4
+    assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
+    # every looked-up row has its record of when it goes stale, valid
+    looked = set(con.execute("SELECT stale_from, id FROM entries WHERE stale_from >= 0").fetchall())
+    assert looked and looked <= set(con.execute("SELECT stale_from, id FROM admission_due").fetchall())
     tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "admission" not in tables
     got = dict(con.execute("SELECT key, rank FROM entries"))
@@ -288,27 +291,37 @@ def test_the_oldest_fresh_entry_is_found_from_a_watermark_that_passes_each_row_o
     assert table.first_fresh()[1] == "w-new"
 
 
-def test_an_index_with_the_old_fresh_index_is_upgraded_on_open_and_the_watermark_is_shared(tmp_path):
+def _as_schema_4(path: str, old_indexes: bool = False) -> None:
+    """Turn today's index into what schema 4 held: ``entries_stale`` (``old_indexes``: the
+    earlier ``entries_fresh`` and ``entries_due``, and NULL in rows not looked up) instead
+    of ``admission_due`` and its triggers."""
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("DROP TRIGGER entries_due_insert")
+    con.execute("DROP TRIGGER entries_due_update")
+    con.execute("DROP TABLE admission_due")
+    if old_indexes:
+        con.execute("DROP INDEX entries_unclocked")
+        con.execute("CREATE INDEX entries_fresh ON entries(last_used) WHERE stale_from IS NULL")
+        con.execute("CREATE INDEX entries_due ON entries(stale_from) WHERE stale_from IS NOT NULL")
+        con.execute("UPDATE entries SET stale_from = NULL, reuse_dist = NULL WHERE stale_from < 0")
+    else:
+        con.execute("CREATE INDEX entries_stale ON entries(stale_from) WHERE stale_from >= 0")
+    con.execute("PRAGMA user_version=4")
+    con.close()
+
+
+def test_a_schema_4_index_with_the_old_fresh_index_is_upgraded_on_open_and_the_watermark_is_shared(tmp_path):
     """An index made before the watermark (``entries_fresh``, changed by every first
     lookup) and before ``UNSET`` (``entries_due``, NULL in rows not looked up) loses those
     indexes on its first open; its NULLs read as not set; the watermark is saved for the
     node's other processes, and a replaced policy state starts it again from the first row."""
-    from cacheaffinity.worker._store.schema import OLD_DUE_INDEX, OLD_FRESH_INDEX
-
     n = 200
     _fill(tmp_path, n)
-    con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME), isolation_level=None)
-    con.execute("DROP INDEX entries_unclocked")
-    con.execute(f"CREATE INDEX {OLD_FRESH_INDEX} ON entries(last_used) WHERE stale_from IS NULL")
-    # and what they stored for a row not looked up since stored: NULL, in entries_due's terms
-    con.execute("DROP INDEX entries_stale")
-    con.execute(f"CREATE INDEX {OLD_DUE_INDEX} ON entries(stale_from) WHERE stale_from IS NOT NULL")
-    con.execute("UPDATE entries SET stale_from = NULL, reuse_dist = NULL")
-    con.close()
+    _as_schema_4(os.path.join(tmp_path, INDEX_NAME), old_indexes=True)
     with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
-        names = {n for (n,) in cache.index.query("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert not {OLD_FRESH_INDEX, OLD_DUE_INDEX} & names
-        assert {"entries_unclocked", "entries_stale"} <= names
+        names = {n for (n,) in cache.index.query("SELECT name FROM sqlite_master WHERE type IN ('index', 'table')")}
+        assert not {"entries_fresh", "entries_due", "entries_stale"} & names
+        assert {"entries_unclocked", "admission_due"} <= names
         # a NULL is read as not set: no entry is stale, the oldest not looked up is the first
         table = IndexEntries(sqlite3.connect(os.path.join(tmp_path, INDEX_NAME)))
         assert table.first_due() is None and table.first_fresh()[1] == "e000000"
@@ -330,34 +343,85 @@ def test_an_index_with_the_old_fresh_index_is_upgraded_on_open_and_the_watermark
         assert cache.get("e000000") is not None
         cache.save_admission(force=True)  # the state is replaced: every entry fresh again
         assert cache.admission._fresh_from == 0
+        assert cache.index.query("SELECT count(*) FROM admission_due")[0][0] == 0
 
 
-def test_an_index_another_process_is_writing_opens_with_the_old_fresh_index_kept(tmp_path, monkeypatch, caplog):
-    """The upgrade is best effort: where it cannot take the write lock, the cache opens and
-    works with the old index, and a later open drops it."""
-    from cacheaffinity.worker._store import index as index_module
-    from cacheaffinity.worker._store.schema import OLD_FRESH_INDEX
-
-    _fill(tmp_path, 50)
+def test_a_schema_4_index_is_upgraded_in_place_and_evicts_the_stalest_entry_as_before(tmp_path):
+    """Schema 4's rows and ``entries_stale`` become schema 5's ``admission_due``, one record
+    per looked-up row: the next eviction takes the entry that ``entries_stale`` ordered first."""
+    n = 100
+    _fill(tmp_path, n)
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        for i in range(0, n, 2):  # half the entries looked up: those are "due" entries
+            assert cache.get(f"e{i:06d}") is not None
+        cache.save_admission(force=True)
     path = os.path.join(tmp_path, INDEX_NAME)
-    other = sqlite3.connect(path, isolation_level=None)
-    other.execute("DROP INDEX entries_unclocked")
-    other.execute(f"CREATE INDEX {OLD_FRESH_INDEX} ON entries(last_used) WHERE stale_from IS NULL")
-    other.execute("BEGIN IMMEDIATE")  # another process of the node holds the write lock
-    monkeypatch.setattr(index_module, "BUSY_TIMEOUT", 0.2)
-    try:
-        with caplog.at_level("INFO", logger="cacheaffinity.worker"):
-            cache = ColumnCache(tmp_path, capacity=50 * BLOCK, admission="rank", write_queue=0)
-        assert f"kept its {OLD_FRESH_INDEX} index" in caplog.text
-        assert cache.get("e000007") is not None and len(cache) == 50
-    finally:
-        other.execute("ROLLBACK")
-        other.close()
-    cache.save_admission(force=True)
-    cache.close()
-    with ColumnCache(tmp_path, capacity=50 * BLOCK, admission="rank", write_queue=0) as cache:
-        names = {n for (n,) in cache.index.query("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert OLD_FRESH_INDEX not in names and "entries_unclocked" in names
+    _as_schema_4(path)
+    con = sqlite3.connect(path)
+    first = con.execute("SELECT key FROM entries WHERE stale_from >= 0 ORDER BY stale_from, id LIMIT 1").fetchone()[0]
+    looked = con.execute("SELECT count(*) FROM entries WHERE stale_from >= 0").fetchone()[0]
+    con.close()
+    assert looked == n // 2
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        assert cache.index.query("PRAGMA user_version")[0][0] == SCHEMA_VERSION
+        assert cache.index.query("SELECT count(*) FROM admission_due")[0][0] == looked
+        table = IndexEntries(sqlite3.connect(path))
+        assert table.first_due()[1] == first
+        table.con.close()
+
+
+def _due_records(con) -> tuple[int, int, int]:
+    """(records of ``admission_due``, valid ones, rows looked up since stored)."""
+    return (
+        con.execute("SELECT count(*) FROM admission_due").fetchone()[0],
+        con.execute(
+            "SELECT count(*) FROM admission_due d JOIN entries e ON e.id = d.id AND e.stale_from = d.stale_from"
+        ).fetchone()[0],
+        con.execute("SELECT count(*) FROM entries WHERE stale_from >= 0").fetchone()[0],
+    )
+
+
+def test_superseded_records_of_when_entries_go_stale_are_bounded_and_dropped_by_evictions(tmp_path, monkeypatch):
+    """Each re-lookup adds a record and leaves the row's old one: with nothing evicted, the
+    records are made again from the rows once they pass 4 per row; an eviction drops the
+    superseded records it passes.  Every looked-up row keeps exactly one valid record."""
+    from cacheaffinity.worker._store import admitter
+
+    monkeypatch.setattr(admitter, "DUE_SLACK", 0)
+    n = 100
+    _fill(tmp_path, n)
+    con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME), isolation_level=None)
+    seen = []
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        for run in range(7):  # re-runs, nothing evicted
+            for i in range(n):
+                assert cache.get(f"e{i:06d}") is not None
+            cache.save_admission(force=True)
+            records, valid, looked = _due_records(con)
+            assert valid == looked == n, run
+            assert records <= admitter.DUE_PER_ROW * n + n, run  # at most one save's past the bound
+            seen.append(records)
+        assert max(seen) > 2 * n and min(seen[3:]) < max(seen)  # it grew, and was made again
+        assert cache.stats()["evictions"] == 0
+        records, _, _ = _due_records(con)
+        superseded = records - n
+        assert superseded > 0
+        for i in range(n // 4):  # misses into the full cache: each evicts the stalest entry
+            cache[f"new{i:03d}"] = np.full(4, -i, np.int64)
+        cache.save_admission(force=True)
+        assert cache.stats()["evictions"] > 0
+        records, valid, looked = _due_records(con)
+        assert valid == looked and records - valid < superseded
+        # before the first valid record, no record of a row looked up again since: the
+        # evictions dropped them (the last victims' records go at the next eviction)
+        first = con.execute(
+            "SELECT min(d.stale_from) FROM admission_due d JOIN entries e ON e.id = d.id AND e.stale_from = d.stale_from"
+        ).fetchone()[0]
+        assert con.execute(
+            "SELECT count(*) FROM admission_due d JOIN entries e ON e.id = d.id "
+            "WHERE e.stale_from != d.stale_from AND d.stale_from < ?", (first,)
+        ).fetchone()[0] == 0
+    con.close()
 
 
 def _first_lookup_frames(directory, as_before: bool, monkeypatch) -> tuple[int, int]:

@@ -54,6 +54,13 @@ WRITERS_WITHIN = 2.0
 WRITERS_KEPT = 64
 #: Sample hashes are unsigned 64-bit, SQLite's integers signed: stored shifted by this.
 _SHIFT = 2**63
+#: ``admission_due`` is made again from the rows when it holds more than this many records
+#: per row, plus :data:`DUE_SLACK` (records a later lookup superseded that no eviction has
+#: passed yet: the simulator's heap has the same bound).
+DUE_PER_ROW = 4
+DUE_SLACK = 1024
+#: Records of ``admission_due`` read per query while looking for the first valid one.
+_DUE_BATCH = 64
 
 
 class IndexEntries:
@@ -62,8 +69,14 @@ class IndexEntries:
     evicts are deleted here (their data files in :attr:`removed`, to delete after the
     commit); an admitted key's fields wait in :attr:`fields` for the row its caller inserts."""
 
-    def __init__(self, con: sqlite3.Connection, fresh_from: int = 0):
+    def __init__(self, con: sqlite3.Connection, fresh_from: int = 0, writing: bool = False):
         self.con = con
+        #: inside a write transaction: records of ``admission_due`` found superseded are
+        #: deleted (else only passed over)
+        self.writing = writing
+        #: records of ``admission_due`` added (lookups written) and deleted here
+        self.due_added = 0
+        self.due_dropped = 0
         #: Every row below this id has been looked up since it was stored (is not fresh):
         #: rows are stored in clock order with ids that only grow, so the oldest fresh
         #: entry is the first fresh row from here (:meth:`first_fresh`), found without an
@@ -124,6 +137,8 @@ class IndexEntries:
                 "UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ? WHERE key = ?",
                 [(*v, k) for k, v in self._touched.items() if k not in ids],
             )
+            # each adds a record to admission_due (its trigger); the old one stays, superseded
+            self.due_added += len(self._touched)
             self._touched.clear()
         self._rows.clear()
         self._ids.clear()
@@ -181,12 +196,37 @@ class IndexEntries:
         return f" AND key NOT IN ({','.join('?' * len(keys))})", keys
 
     def first_due(self, exclude=()) -> tuple[float, str] | None:
-        skip, args = self._not_in(exclude)
-        row = self._one(
-            f"SELECT stale_from, key FROM entries WHERE stale_from >= 0{skip} ORDER BY stale_from, id LIMIT 1",
-            args,
-        )
-        return None if row is None else (read(row[0]), row[1])
+        """The first valid record of ``admission_due`` (its row still holds that
+        ``stale_from``) whose key is not in ``exclude``; superseded records passed on the way
+        are deleted when :attr:`writing`."""
+        dead: list[tuple[float, int]] = []
+        after: tuple = (-1.0, -1)  # before every record (stale_from >= 0)
+        try:
+            while True:
+                rows = self.con.execute(
+                    "SELECT d.stale_from, d.id, e.key, e.stale_from FROM admission_due d LEFT JOIN entries e "
+                    "ON e.id = d.id WHERE (d.stale_from, d.id) > (?, ?) ORDER BY d.stale_from, d.id LIMIT ?",
+                    (*after, _DUE_BATCH),
+                ).fetchall()
+                if not rows:
+                    return None
+                for due, rid, key, now in rows:
+                    if now != due:  # the row is gone, or was looked up again since
+                        dead.append((due, rid))
+                    elif key not in exclude:
+                        return (read(due), key)
+                after = rows[-1][:2]
+        finally:
+            if dead and self.writing:
+                self.con.executemany("DELETE FROM admission_due WHERE stale_from = ? AND id = ?", dead)
+                self.due_dropped += len(dead)
+
+    def rebuild_due(self) -> int:
+        """``admission_due`` made again from the rows (one valid record each): its records."""
+        self.con.execute("DELETE FROM admission_due")
+        return self.con.execute(
+            "INSERT INTO admission_due SELECT stale_from, id FROM entries WHERE stale_from >= 0"
+        ).rowcount
 
     def first_fresh(self, exclude=()) -> tuple[float, str] | None:
         """The oldest entry not looked up since it was stored: the first such row from
@@ -349,6 +389,9 @@ class Admitter:
         self._held = (0, 0)
         #: :attr:`IndexEntries.fresh_from` as last read or saved (``admission_state``)
         self._fresh_from = 0
+        #: records ``admission_due`` holds, as last read or saved (``admission_state``; an
+        #: estimate: a lookup that sets a record already there counts one more)
+        self._due = 0
 
     def reset_after_fork(self) -> None:
         """Fresh locks, and the next transaction re-reads the scalars (a forked child)."""
@@ -366,9 +409,9 @@ class Admitter:
         unsaved.append((next(self._seq), key, int(size), rid, fields))
         return len(unsaved) >= self._save_at
 
-    def _bind(self, con: sqlite3.Connection) -> IndexEntries:
+    def _bind(self, con: sqlite3.Connection, writing: bool = False) -> IndexEntries:
         p = self._policy
-        p.table, p.sample = IndexEntries(con, self._fresh_from), IndexSample(con)  # type: ignore[assignment]
+        p.table, p.sample = IndexEntries(con, self._fresh_from, writing), IndexSample(con)  # type: ignore[assignment]
         return p.table  # type: ignore[return-value]
 
     def admits(self, key: str, size: int) -> bool:
@@ -468,7 +511,9 @@ class Admitter:
     def _read_scalars(self, con: sqlite3.Connection) -> None:
         """Adopt the scalars another process saved (one small row), if any did since."""
         rows = dict(
-            con.execute("SELECT name, value FROM admission_state WHERE name IN ('version', 'writers', 'fresh_from')")
+            con.execute(
+                "SELECT name, value FROM admission_state WHERE name IN ('version', 'writers', 'fresh_from', 'due')"
+            )
         )
         try:
             version = int(rows.get("version", 0))
@@ -480,6 +525,10 @@ class Admitter:
             self._fresh_from = max(0, int(rows.get("fresh_from", 0)))
         except (TypeError, ValueError):
             self._fresh_from = 0  # the oldest fresh row is then searched from the first row
+        try:
+            self._due = max(0, int(rows.get("due", 0)))
+        except (TypeError, ValueError):
+            self._due = 0  # counted again from here (made again later than it could be)
         try:
             writers = json.loads(rows["writers"]) if "writers" in rows else {}
             self._writers = {str(k): float(v) for k, v in writers.items()}
@@ -514,7 +563,9 @@ class Admitter:
         if con.in_transaction:  # the entries' clocks were the old state's: all fresh now
             con.execute("UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ?", (stored(0.0), UNSET, UNSET))
             con.execute("DELETE FROM admission_sample")
+            con.execute("DELETE FROM admission_due")
             self._fresh_from = 0
+            self._due = 0
 
     def _sync(self, con: sqlite3.Connection) -> None:
         """Inside a write transaction: the scalars, the rows bound, this process's lookups applied."""
@@ -522,7 +573,7 @@ class Admitter:
         p = self._policy
         # rows a fifo process of the node inserted (no lookup clock): fresh as of now
         con.execute("UPDATE entries SET last_used = ? WHERE last_used IS NULL", (stored(p.clock),))
-        table = self._bind(con)
+        table = self._bind(con, writing=True)
         self._held = table.held()
         self._save_at = self.save_every
         p.grace = self.grace()
@@ -573,6 +624,13 @@ class Admitter:
                 con.execute(
                     "INSERT OR REPLACE INTO admission_state VALUES ('fresh_from', ?)", (str(self._fresh_from),)
                 )
+            due = max(0, self._due + table.due_added - table.due_dropped)
+            table.due_added = table.due_dropped = 0
+            if due > DUE_PER_ROW * self._held[0] + DUE_SLACK:
+                due = table.rebuild_due()
+            if due != self._due:
+                self._due = due
+                con.execute("INSERT OR REPLACE INTO admission_state VALUES ('due', ?)", (str(due),))
 
     def describe(self) -> dict:
         """``{"policy", "entries", "bytes", "demand", "theta", "reloads", "lookups_saved",

@@ -197,7 +197,7 @@ class ColumnCache(MutableMapping, ColumnStore):
         except OlderLayout as e:  # read-only open (heal=False): reported, not dropped
             self.health.disabled = (
                 f"{e}: written by an older cacheaffinity; its entries are upgraded in place "
-                f"(schema {MIGRATES_FROM}) or dropped (older) when a worker opens the directory"
+                f"(schema {MIGRATES_FROM} on) or dropped (older) when a worker opens the directory"
             )
             return
         except (OSError, sqlite3.Error) as e:

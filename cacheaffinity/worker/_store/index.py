@@ -44,7 +44,6 @@ from cacheaffinity.worker._store.schema import (
     SCHEMA_VERSION,
     has_tables,
     migrate,
-    upgrade_indexes,
 )
 
 logger = logging.getLogger("cacheaffinity.worker")
@@ -236,15 +235,13 @@ class Index:
                     f"{self.directory}` to set the index aside and start empty (the node id "
                     "is kept)"
                 )
-            if version == MIGRATES_FROM and self.heals:
+            if MIGRATES_FROM <= version < SCHEMA_VERSION and self.heals:
                 from cacheaffinity.worker._store.admission import rank
 
                 migrate(con, rank)
                 version = SCHEMA_VERSION
             if 0 < version < SCHEMA_VERSION or (version == 0 and has_tables(con)):
                 raise OlderLayout(f"index {self.path} has schema version {version}")
-            if version == SCHEMA_VERSION and self.heals:
-                upgrade_indexes(con)
             if version == 0:
                 # Of processes opening a new directory together, the first creates the
                 # schema; the others wait for its lock and find it.

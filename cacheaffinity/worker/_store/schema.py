@@ -1,7 +1,7 @@
 """The schema of a node cache's SQLite index (runs in workers and in the CLI): its tables and
 indexes, how the admission policy's clocks are stored in its rows (:func:`stored`,
 :func:`read`: a row keeps its size), and the in-place upgrades of indexes that earlier
-versions made (schema 3 -> 4, :func:`migrate`; schema-4 indexes, :func:`upgrade_indexes`).
+versions made (schema 3 or 4 -> 5, :func:`migrate`).
 Connections, healing and the ``settings`` table are ``index.Index``'s."""
 
 from __future__ import annotations
@@ -16,12 +16,13 @@ logger = logging.getLogger("cacheaffinity.worker")
 
 __all__ = [
     "ADMISSION", "MIGRATES_FROM", "POLICY_COLUMNS", "ROW", "SCHEMA", "SCHEMA_VERSION", "UNSET",
-    "create_admission", "has_tables", "migrate", "read", "stored", "upgrade_indexes",
+    "DUE_TRIGGERS", "OLD_INDEXES", "create_admission", "has_tables", "migrate", "read", "stored",
 ]  # fmt: skip
 
 #: Index schema version (``PRAGMA user_version``): older ones dropped, newer refused.
-SCHEMA_VERSION = 4
-#: The schema version this one upgrades in place (:func:`migrate`); older ones are dropped.
+SCHEMA_VERSION = 5
+#: The oldest schema version upgraded in place (:func:`migrate`, every version from it up to
+#: :data:`SCHEMA_VERSION`); older ones are dropped.
 MIGRATES_FROM = 3
 #: Columns of an index row, in the order :meth:`Index.salvage` returns them.
 ROW = (
@@ -58,18 +59,39 @@ def read(value: float | None) -> float | None:
             return below
     return value
 
-#: What the admission policy keeps beside the rows: ordered indexes on the rows' policy
-#: columns (the stalest entry of those looked up since stored, the highest rank: one index
-#: seek each; the oldest entry not looked up since it was stored is the first such row by
-#: id, see ``IndexEntries.first_fresh``), the rows a ``fifo`` process stored without a
-#: clock, its bottom-k sample and its node-wide scalars.
+#: What the admission policy keeps beside the rows: an ordered index on the rows' rank
+#: (the highest: one index seek), the rows a ``fifo`` process stored without a clock, the
+#: looked-up entries by when they go stale (``admission_due``, see :data:`DUE_TRIGGERS`),
+#: its bottom-k sample and its node-wide scalars.  The oldest entry not looked up since it
+#: was stored is the first such row by id (see ``IndexEntries.first_fresh``).
 ADMISSION = """
 CREATE INDEX IF NOT EXISTS entries_rank ON entries(rank);
-CREATE INDEX IF NOT EXISTS entries_stale ON entries(stale_from) WHERE stale_from >= 0;
 CREATE INDEX IF NOT EXISTS entries_unclocked ON entries(id) WHERE last_used IS NULL;
+CREATE TABLE IF NOT EXISTS admission_due (
+    stale_from REAL NOT NULL, id INTEGER NOT NULL, PRIMARY KEY (stale_from, id)
+) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS admission_state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS admission_sample (h INTEGER PRIMARY KEY, t REAL NOT NULL);
 """
+
+#: ``admission_due`` is a log read lazily, like the simulator's heap (``RankEntries``): a
+#: row that gets a ``stale_from`` adds ``(stale_from, id)`` (these triggers), and nothing
+#: takes the old record out.  A record is valid while its row exists and still holds that
+#: ``stale_from``; the others are dropped when a write transaction passes them, or all at
+#: once when they outnumber the rows (``IndexEntries``).  An index on ``stale_from``
+#: (``entries_stale``, schema 4) moved a re-looked-up row's entry out of a random place of
+#: the index: at 10^6 entries that B-tree delete was 2/3 of what saving a lookup in random
+#: order cost.
+DUE_TRIGGERS = (
+    """CREATE TRIGGER IF NOT EXISTS entries_due_insert AFTER INSERT ON entries
+    WHEN NEW.stale_from >= 0 BEGIN
+        INSERT OR IGNORE INTO admission_due VALUES (NEW.stale_from, NEW.id);
+    END""",
+    """CREATE TRIGGER IF NOT EXISTS entries_due_update AFTER UPDATE OF stale_from ON entries
+    WHEN NEW.stale_from >= 0 AND NEW.stale_from IS NOT OLD.stale_from BEGIN
+        INSERT OR IGNORE INTO admission_due VALUES (NEW.stale_from, NEW.id);
+    END""",
+)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS entries (
@@ -92,7 +114,8 @@ CREATE TABLE IF NOT EXISTS entries (
 );
 CREATE INDEX IF NOT EXISTS entries_file ON entries(file);
 CREATE INDEX IF NOT EXISTS entries_grp ON entries(grp, start);
-""" + ADMISSION + """CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
+""" + ADMISSION + ";\n".join(DUE_TRIGGERS) + """;
+CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('size', 0), ('count', 0);
 CREATE TABLE IF NOT EXISTS settings (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TRIGGER IF NOT EXISTS entries_insert AFTER INSERT ON entries BEGIN
@@ -107,55 +130,28 @@ END;
 
 
 def create_admission(con: sqlite3.Connection) -> None:
-    """Create what :data:`ADMISSION` names that is missing, inside the caller's transaction
-    (``executescript`` would commit it)."""
+    """Create what :data:`ADMISSION` and :data:`DUE_TRIGGERS` name that is missing, inside
+    the caller's transaction (``executescript`` would commit it)."""
     for statement in ADMISSION.strip().split(";"):
         if statement.strip():
             con.execute(statement)
+    for trigger in DUE_TRIGGERS:
+        con.execute(trigger)
 
 
 def migrate(con: sqlite3.Connection, rank: Callable[[str], float]) -> None:
-    """Schema 3 -> 4 in place, in one transaction (the first process to open it; the others
-    find version 4): the admission policy's per-entry metadata (a JSON row per entry in the
-    ``admission`` table) and its sample become columns, indexes and a table; every row's
-    rank is computed with ``rank`` (``admission.rank``, passed in: the schema imports no
-    policy).  O(entries), once."""
+    """Schema 3 or 4 -> :data:`SCHEMA_VERSION` in place, in one transaction (the first process
+    to open it; the others find it done).  ``rank`` is ``admission.rank``, passed in: the
+    schema imports no policy.  O(entries), once."""
     con.execute("BEGIN IMMEDIATE")
     try:
-        if con.execute("PRAGMA user_version").fetchone()[0] != MIGRATES_FROM:
+        version = con.execute("PRAGMA user_version").fetchone()[0]
+        if not MIGRATES_FROM <= version < SCHEMA_VERSION:
             con.execute("ROLLBACK")
             return
-        for column in POLICY_COLUMNS:
-            con.execute(f"ALTER TABLE entries ADD COLUMN {column} REAL")
-        con.executemany(
-            "UPDATE entries SET rank = ? WHERE id = ?",
-            ((rank(key), i) for i, key in con.execute("SELECT id, key FROM entries").fetchall()),
-        )
-        tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-        updates = []
-        if "admission" in tables:
-            for key, meta in con.execute("SELECT key, meta FROM admission").fetchall():
-                try:
-                    used, due, dist = json.loads(meta)
-                    updates.append((float(used), due, dist, key))
-                except (TypeError, ValueError):
-                    continue
-            con.execute("DROP TRIGGER IF EXISTS entries_delete_admission")
-            con.execute("DROP TABLE admission")
-        con.executemany("UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ? WHERE key = ?", updates)
-        sample = []
-        if "admission_state" in tables:
-            row = con.execute("SELECT value FROM admission_state WHERE name = 'state'").fetchone()
-            try:
-                state = json.loads(row[0]) if row else None
-                sample = [(int(h) - 2**63, float(t)) for h, _, t in state.pop("sample", [])]
-                con.execute(
-                    "UPDATE admission_state SET value = ? WHERE name = 'state'", (json.dumps(state),)
-                )
-            except (TypeError, ValueError, AttributeError):
-                pass
-        create_admission(con)
-        con.executemany("INSERT OR REPLACE INTO admission_sample VALUES (?, ?)", sample)
+        if version == 3:
+            _from_3(con, rank)
+        _from_4(con)
         con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         con.execute("COMMIT")
     except BaseException:
@@ -163,52 +159,61 @@ def migrate(con: sqlite3.Connection, rank: Callable[[str], float]) -> None:
             con.execute("ROLLBACK")
         raise
     logger.info(
-        "cacheaffinity: index upgraded from schema %d to %d in place (entries kept)", MIGRATES_FROM, SCHEMA_VERSION
+        "cacheaffinity: index upgraded from schema %d to %d in place (entries kept)", version, SCHEMA_VERSION
     )
 
 
-#: Indexes that schema-4 indexes made by earlier versions have:
+def _from_3(con: sqlite3.Connection, rank: Callable[[str], float]) -> None:
+    """Schema 3 -> 4: the admission policy's per-entry metadata (a JSON row per entry in the
+    ``admission`` table) and its sample become columns and a table; every row's rank is
+    computed with ``rank``."""
+    for column in POLICY_COLUMNS:
+        con.execute(f"ALTER TABLE entries ADD COLUMN {column} REAL")
+    con.executemany(
+        "UPDATE entries SET rank = ? WHERE id = ?",
+        ((rank(key), i) for i, key in con.execute("SELECT id, key FROM entries").fetchall()),
+    )
+    tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+    updates = []
+    if "admission" in tables:
+        for key, meta in con.execute("SELECT key, meta FROM admission").fetchall():
+            try:
+                used, due, dist = json.loads(meta)
+                updates.append((float(used), due, dist, key))
+            except (TypeError, ValueError):
+                continue
+        con.execute("DROP TRIGGER IF EXISTS entries_delete_admission")
+        con.execute("DROP TABLE admission")
+    con.executemany("UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ? WHERE key = ?", updates)
+    sample = []
+    if "admission_state" in tables:
+        row = con.execute("SELECT value FROM admission_state WHERE name = 'state'").fetchone()
+        try:
+            state = json.loads(row[0]) if row else None
+            sample = [(int(h) - 2**63, float(t)) for h, _, t in state.pop("sample", [])]
+            con.execute("UPDATE admission_state SET value = ? WHERE name = 'state'", (json.dumps(state),))
+        except (TypeError, ValueError, AttributeError):
+            pass
+    con.execute("CREATE TABLE IF NOT EXISTS admission_sample (h INTEGER PRIMARY KEY, t REAL NOT NULL)")
+    con.executemany("INSERT OR REPLACE INTO admission_sample VALUES (?, ?)", sample)
+
+
+#: Indexes on the rows' policy columns that schema 4 had (dropped by :func:`_from_4`):
 #: - ``entries_fresh``, the entries not looked up since stored by last lookup: every first
 #:   lookup of an entry moved it out (a B-tree delete at a random place, ~40% of an UPDATE's
 #:   cost at 10^6 entries); a row id watermark finds the oldest of them now;
 #: - ``entries_due``, the looked-up entries by ``stale_from`` (``WHERE stale_from IS NOT
-#:   NULL``): rows not looked up hold :data:`UNSET` now, ``entries_stale`` leaves them out.
-OLD_FRESH_INDEX = "entries_fresh"
-OLD_DUE_INDEX = "entries_due"
-OLD_INDEXES = (OLD_FRESH_INDEX, OLD_DUE_INDEX)
+#:   NULL``), then ``entries_stale`` (``WHERE stale_from >= 0``): every re-lookup moved the
+#:   row's entry (see :data:`DUE_TRIGGERS`).
+OLD_INDEXES = ("entries_fresh", "entries_due", "entries_stale")
 
 
-def upgrade_indexes(con: sqlite3.Connection) -> None:
-    """Replace :data:`OLD_INDEXES` by today's (:data:`ADMISSION`) in place, once (the first
-    process to open the index; the others find it done).  One pass over the rows.  Best
-    effort: an index this process cannot write keeps them (correct, only slower lookups;
-    rows without a lookup that hold :data:`UNSET` are then in ``entries_due`` too, which
-    only the old code reads)."""
-
-    def old() -> list[str]:
-        marks = ",".join("?" * len(OLD_INDEXES))
-        found = con.execute(f"SELECT name FROM sqlite_master WHERE type = 'index' AND name IN ({marks})", OLD_INDEXES)
-        return sorted(n for (n,) in found)
-
-    present = old()
-    if not present:
-        return
-    try:
-        con.execute("BEGIN IMMEDIATE")
-        for name in old():
-            con.execute(f"DROP INDEX {name}")
-        create_admission(con)
-        con.execute("COMMIT")
-    except sqlite3.OperationalError as e:  # read-only, busy past the timeout, disk full
-        if con.in_transaction:
-            con.execute("ROLLBACK")
-        logger.info(
-            "cacheaffinity: index kept its %s index (%s); it is dropped at a later open", ", ".join(present), e
-        )
-    except BaseException:
-        if con.in_transaction:
-            con.execute("ROLLBACK")
-        raise
+def _from_4(con: sqlite3.Connection) -> None:
+    """Schema 4 -> 5: :data:`OLD_INDEXES` dropped, ``admission_due`` made from the rows."""
+    for name in OLD_INDEXES:
+        con.execute(f"DROP INDEX IF EXISTS {name}")
+    create_admission(con)
+    con.execute("INSERT OR IGNORE INTO admission_due SELECT stale_from, id FROM entries WHERE stale_from >= 0")
 
 
 def has_tables(con: sqlite3.Connection) -> bool:
