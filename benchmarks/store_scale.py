@@ -278,6 +278,25 @@ def verify_seconds(directory: str) -> float:
         return time.perf_counter() - t0
 
 
+def due_rebuild_seconds(directory: str) -> float:
+    """Wall time of making ``admission_due`` again from the rows (what a save does once
+    superseded records pass 4 per row, about every third warm run of the whole cache), in a
+    transaction rolled back: the cache is left as it was."""
+    from cacheaffinity.worker._directory import INDEX_NAME
+    from cacheaffinity.worker._store.admitter import IndexEntries
+
+    con = sqlite3.connect(os.path.join(directory, INDEX_NAME), isolation_level=None)
+    try:
+        con.execute("BEGIN IMMEDIATE")
+        t0 = time.perf_counter()
+        IndexEntries(con, writing=True).rebuild_due()
+        return time.perf_counter() - t0
+    finally:
+        if con.in_transaction:
+            con.execute("ROLLBACK")
+        con.close()
+
+
 def _median_case(cases: list[dict]) -> dict:
     out = dict(cases[0])
     for k, v in cases[0].items():
@@ -320,9 +339,9 @@ def checks(rows: list[dict]) -> dict:
     return out
 
 
-def plot(rows: list[dict], path: str) -> None:
+def plot(rows: list[dict], path: str, sizes: list[dict] = ()) -> None:
     plt = pyplot()
-    fig, axes = plt.subplots(1, 5, figsize=(22, 4.2))
+    fig, axes = plt.subplots(1, 6, figsize=(26, 4.2))
     titles = {"hit": "lookup hit (storing order)", "hit_random": "lookup hit (random order)",
               "miss": "lookup miss", "insert": "insert with eviction"}  # fmt: skip
     for ax, phase in zip(axes[:4], PHASES):
@@ -343,6 +362,15 @@ def plot(rows: list[dict], path: str) -> None:
                 ax.plot(*zip(*pts), style, marker="o", label=f"{policy}, {procs} proc")
     ax.set(xscale="log", xlabel="packs in the node cache", ylabel="RSS per process after the phases (MB)", title="memory")
     ax.grid(True, which="both", alpha=0.3)
+    ax = axes[5]
+    for key, label in (("cache_info_s", "`cache info` (a new process)"), ("verify_s", "`verify`"),
+                       ("due_rebuild_s", "admission_due made again")):  # fmt: skip
+        pts = sorted((s["packs"], s[key]) for s in sizes if key in s)
+        if pts:
+            ax.plot(*zip(*pts), marker="o", label=label)
+    ax.set(xscale="log", yscale="log", xlabel="packs in the node cache", ylabel="seconds", title="whole-cache operations")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
     fig.suptitle("Node cache bookkeeping against what it holds (store_scale.py)")
     fig.tight_layout()
     save_png(fig, path)
@@ -377,7 +405,9 @@ def render(results: str, name: str = "store_scale") -> str:
             lines.append(f"| {n:,} | {p} | " + " | ".join(cell) + f" | {a['open_s']:.2f} |")
     sizes = ", ".join(
         f"{s['packs']:,} packs: index {s['index_bytes'] / 2**20:.0f} MiB, `cache info` {s['cache_info_s']:.2f} s, "
-        f"`verify` {s['verify_s']:.1f} s" for s in doc.get("sizes", [])
+        f"`verify` {s['verify_s']:.1f} s"
+        + (f", `admission_due` made again {s['due_rebuild_s']:.2f} s" if "due_rebuild_s" in s else "")
+        for s in doc.get("sizes", [])
     )  # fmt: skip
     met = [k for k, v in doc.get("checks", {}).items() if v.get("met")]
     missed = [f"{k} ({v.get('ratio', v.get('value'))} against {v['bound']})" for k, v in doc.get("checks", {}).items() if not v.get("met")]
@@ -436,6 +466,7 @@ def main(argv=None) -> int:
             info = infos["rank"]
             info["cache_info_s"] = statistics.median(cli_info_seconds(dirs["rank"]) for _ in range(repeats))
             info["verify_s"] = verify_seconds(dirs["rank"])
+            info["due_rebuild_s"] = statistics.median(due_rebuild_seconds(dirs["rank"]) for _ in range(repeats))
             per_size.append(info)
             for procs in procs_list:
                 cases: dict[str, list[dict]] = {policy: [] for policy in POLICIES}
@@ -466,7 +497,7 @@ def main(argv=None) -> int:
         name += "_looked_up"
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, f"{name}.json"), config, rows, sizes=per_size, checks=verdict)
-    plot(rows, os.path.join(args.out, f"{name}.png"))
+    plot(rows, os.path.join(args.out, f"{name}.png"), per_size)
     return 0
 
 

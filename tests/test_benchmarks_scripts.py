@@ -217,6 +217,12 @@ def test_store_scale_builds_a_node_cache_looked_up_as_a_warm_run_left_it(tmp_pat
     con.close()
     assert read(used) > read(rows[7][1]) and read(due) > read(rows[7][2])
     assert read(dist) == read(used) - read(rows[7][1])  # its reuse distance since the warm run's lookup
+    # when each row goes stale: one record each from the build, and the lookup's new one
+    con = sqlite3.connect(node / INDEX_NAME)
+    records = con.execute("SELECT stale_from, id FROM admission_due WHERE id = ? ORDER BY stale_from", (rows[7][0],)).fetchall()
+    assert con.execute("SELECT count(*) FROM admission_due").fetchone()[0] == n + 1
+    con.close()
+    assert records == [(rows[7][2], rows[7][0]), (due, rows[7][0])]
 
 
 @pytest.mark.timeout(600)
@@ -246,6 +252,7 @@ def test_store_scale_tiny(tmp_path):
             else:
                 assert 0 < r[f"{ph}_save_cpu_us"] < r[f"{ph}_cpu_us"], r
     assert {"hit_vs_fifo_p1", "hit_vs_own_1000_p2", "rss_growth_mb_p1", "open_s_p2"} <= set(doc["checks"])
+    assert [s["packs"] for s in doc["sizes"]] == [1000, 2000] and all(s["due_rebuild_s"] > 0 for s in doc["sizes"])
     assert (tmp_path / "store_scale.png").read_bytes()[:4] == b"\x89PNG"
 
 

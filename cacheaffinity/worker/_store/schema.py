@@ -213,7 +213,10 @@ def _from_4(con: sqlite3.Connection) -> None:
     for name in OLD_INDEXES:
         con.execute(f"DROP INDEX IF EXISTS {name}")
     create_admission(con)
-    con.execute("INSERT OR IGNORE INTO admission_due SELECT stale_from, id FROM entries WHERE stale_from >= 0")
+    con.execute(
+        "INSERT OR IGNORE INTO admission_due SELECT stale_from, id FROM entries WHERE stale_from >= 0 "
+        "ORDER BY stale_from, id"
+    )
 
 
 def has_tables(con: sqlite3.Connection) -> bool:
