@@ -59,8 +59,6 @@ _SHIFT = 2**63
 #: passed yet: the simulator's heap has the same bound).
 DUE_PER_ROW = 4
 DUE_SLACK = 1024
-#: Records of ``admission_due`` read per query while looking for the first valid one.
-_DUE_BATCH = 64
 
 
 class IndexEntries:
@@ -200,23 +198,21 @@ class IndexEntries:
         ``stale_from``) whose key is not in ``exclude``; superseded records passed on the way
         are deleted when :attr:`writing`."""
         dead: list[tuple[float, int]] = []
-        after: tuple = (-1.0, -1)  # before every record (stale_from >= 0)
+        # stepped one record at a time: the first is valid but in a few passes (fetching a
+        # batch of 64 made an insert's victim search 3x slower at 10^3 entries)
+        cur = self.con.execute(
+            "SELECT d.stale_from, d.id, e.key, e.stale_from FROM admission_due d "
+            "LEFT JOIN entries e ON e.id = d.id ORDER BY d.stale_from, d.id"
+        )
         try:
-            while True:
-                rows = self.con.execute(
-                    "SELECT d.stale_from, d.id, e.key, e.stale_from FROM admission_due d LEFT JOIN entries e "
-                    "ON e.id = d.id WHERE (d.stale_from, d.id) > (?, ?) ORDER BY d.stale_from, d.id LIMIT ?",
-                    (*after, _DUE_BATCH),
-                ).fetchall()
-                if not rows:
-                    return None
-                for due, rid, key, now in rows:
-                    if now != due:  # the row is gone, or was looked up again since
-                        dead.append((due, rid))
-                    elif key not in exclude:
-                        return (read(due), key)
-                after = rows[-1][:2]
+            for due, rid, key, now in cur:
+                if now != due:  # the row is gone, or was looked up again since
+                    dead.append((due, rid))
+                elif key not in exclude:
+                    return (read(due), key)
+            return None
         finally:
+            cur.close()
             if dead and self.writing:
                 self.con.executemany("DELETE FROM admission_due WHERE stale_from = ? AND id = ?", dead)
                 self.due_dropped += len(dead)
