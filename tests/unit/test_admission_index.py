@@ -214,6 +214,9 @@ def test_eight_processes_of_one_node_share_the_policy_in_the_index(tmp_path):
         con = sqlite3.connect(tmp_path / INDEX_NAME)
         count, size = (v for (v,) in con.execute("SELECT value FROM meta WHERE name IN ('count', 'size') ORDER BY name"))
         assert (count, size) == con.execute("SELECT count(*), sum(size) FROM entries").fetchone()
+        # every looked-up row has exactly one valid record of when it goes stale
+        records, valid, looked = _due_records(con)
+        assert valid == looked > 0 and records >= valid
         con.close()
         held = set(cache)
     lowest = set(sorted(KEYS, key=rank)[:20])

@@ -150,10 +150,18 @@ def test_a_crash_mid_admission_leaves_the_last_commit(tmp_path):
         for _ in range(2):
             scan(cache)
         held = set(cache)
-    before = state_of(tmp_path)
+    def due_log():
+        con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME))
+        try:
+            return con.execute("SELECT stale_from, id FROM admission_due ORDER BY stale_from, id").fetchall()
+        finally:
+            con.close()
+
+    before, log = state_of(tmp_path), due_log()
+    assert log  # the runs' lookups wrote records of when their entries go stale
     r = subprocess.run([sys.executable, "-c", _CRASH, str(tmp_path), str(CAPACITY)], capture_output=True, text=True)
     assert r.returncode == 9, r.stderr
-    assert state_of(tmp_path) == before  # nothing of the dead transaction
+    assert state_of(tmp_path) == before and due_log() == log  # nothing of the dead transaction
     with ColumnCache(tmp_path, capacity=CAPACITY, admission="rank") as cache:
         assert set(cache) == held
         assert scan(cache) == 20
