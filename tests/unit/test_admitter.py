@@ -139,6 +139,8 @@ _CRASH = textwrap.dedent(
 
     admitter.Admitter._save = save_then_die
     cache = ColumnCache(sys.argv[1], capacity=int(sys.argv[2]), admission="rank")
+    held = list(cache)
+    assert all(cache.get(k) is not None for k in held)  # lookups the insert's transaction applies
     cache["chunk999"] = np.zeros(1024, np.int64)  # rank above every held key? decided inside
     cache["chunk000x"] = np.zeros(1024, np.int64)
     """
@@ -159,6 +161,7 @@ def test_a_crash_mid_admission_leaves_the_last_commit(tmp_path):
 
     before, log = state_of(tmp_path), due_log()
     assert log  # the runs' lookups wrote records of when their entries go stale
+    # (the dead transaction applies the crashing process's lookups: a record each, rolled back)
     r = subprocess.run([sys.executable, "-c", _CRASH, str(tmp_path), str(CAPACITY)], capture_output=True, text=True)
     assert r.returncode == 9, r.stderr
     assert state_of(tmp_path) == before and due_log() == log  # nothing of the dead transaction
