@@ -85,6 +85,12 @@ def test_the_index_decides_as_the_simulators_policy_does(tmp_path, seed):
         hit = mem.lookup(key, size)
         assert idx.lookup(key, size) == hit, step
         if not hit:
+            # read only (an insert's pre-check): the inbox searched, not moved; then written
+            first = mem.table.first_due()
+            reader = IndexEntries(idx.con)
+            assert reader.first_due() == first, step
+            if first is not None:
+                assert reader.first_due({first[1]}) == mem.table.first_due({first[1]}), step
             assert idx.offer(key, size) == mem.offer(key, size), step
         if step % 97 == 0:
             assert idx.held() == set(mem.table._e), step
@@ -172,7 +178,7 @@ def test_a_schema_3_index_is_upgraded_in_place_keeping_entries_and_policy_state(
     assert con.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION
     # every looked-up row has its record of when it goes stale, valid
     looked = set(con.execute("SELECT stale_from, id FROM entries WHERE stale_from >= 0").fetchall())
-    assert looked and looked <= set(con.execute("SELECT stale_from, id FROM admission_due").fetchall())
+    assert looked and looked <= set(con.execute(f"SELECT stale_from, id FROM {_DUE}").fetchall())
     tables = {n for (n,) in con.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
     assert "admission" not in tables
     got = dict(con.execute("SELECT key, rank FROM entries"))
@@ -302,6 +308,7 @@ def _as_schema_4(path: str, old_indexes: bool = False) -> None:
     con.execute("DROP TRIGGER entries_due_insert")
     con.execute("DROP TRIGGER entries_due_update")
     con.execute("DROP TABLE admission_due")
+    con.execute("DROP TABLE admission_inbox")
     if old_indexes:
         con.execute("DROP INDEX entries_unclocked")
         con.execute("CREATE INDEX entries_fresh ON entries(last_used) WHERE stale_from IS NULL")
@@ -346,7 +353,7 @@ def test_a_schema_4_index_with_the_old_fresh_index_is_upgraded_on_open_and_the_w
         assert cache.get("e000000") is not None
         cache.save_admission(force=True)  # the state is replaced: every entry fresh again
         assert cache.admission._fresh_from == 0
-        assert cache.index.query("SELECT count(*) FROM admission_due")[0][0] == 0
+        assert cache.index.query(f"SELECT count(*) FROM {_DUE}")[0][0] == 0
 
 
 def test_a_schema_4_index_is_upgraded_in_place_and_evicts_the_stalest_entry_as_before(tmp_path):
@@ -373,12 +380,16 @@ def test_a_schema_4_index_is_upgraded_in_place_and_evicts_the_stalest_entry_as_b
         table.con.close()
 
 
+#: The records of when entries go stale: ``admission_due`` and its inbox.
+_DUE = "(SELECT stale_from, id FROM admission_due UNION ALL SELECT stale_from, id FROM admission_inbox)"
+
+
 def _due_records(con) -> tuple[int, int, int]:
-    """(records of ``admission_due``, valid ones, rows looked up since stored)."""
+    """(records of ``admission_due`` and its inbox, valid ones, rows looked up since stored)."""
     return (
-        con.execute("SELECT count(*) FROM admission_due").fetchone()[0],
+        con.execute(f"SELECT count(*) FROM {_DUE}").fetchone()[0],
         con.execute(
-            "SELECT count(*) FROM admission_due d JOIN entries e ON e.id = d.id AND e.stale_from = d.stale_from"
+            f"SELECT count(*) FROM {_DUE} d JOIN entries e ON e.id = d.id AND e.stale_from = d.stale_from"
         ).fetchone()[0],
         con.execute("SELECT count(*) FROM entries WHERE stale_from >= 0").fetchone()[0],
     )
@@ -403,6 +414,9 @@ def test_superseded_records_of_when_entries_go_stale_are_bounded_and_dropped_by_
             records, valid, looked = _due_records(con)
             assert valid == looked == n, run
             assert records <= admitter.DUE_PER_ROW * n + n, run  # at most one save's past the bound
+            if run == 0:  # the lookups' records wait in the inbox (nothing evicted: not moved)
+                assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == n
+                assert con.execute("SELECT count(*) FROM admission_due").fetchone()[0] == 0
             seen.append(records)
         assert max(seen) > 2 * n and min(seen[3:]) < max(seen)  # it grew, and was made again
         assert cache.stats()["evictions"] == 0
@@ -415,6 +429,8 @@ def test_superseded_records_of_when_entries_go_stale_are_bounded_and_dropped_by_
         assert cache.stats()["evictions"] > 0
         records, valid, looked = _due_records(con)
         assert valid == looked and records - valid < superseded
+        # the first eviction moved the inbox's valid records into the log, in its order
+        assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == 0
         # before the first valid record, no record of a row looked up again since: the
         # evictions dropped them (the last victims' records go at the next eviction)
         first = con.execute(
@@ -424,6 +440,96 @@ def test_superseded_records_of_when_entries_go_stale_are_bounded_and_dropped_by_
             "SELECT count(*) FROM admission_due d JOIN entries e ON e.id = d.id "
             "WHERE e.stale_from != d.stale_from AND d.stale_from < ?", (first,)
         ).fetchone()[0] == 0
+    con.close()
+
+
+@pytest.mark.parametrize("slack", [1024, 0], ids=["moved", "made-again"])
+def test_the_inbox_is_moved_into_the_log_or_the_log_made_again_by_the_first_eviction(tmp_path, monkeypatch, slack):
+    """A warm run's records wait in ``admission_inbox``; the first victim search of a write
+    transaction moves the valid ones into ``admission_due`` (or, past 1/INBOX_SHARE of the
+    rows, makes the log again from the rows), and evicts the entry stale first, which a
+    read-only search (an insert's pre-check) over log and inbox found before it."""
+    from cacheaffinity.worker._store import admitter
+
+    monkeypatch.setattr(admitter, "DUE_SLACK", slack)  # 0: 3 x 60 records > 60 / INBOX_SHARE
+    n = 60
+    _fill(tmp_path, n)
+    path = os.path.join(tmp_path, INDEX_NAME)
+    con = sqlite3.connect(path, isolation_level=None)
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        for _run in range(3):  # warm runs, one save each: records in the inbox, a row's older ones superseded
+            for i in range(n):
+                assert cache.get(f"e{i:06d}") is not None
+            cache.save_admission(force=True)
+        waiting = con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0]
+        assert waiting == 3 * n and con.execute("SELECT count(*) FROM admission_due").fetchone()[0] == 0
+        # the stalest entry, by the rows' own clocks
+        stalest = con.execute("SELECT key FROM entries ORDER BY stale_from, id LIMIT 1").fetchone()[0]
+        assert IndexEntries(con).first_due()[1] == stalest  # read only: found in the inbox
+        assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == waiting  # not moved
+        con.execute("BEGIN IMMEDIATE")
+        table = IndexEntries(con, writing=True)
+        assert table.first_due()[1] == stalest
+        assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == 0
+        # one record per row, in the log: the superseded ones dropped (moved) or never made (made again)
+        assert _due_records(con) == (n, n, n)
+        assert (table.due_rebuilt is None) == (slack > 0)
+        con.execute("ROLLBACK")
+    con.close()
+
+
+def _as_schema_5(path: str) -> None:
+    """Turn today's index into schema 5's: no inbox, the triggers add to ``admission_due``."""
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("BEGIN")
+    for name in ("entries_due_insert", "entries_due_update"):
+        con.execute(f"DROP TRIGGER {name}")
+    con.execute(
+        "INSERT OR IGNORE INTO admission_due SELECT stale_from, id FROM admission_inbox"
+    )
+    con.execute("DROP TABLE admission_inbox")
+    con.execute("""CREATE TRIGGER entries_due_insert AFTER INSERT ON entries
+    WHEN NEW.stale_from >= 0 BEGIN
+        INSERT OR IGNORE INTO admission_due VALUES (NEW.stale_from, NEW.id);
+    END""")
+    con.execute("""CREATE TRIGGER entries_due_update AFTER UPDATE OF stale_from ON entries
+    WHEN NEW.stale_from >= 0 AND NEW.stale_from IS NOT OLD.stale_from BEGIN
+        INSERT OR IGNORE INTO admission_due VALUES (NEW.stale_from, NEW.id);
+    END""")
+    con.execute("PRAGMA user_version=5")
+    con.execute("COMMIT")
+    con.close()
+
+
+def test_a_schema_5_index_is_upgraded_in_place_and_its_lookups_then_wait_in_the_inbox(tmp_path):
+    """Schema 5's log is kept as it is; the upgrade adds the inbox and points the triggers
+    at it: the next lookups append there, and the victim search finds the stalest entry."""
+    n = 50
+    _fill(tmp_path, n)
+    path = os.path.join(tmp_path, INDEX_NAME)
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        for i in range(0, n, 2):
+            assert cache.get(f"e{i:06d}") is not None
+        cache.save_admission(force=True)
+    _as_schema_5(path)
+    con = sqlite3.connect(path, isolation_level=None)
+    log = con.execute("SELECT stale_from, id FROM admission_due ORDER BY 1, 2").fetchall()
+    assert len(log) == n // 2 and con.execute("PRAGMA user_version").fetchone()[0] == 5
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        assert cache.index.query("PRAGMA user_version")[0][0] == SCHEMA_VERSION == 6
+        assert con.execute("SELECT stale_from, id FROM admission_due ORDER BY 1, 2").fetchall() == log
+        for i in range(1, n, 2):  # the other half looked up: records in the inbox
+            assert cache.get(f"e{i:06d}") is not None
+        cache.save_admission(force=True)
+        assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == n // 2
+        assert con.execute("SELECT count(*) FROM admission_due").fetchone()[0] == n // 2
+    stalest = con.execute("SELECT key FROM entries WHERE stale_from >= 0 ORDER BY stale_from, id LIMIT 1").fetchone()[0]
+    assert IndexEntries(con).first_due()[1] == stalest  # read only: over the log and the inbox
+    con.execute("BEGIN IMMEDIATE")
+    assert IndexEntries(con, writing=True).first_due()[1] == stalest  # the inbox moved first
+    assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == 0
+    con.execute("COMMIT")
+    assert _due_records(con) == (n, n, n)
     con.close()
 
 

@@ -1,7 +1,7 @@
 """The schema of a node cache's SQLite index (runs in workers and in the CLI): its tables and
 indexes, how the admission policy's clocks are stored in its rows (:func:`stored`,
 :func:`read`: a row keeps its size), and the in-place upgrades of indexes that earlier
-versions made (schema 3 or 4 -> 5, :func:`migrate`).
+versions made (schema 3, 4 or 5 -> 6, :func:`migrate`).
 Connections, healing and the ``settings`` table are ``index.Index``'s."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ __all__ = [
 ]  # fmt: skip
 
 #: Index schema version (``PRAGMA user_version``): older ones dropped, newer refused.
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 #: The oldest schema version upgraded in place (:func:`migrate`, every version from it up to
 #: :data:`SCHEMA_VERSION`); older ones are dropped.
 MIGRATES_FROM = 3
@@ -61,8 +61,9 @@ def read(value: float | None) -> float | None:
 
 #: What the admission policy keeps beside the rows: an ordered index on the rows' rank
 #: (the highest: one index seek), the rows a ``fifo`` process stored without a clock, the
-#: looked-up entries by when they go stale (``admission_due``, see :data:`DUE_TRIGGERS`),
-#: its bottom-k sample and its node-wide scalars.  The oldest entry not looked up since it
+#: looked-up entries by when they go stale (``admission_due`` and its inbox
+#: ``admission_inbox``, see :data:`DUE_TRIGGERS`), its bottom-k sample and its node-wide
+#: scalars.  The oldest entry not looked up since it
 #: was stored is the first such row by id (see ``IndexEntries.first_fresh``).
 ADMISSION = """
 CREATE INDEX IF NOT EXISTS entries_rank ON entries(rank);
@@ -70,26 +71,31 @@ CREATE INDEX IF NOT EXISTS entries_unclocked ON entries(id) WHERE last_used IS N
 CREATE TABLE IF NOT EXISTS admission_due (
     stale_from REAL NOT NULL, id INTEGER NOT NULL, PRIMARY KEY (stale_from, id)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS admission_inbox (stale_from REAL NOT NULL, id INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS admission_state (name TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS admission_sample (h INTEGER PRIMARY KEY, t REAL NOT NULL);
 """
 
 #: ``admission_due`` is a log read lazily, like the simulator's heap (``RankEntries``): a
-#: row that gets a ``stale_from`` adds ``(stale_from, id)`` (these triggers), and nothing
-#: takes the old record out.  A record is valid while its row exists and still holds that
-#: ``stale_from``; the others are dropped when a write transaction passes them, or all at
-#: once when they outnumber the rows (``IndexEntries``).  An index on ``stale_from``
-#: (``entries_stale``, schema 4) moved a re-looked-up row's entry out of a random place of
-#: the index: at 10^6 entries that B-tree delete was 2/3 of what saving a lookup in random
-#: order cost.
+#: row that gets a ``stale_from`` adds ``(stale_from, id)``, and nothing takes the old
+#: record out.  A record is valid while its row exists and still holds that ``stale_from``;
+#: the others are dropped when a write transaction passes them, or all at once when they
+#: outnumber the rows (``IndexEntries``).  An index on ``stale_from`` (``entries_stale``,
+#: schema 4) moved a re-looked-up row's entry out of a random place of the index: at 10^6
+#: entries that B-tree delete was 2/3 of what saving a lookup in random order cost.
+#: These triggers append the record to ``admission_inbox`` (a rowid table: its last page),
+#: which the first victim search of a write transaction moves into ``admission_due``, in
+#: its order (schema 6): lookups in random order added their records at random places of
+#: ``admission_due`` (at 10^6 records, +1 page written per lookup), and a warm run, which
+#: evicts nothing, now moves its records once, together.
 DUE_TRIGGERS = (
     """CREATE TRIGGER IF NOT EXISTS entries_due_insert AFTER INSERT ON entries
     WHEN NEW.stale_from >= 0 BEGIN
-        INSERT OR IGNORE INTO admission_due VALUES (NEW.stale_from, NEW.id);
+        INSERT INTO admission_inbox VALUES (NEW.stale_from, NEW.id);
     END""",
     """CREATE TRIGGER IF NOT EXISTS entries_due_update AFTER UPDATE OF stale_from ON entries
     WHEN NEW.stale_from >= 0 AND NEW.stale_from IS NOT OLD.stale_from BEGIN
-        INSERT OR IGNORE INTO admission_due VALUES (NEW.stale_from, NEW.id);
+        INSERT INTO admission_inbox VALUES (NEW.stale_from, NEW.id);
     END""",
 )
 
@@ -140,7 +146,7 @@ def create_admission(con: sqlite3.Connection) -> None:
 
 
 def migrate(con: sqlite3.Connection, rank: Callable[[str], float]) -> None:
-    """Schema 3 or 4 -> :data:`SCHEMA_VERSION` in place, in one transaction (the first process
+    """Schema 3, 4 or 5 -> :data:`SCHEMA_VERSION` in place, in one transaction (the first process
     to open it; the others find it done).  ``rank`` is ``admission.rank``, passed in: the
     schema imports no policy.  O(entries), once."""
     con.execute("BEGIN IMMEDIATE")
@@ -151,7 +157,9 @@ def migrate(con: sqlite3.Connection, rank: Callable[[str], float]) -> None:
             return
         if version == 3:
             _from_3(con, rank)
-        _from_4(con)
+        if version <= 4:
+            _from_4(con)
+        _from_5(con)
         con.execute(f"PRAGMA user_version={SCHEMA_VERSION}")
         con.execute("COMMIT")
     except BaseException:
@@ -217,6 +225,14 @@ def _from_4(con: sqlite3.Connection) -> None:
         "INSERT OR IGNORE INTO admission_due SELECT stale_from, id FROM entries WHERE stale_from >= 0 "
         "ORDER BY stale_from, id"
     )
+
+
+def _from_5(con: sqlite3.Connection) -> None:
+    """Schema 5 -> 6: ``admission_inbox`` created and :data:`DUE_TRIGGERS` append to it
+    (schema 5's added to ``admission_due``: dropped and made again)."""
+    for name in ("entries_due_insert", "entries_due_update"):
+        con.execute(f"DROP TRIGGER IF EXISTS {name}")
+    create_admission(con)
 
 
 def has_tables(con: sqlite3.Connection) -> bool:
