@@ -333,9 +333,14 @@ class IndexSample:
 
     def prefetch(self, hashes) -> None:
         todo = [h for h in dict.fromkeys(hashes) if h not in self._t]
+        if not todo:
+            return
+        # a hash above the sample's largest is not in it: only the few below are read
+        top = self.largest()
+        self._t.update(dict.fromkeys(todo))
+        todo = [] if top is None else [h for h in todo if h <= top]
         for i in range(0, len(todo), 500):
             part = todo[i : i + 500]
-            self._t.update(dict.fromkeys(part))
             for h, t in self.con.execute(
                 f"SELECT h, t FROM admission_sample WHERE h IN ({','.join('?' * len(part))})",
                 [h - _SHIFT for h in part],
