@@ -89,7 +89,8 @@ CREATE TABLE IF NOT EXISTS admission_sample (h INTEGER PRIMARY KEY, t REAL NOT N
 #: These triggers append the record to ``admission_inbox`` (a rowid table: its last page),
 #: which the first victim search of a write transaction moves into ``admission_due``, in
 #: its order (schema 6): lookups in random order added their records at random places of
-#: ``admission_due`` (at 10^6 records, +1 page written per lookup), and a warm run, which
+#: ``admission_due`` (~5,000 pages at 10^6 records: about one page more per lookup, by
+#: count; measured: 1.0-2.7 µs more per lookup than appending, 45,000 records), and a warm run, which
 #: evicts nothing, now moves its records once, together.
 DUE_TRIGGERS = (
     """CREATE TRIGGER IF NOT EXISTS entries_due_insert AFTER INSERT ON entries
