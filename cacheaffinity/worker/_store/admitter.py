@@ -31,7 +31,7 @@ from collections.abc import Iterator
 
 from cacheaffinity.exceptions import Closed
 from cacheaffinity.worker._store.admission import POLICIES, StableRank, key_hash, make_policy, rank
-from cacheaffinity.worker._store.schema import UNSET, read, stored
+from cacheaffinity.worker._store.schema import FILL_DUE, UNSET, read, stored
 
 __all__ = ["STORE_POLICIES", "UNSAVED", "Admitter", "IndexEntries", "IndexSample", "SAVE_EVERY"]
 
@@ -259,7 +259,7 @@ class IndexEntries:
         """Inside a write transaction: the inbox's valid records moved into ``admission_due``
         in its order (the others dropped), or, if the inbox holds more than 1/
         :data:`INBOX_SHARE` of the rows, the log made again from the rows."""
-        lo, hi = self._one("SELECT min(rowid), max(rowid) FROM admission_inbox") or (None, None)
+        lo, hi = self._one("SELECT min(rowid), max(rowid) FROM admission_inbox")  # type: ignore[misc]
         if hi is None:
             return
         waiting = hi - lo + 1  # only ever appended to, and emptied whole
@@ -279,9 +279,7 @@ class IndexEntries:
         emptied: its records.  In its order (at 10^6 rows 0.7 s, against 2.2 s in row order)."""
         self.con.execute("DELETE FROM admission_due")
         self.con.execute("DELETE FROM admission_inbox")
-        return self.con.execute(
-            "INSERT INTO admission_due SELECT stale_from, id FROM entries WHERE stale_from >= 0 ORDER BY stale_from, id"
-        ).rowcount
+        return self.con.execute(FILL_DUE).rowcount
 
     def first_fresh(self, exclude=()) -> tuple[float, str] | None:
         """The oldest entry not looked up since it was stored: the first such row from

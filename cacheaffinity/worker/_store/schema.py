@@ -16,7 +16,7 @@ logger = logging.getLogger("cacheaffinity.worker")
 
 __all__ = [
     "ADMISSION", "MIGRATES_FROM", "POLICY_COLUMNS", "ROW", "SCHEMA", "SCHEMA_VERSION", "UNSET",
-    "DUE_TRIGGERS", "OLD_INDEXES", "create_admission", "has_tables", "migrate", "read", "stored",
+    "DUE_TRIGGERS", "FILL_DUE", "OLD_INDEXES", "create_admission", "has_tables", "migrate", "read", "stored",
 ]  # fmt: skip
 
 #: Index schema version (``PRAGMA user_version``): older ones dropped, newer refused.
@@ -92,6 +92,12 @@ CREATE TABLE IF NOT EXISTS admission_sample (h INTEGER PRIMARY KEY, t REAL NOT N
 #: ``admission_due`` (~5,000 pages at 10^6 records: about one page more per lookup, by
 #: count; measured: 1.0-2.7 µs more per lookup than appending, 45,000 records), and a warm run, which
 #: evicts nothing, now moves its records once, together.
+#: ``admission_due`` made from the rows, one valid record each, in its order (at 10^6 rows
+#: 0.7 s, against 2.2 s in row order): the upgrade from schema 4 and ``rebuild_due``.
+FILL_DUE = (
+    "INSERT OR IGNORE INTO admission_due SELECT stale_from, id FROM entries WHERE stale_from >= 0 "
+    "ORDER BY stale_from, id"
+)
 DUE_TRIGGERS = (
     """CREATE TRIGGER IF NOT EXISTS entries_due_insert AFTER INSERT ON entries
     WHEN NEW.stale_from >= 0 BEGIN
@@ -225,10 +231,7 @@ def _from_4(con: sqlite3.Connection) -> None:
     for name in OLD_INDEXES:
         con.execute(f"DROP INDEX IF EXISTS {name}")
     create_admission(con)
-    con.execute(
-        "INSERT OR IGNORE INTO admission_due SELECT stale_from, id FROM entries WHERE stale_from >= 0 "
-        "ORDER BY stale_from, id"
-    )
+    con.execute(FILL_DUE)
 
 
 def _from_5(con: sqlite3.Connection) -> None:
