@@ -21,7 +21,13 @@ reads (``get_packs``: one index query, ``Index.query``, and one verified read pe
 running threads, so on a machine with fewer cores than workers a sample share is a share of
 the tasks' wall time, the CPU contention included.  The headline ratio is "what the disk cache
 costs over a dict"; the read path's share is how much of that is the read path itself, and
-its samples over the run's column lookups (hits) give microseconds per lookup.  Bytes copied
+its samples over the run's column lookups (hits) give microseconds per lookup.  For both runs the
+profiles also give coffea's pipeline inside the tasks: the events built from the form
+(``NanoEventsFactory.events``: awkward's ``from_buffers``) and the user's processor
+(``<class>.process``), as shares of the task samples; floor (b) runs the same executor
+and fast path (``_run_from_form``), its buffers from a dict.  Each run's task stream
+(``distributed.get_task_stream``) gives where its wall went: seconds until the first
+task computed, after the last one, and the busiest worker's summed compute.  Bytes copied
 per byte served: the bytes of the cache's data files copied into a new buffer (``bytes_read``;
 files mapped by ``worker.read: map``, ``bytes_mapped``, are not copied) plus what serving copied
 after that (concatenations across packs, re-based offsets: ``PackSourceMapping.bytes_copied``),
@@ -34,7 +40,10 @@ then, mostly the imported libraries, are left out of later collections: the one-
 a user can apply with ``client.run``), to measure what the full collections cost.
 
     python benchmarks/warm_run_profile.py [--events 160000] [--files 8] [--chunksize 10000]
-        [--workers 4] [--rounds 3] [--analysis realistic] [--gc-freeze]
+        [--workers 4] [--rounds 3] [--analysis realistic] [--gc-freeze] [--keep-profiles DIR]
+
+``--keep-profiles DIR`` keeps the raw py-spy files (``<run>-<pid>.txt``, one stack per line with
+its sample count) for a function-level comparison of the two runs.
 
 Prints a table, writes benchmarks/results/warm_run_profile.json and .png (``--out``).
 """
@@ -57,6 +66,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import cacheaffinity  # noqa: E402
+from distributed import get_task_stream  # noqa: E402
 from benchmarks import _gctimer  # noqa: E402
 from benchmarks._clusters import ModeCluster  # noqa: E402
 from benchmarks._runs import ANALYSES, DEFAULT_DATA, Config, prepare_data  # noqa: E402
@@ -72,6 +82,14 @@ READ_PATH = (
     ("get_packs", ".get_packs"),
     ("index_query", "Index.query"),
     ("file_reads", "DataFiles.read"),
+)
+#: (name in the JSON, function) of coffea's pipeline inside a chunk task, inclusive samples,
+#: counted for both runs (floor (b) runs the same executor and fast path, its buffers from
+#: a dict): the events built from the form (awkward's ``from_buffers``) and the user's
+#: processor (any ``<class>.process`` below the task)
+PIPELINE = (
+    ("nanoevents", "NanoEventsFactory.events"),
+    ("processor", ".process"),
 )
 TASK = "ChunkTask.__call__"
 
@@ -205,14 +223,40 @@ def stack_samples(files: list[str]) -> dict:
                     continue
                 counts["tasks"] += int(n)
                 below = funcs[funcs.index(TASK):]
-                for name, fn in READ_PATH:
+                for name, fn in READ_PATH + PIPELINE:
                     if _matches(fn, below):
                         counts[name] += int(n)
     out = {"all": total, "tasks": counts["tasks"]}
-    for name, _ in READ_PATH:
+    for name, _ in READ_PATH + PIPELINE:
         out[name] = counts[name]
         out[f"{name}_share"] = counts[name] / counts["tasks"] if counts["tasks"] else None
     return out
+
+
+def timeline(records: list[dict], t0: float, t1: float) -> dict:
+    """Where a run's wall went, from its task stream (``distributed.get_task_stream``
+    records) and the run's start ``t0`` and end ``t1`` (``time.time()``): seconds until
+    the first task computed (``first_task_s``), after the last one (``tail_s``), the
+    busiest worker's summed compute (``busiest_worker_s``) and each worker's task count."""
+    spans: dict[str, float] = collections.defaultdict(float)
+    tasks: collections.Counter = collections.Counter()
+    starts, stops = [], []
+    for r in records:
+        for ss in r.get("startstops", ()):
+            if ss.get("action") != "compute":
+                continue
+            starts.append(ss["start"])
+            stops.append(ss["stop"])
+            spans[r["worker"]] += ss["stop"] - ss["start"]
+            tasks[r["worker"]] += 1
+    if not starts:
+        return {"first_task_s": None, "tail_s": None, "busiest_worker_s": None, "tasks_per_worker": []}
+    return {
+        "first_task_s": min(starts) - t0,
+        "tail_s": t1 - max(stops),
+        "busiest_worker_s": max(spans.values()),
+        "tasks_per_worker": sorted(tasks.values()),
+    }
 
 
 def run(args) -> dict:
@@ -251,7 +295,10 @@ def run(args) -> dict:
                         copies(mc.client)  # reset
                         t0 = cacheaffinity.cache_totals(mc.client)
                         with prof(mc.client, f"{kind}{k}") as rec:
-                            row = mc.run() if kind == "warm" else mc.floor_in_memory()
+                            with get_task_stream(mc.client) as stream:
+                                start = time.time()
+                                row = mc.run() if kind == "warm" else mc.floor_in_memory()
+                                row["timeline"] = timeline(stream.data, start, time.time())
                         row["gc"] = _gc_summary(mc.client.run(_gctimer.read))
                         row["copies"] = copies(mc.client)
                         t1 = cacheaffinity.cache_totals(mc.client)
@@ -268,6 +315,7 @@ def run(args) -> dict:
                         "floor_b_disk_read_bytes": f.get("disk_read_bytes"),
                         "warm_profile": wp, "floor_b_profile": fp,
                         "warm_gc": w["gc"], "floor_b_gc": f["gc"],
+                        "warm_timeline": w["timeline"], "floor_b_timeline": f["timeline"],
                         # bytes of the cache's data files copied into a new buffer (one
                         # copy each) / mapped (no copy), served to coffea, copied in serving
                         "warm_bytes_read": w["copies"]["read"],
@@ -298,6 +346,11 @@ def run(args) -> dict:
             finally:
                 mc.close()
     finally:
+        if args.keep_profiles:
+            keep = Path(args.keep_profiles)
+            keep.mkdir(parents=True, exist_ok=True)
+            for f in work.glob("*.txt"):
+                shutil.copy2(f, keep / f.name)
         shutil.rmtree(work, ignore_errors=True)
     summary = {"ratio": spread([r["ratio"] for r in rounds])}
     for name, _ in READ_PATH:
@@ -315,6 +368,13 @@ def run(args) -> dict:
         summary[f"{kind}_full_gc_share"] = spread(
             [r[f"{kind}_gc"]["full_s"] / r[f"{kind}_s"] for r in rounds]
         )
+    for kind in ("warm", "floor_b"):
+        for name, _ in PIPELINE:
+            summary[f"{kind}_{name}_share"] = spread(
+                [(r[f"{kind}_profile"] or {}).get(f"{name}_share") for r in rounds]
+            )
+        for what in ("first_task_s", "tail_s", "busiest_worker_s"):
+            summary[f"{kind}_{what}"] = spread([r[f"{kind}_timeline"][what] for r in rounds])
     summary["read_path_us_per_lookup"] = spread([r.get("read_path_us_per_lookup") for r in rounds])
     summary["copies_per_byte_served"] = spread([r.get("copies_per_byte_served") for r in rounds])
     summary["warm_s"] = spread([r["warm_s"] for r in rounds])
@@ -357,6 +417,8 @@ def main(argv=None) -> int:
                    help="gc.collect(); gc.freeze() on every worker after the fill run")
     p.add_argument("--name", default="warm_run_profile", help="results file name (without .json)")
     p.add_argument("--data", default=str(DEFAULT_DATA), help="generated datasets (reused)")
+    p.add_argument("--keep-profiles", default=None, metavar="DIR",
+                   help="copy the raw py-spy profiles (one per worker and run) into DIR")
     p.add_argument("--workdir", default=None, help="where the caches go (default: temp dir)")
     p.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     args = p.parse_args(argv)

@@ -112,7 +112,33 @@ def test_warm_run_profile_counts_read_path_samples_inside_chunk_tasks(tmp_path):
     assert s["tasks"] == 50 + 7 + 5 + 4 + 8
     assert (s["read_path"], s["get_packs"], s["index_query"], s["file_reads"]) == (16, 12, 7, 5)
     assert s["read_path_share"] == pytest.approx(16 / 74)
+    assert s["processor"] == 50 and s["processor_share"] == pytest.approx(50 / 74)
+    assert s["nanoevents"] == 0
+    ev = "NanoEventsFactory.events (coffea/nanoevents/factory.py:1)"
+    (tmp_path / "c.txt").write_text(f"{task};{ev};from_buffers (ak.py:2) 6\n{ev} 3\n")
+    c = wrp.stack_samples([str(tmp_path / "c.txt")])
+    assert (c["tasks"], c["nanoevents"], c["nanoevents_share"]) == (6, 6, 1.0)  # outside a task: not counted
     assert wrp.find_py_spy(str(tmp_path / "no-such-py-spy")) is None
+
+
+def test_warm_run_profile_timeline_from_a_task_stream():
+    """benchmarks/warm_run_profile.py: where a run's wall went, from task-stream records
+    (only the compute spans count; a transfer is not a task computing)."""
+    from benchmarks import warm_run_profile as wrp
+
+    def rec(worker, start, stop, transfer=None):
+        ss = [{"action": "compute", "start": start, "stop": stop}]
+        if transfer:
+            ss.insert(0, {"action": "transfer", "start": transfer[0], "stop": transfer[1]})
+        return {"worker": worker, "startstops": ss}
+
+    records = [rec("a", 100.2, 101.0), rec("a", 101.0, 102.5), rec("b", 100.3, 101.1, transfer=(100.1, 100.3))]
+    t = wrp.timeline(records, 100.0, 103.0)
+    assert t["first_task_s"] == pytest.approx(0.2)
+    assert t["tail_s"] == pytest.approx(0.5)
+    assert t["busiest_worker_s"] == pytest.approx(2.3)
+    assert t["tasks_per_worker"] == [1, 2]
+    assert wrp.timeline([], 0.0, 1.0)["busiest_worker_s"] is None
 
 
 def test_gc_timer_counts_full_collections():

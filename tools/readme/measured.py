@@ -327,6 +327,17 @@ def _warm_run_profile(results: str) -> list[str]:
                      f"{_spread(s['index_query_share'], pct)}, file reads "
                      f"{_spread(s['file_reads_share'], pct)}); warm / floor (b) task samples "
                      f"{_spread(s['task_samples_ratio'], lambda v: f'{v:.2f}')}")
+        if (s.get("warm_nanoevents_share") or {}).get("median") is not None:
+            text += ("; chunk-task samples in coffea's pipeline, warm / floor (b): the events built "
+                     f"from the form (`NanoEventsFactory.events`) {_spread(s['warm_nanoevents_share'], pct)} / "
+                     f"{_spread(s['floor_b_nanoevents_share'], pct)}, the processor "
+                     f"{_spread(s['warm_processor_share'], pct)} / {_spread(s['floor_b_processor_share'], pct)}")
+        if (s.get("warm_busiest_worker_s") or {}).get("median") is not None:
+            text += ("; task streams, warm / floor (b): until the first task "
+                     f"{_spread(s['warm_first_task_s'], sec)} / {_spread(s['floor_b_first_task_s'], sec)}, "
+                     f"after the last {_spread(s['warm_tail_s'], sec)} / {_spread(s['floor_b_tail_s'], sec)}, "
+                     f"the busiest worker's compute {_spread(s['warm_busiest_worker_s'], sec)} / "
+                     f"{_spread(s['floor_b_busiest_worker_s'], sec)}")
         if (s.get("copies_per_byte_served") or {}).get("median") is not None:
             text += (f"; bytes copied per byte served {_spread(s['copies_per_byte_served'], lambda v: f'{v:.2f}')}"
                      " (cache file reads into new buffers, plus concatenations and re-based offsets)")
