@@ -298,7 +298,9 @@ def run(args) -> dict:
                             with get_task_stream(mc.client) as stream:
                                 start = time.time()
                                 row = mc.run() if kind == "warm" else mc.floor_in_memory()
-                                row["timeline"] = timeline(stream.data, start, time.time())
+                                end = time.time()
+                        # (the stream's records arrive when its ``with`` ends)
+                        row["timeline"] = timeline(stream.data, start, end)
                         row["gc"] = _gc_summary(mc.client.run(_gctimer.read))
                         row["copies"] = copies(mc.client)
                         t1 = cacheaffinity.cache_totals(mc.client)
