@@ -161,6 +161,10 @@ class ModeCluster:
             # frozen workers (cfg.freeze_idle) send no heartbeats: never remove them for it
             "distributed.scheduler.worker-ttl": None,
         }
+        if cfg.admission is not None:
+            self.settings["cacheaffinity.worker.admission"] = cfg.admission
+        #: seconds it took to fill the node caches with ``cfg.other_packs`` packs each
+        self.other_packs_s: float | None = None
         self._frozen: list[int] = []
         self.stack = contextlib.ExitStack()
         self.metadata_cache: dict = {}
@@ -173,6 +177,8 @@ class ModeCluster:
     def start(self) -> ModeCluster:
         shutil.rmtree(self.cache_root, ignore_errors=True)
         cfg = self.cfg
+        if cfg.other_packs and self.cached:
+            self.fill_other_packs()
         # coffea-native's cache lives in each worker's local directory: put those beside
         # the other modes' cache directories (same disk; removed with the cluster)
         local = {"local_directory": str(self.cache_root)} if self.native else {}
@@ -196,6 +202,19 @@ class ModeCluster:
         # new process: each run's child builds its own (this process only measures)
         self.executor = make_executor(self.mode, self.client) if self.process == "same" else None
         return self
+
+    def fill_other_packs(self) -> None:
+        """Each node's cache directory (``node-<n>``, before its workers start) holding
+        ``cfg.other_packs`` packs of other data, as after earlier work (the store's own
+        format, one data file per pack: :func:`benchmarks.store_scale.build`)."""
+        from benchmarks.store_scale import build
+
+        t0 = time.perf_counter()
+        for n in range(self.cfg.workers):
+            directory = self.cache_root / f"node-{n}"
+            directory.mkdir(parents=True, exist_ok=True)
+            build(str(directory), self.cfg.other_packs)
+        self.other_packs_s = time.perf_counter() - t0
 
     def warm_up(self) -> float:
         """Every worker runs the processor once on a few events of the generator's template

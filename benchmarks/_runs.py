@@ -86,6 +86,8 @@ COLUMN_CACHED = (*CACHED, NATIVE)
 COUNTERS = ("hits", "misses", "bytes_written", "storage_bytes", "storage_opens", "peer_hits", "peer_bytes")
 #: where a run's client side lives (``--processes``): this process, or a new one per run
 PROCESSES = ("same", "new")
+#: ``cacheaffinity.worker.admission`` settings a run can take (``Config.admission``)
+ADMISSIONS = ("rank", "fifo")
 #: analysis name -> (processor class, summary function)
 ANALYSES = {
     "realistic": (realistic_analysis.TTbarLikeProcessor, realistic_analysis.summary),
@@ -145,6 +147,12 @@ class Config:
     #: worker processes per cache node, sharing its directory (``workers`` is the number of
     #: nodes): the facility node shape (:func:`benchmarks._clusters.node_cluster`); 1 is a process per node
     per_node: int = 1
+    #: packs of other data each cache node holds before run 1, as a facility node's cache
+    #: does after earlier work (index rows and data files in the store's format:
+    #: :func:`benchmarks.store_scale.build`); the cached modes sharing our store only
+    other_packs: int = 0
+    #: ``cacheaffinity.worker.admission`` in every cached mode's workers (None: the default)
+    admission: str | None = None
 
     @property
     def worker_processes(self) -> int:
@@ -187,6 +195,10 @@ class Config:
             raise ValueError(f"runs={self.runs}: need >= 2 consecutive runs")
         if self.per_node < 1:
             raise ValueError(f"per_node={self.per_node}: need >= 1 worker process per node")
+        if self.other_packs < 0:
+            raise ValueError(f"other_packs={self.other_packs}: need >= 0 packs of other data per node")
+        if self.admission not in (None, *ADMISSIONS):
+            raise ValueError(f"admission={self.admission!r}: choose from {', '.join(ADMISSIONS)}")
         if self.per_node > 1 and "membership" in self.scenarios:
             raise ValueError(
                 f"per_node={self.per_node}: the membership scenario removes and adds single worker "

@@ -162,6 +162,7 @@ if str(ROOT) not in sys.path:
 
 # the harness first: it sets the environment the workers inherit before coffea is imported
 from benchmarks._runs import (  # noqa: E402
+    ADMISSIONS,
     ANALYSES,
     COLUMN_CACHED,
     MODES,
@@ -455,6 +456,12 @@ def parse_args(argv=None) -> tuple[Config, str]:
     p.add_argument("--per-node", type=int, default=d.per_node,
                    help="worker processes per cache node, sharing its directory (the facility node "
                    "shape: --workers 2 --per-node 2 is 2 nodes x 2 processes)")
+    p.add_argument("--other-packs", type=int, default=d.other_packs, metavar="N",
+                   help="packs of other data each node's cache holds before run 1, as a facility "
+                   "node's cache does after earlier work (default: none)")
+    p.add_argument("--admission", choices=ADMISSIONS, default=d.admission,
+                   help="cacheaffinity.worker.admission in the cached modes' workers (default: the "
+                   "configured default, rank)")
     p.add_argument("--runs", type=int, default=d.runs, help="R consecutive runs")
     p.add_argument("--events", type=int, default=d.events)
     p.add_argument("--files", type=int, default=d.files)
@@ -504,7 +511,7 @@ def parse_args(argv=None) -> tuple[Config, str]:
         analysis=a.analysis, repeats=a.repeats, floors=not a.no_floors,
         stripe_entries=a.stripe_entries, freeze_idle=not a.no_freeze_idle,
         native_variant=a.native_variant, worker_gc=tuple(a.worker_gc), name=a.name,
-        processes=a.processes, per_node=a.per_node,
+        processes=a.processes, per_node=a.per_node, other_packs=a.other_packs, admission=a.admission,
     )  # fmt: skip
     return cfg, a.out
 

@@ -312,6 +312,48 @@ def test_what_a_worker_restart_keeps(tmp_path, mode, kept):
         assert after["decompressed_bytes"] == cold["decompressed_bytes"] > 0
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("admission", ["rank", "fifo"])
+def test_node_caches_holding_other_packs_keep_them_and_serve_run_2(tmp_path, admission):
+    """``other_packs``: each node's cache holds that many packs of other data before run 1
+    (the facility node after earlier work), here 2 nodes x 2 processes sharing each node's
+    directory; the run stores its own packs beside them (none evicted: the caches are ample),
+    run 2 is all hits, with either admission policy (``admission``, set in the workers)."""
+    from cacheaffinity.worker._store import ColumnCache
+
+    other = 300
+    cfg = _runs.Config(workers=2, per_node=2, storage="local", data=str(tmp_path / "data"),
+                       modes=("cacheaffinity",), scenarios=("stable",), other_packs=other,
+                       admission=admission, **TINY)  # fmt: skip
+    cfg.check()
+    files = _runs.prepare_data(cfg)
+    storage = _storage.Storage(cfg, files, tmp_path)
+    with dask.config.set({"cacheaffinity.client.stripe-entries": TINY["chunksize"]}):
+        c = _clusters.ModeCluster("cacheaffinity", cfg, storage, tmp_path).start()
+        try:
+            assert c.other_packs_s is not None
+            policies = c.client.run(lambda: dask.config.get("cacheaffinity.worker.admission"))
+            assert set(policies.values()) == {admission}, policies
+            cold = c.run()
+            warm = c.run()
+            c.client.run(lambda dask_worker: cacheaffinity.worker_cache(dask_worker).flush())
+        finally:
+            c.close()
+    assert cold["misses"] > 0
+    assert warm["misses"] == 0 and warm["cache_rate"] == 1, warm
+    held = []
+    for n in range(2):
+        with ColumnCache(str(c.cache_root / f"node-{n}"), capacity=1 << 40, admission=admission) as cache:
+            keys = list(cache)
+        held.append(len(keys))
+    # every other pack is still there, and the run's packs beside them
+    assert min(held) >= other and sum(held) > 2 * other, held
+    with pytest.raises(ValueError, match="other_packs=-1"):
+        _runs.Config(other_packs=-1).check()
+    with pytest.raises(ValueError, match="admission='lru': choose from rank, fifo"):
+        _runs.Config(admission="lru").check()
+
+
 def test_a_second_buffer_cache_cannot_read_the_first_ones_files(tmp_path):
     """coffea's BufferCache keeps dtype and shape in memory: a new instance over the same
     zict.File directory sees the file but decodes nothing (why _native keeps one per
