@@ -6,8 +6,8 @@ that shape and asks whether the default admission policy (`rank`) keeps the warm
 fast as `fifo` and as fast as on an empty cache, from 0 to 10^6 other packs per node:
 
 - the realistic analysis (``examples/realistic.py``, ~180 branches) over the headline's
-  generated NanoAOD-like LZMA files (160,000 events in 8 files, chunks of 2,000 entries: 80
-  chunk tasks a run) read from the local disk, 2 cache nodes x 2 single-threaded worker
+  generated NanoAOD-like LZMA files and chunks (160,000 events in 8 files, chunks of 10,000
+  entries: 16 chunk tasks a run) read from the local disk, 2 cache nodes x 2 single-threaded worker
   processes (each node's processes share its directory), 3 consecutive runs;
 - before run 1 each node's cache holds ``N`` packs of other data in the store's own format
   (index rows and data files, as ``benchmarks/store_scale.py`` builds them), ``--sizes``;
@@ -23,7 +23,7 @@ every size; `rank` at the largest size / at the smallest <= 1.10.  Walls are noi
 2-core machine: read the ratios, medians over rounds, [min, max].
 
     python benchmarks/facility_node.py [--sizes 0,4e4,1e5,1e6] [--rounds 3]
-        [--events 160000] [--files 8] [--chunksize 2000]
+        [--events 160000] [--files 8] [--chunksize 10000]
 
 Writes benchmarks/results/facility_node.json and .png (``--out``); ``--quick``: a smoke test.
 """
@@ -193,7 +193,7 @@ def main(argv=None) -> int:
     p.add_argument("--runs", type=int, default=3, help="consecutive runs per invocation (>= 2)")
     p.add_argument("--events", type=int, default=None, help="events (default 160000: the headline's dataset)")
     p.add_argument("--files", type=int, default=8)
-    p.add_argument("--chunksize", type=int, default=2000)
+    p.add_argument("--chunksize", type=int, default=10_000)
     p.add_argument("--data", default=os.path.join(os.path.dirname(HERE), ".bench-data", "consecutive_runs"),
                    help="where generated datasets are kept (reused)")  # fmt: skip
     p.add_argument("--verbose", action="store_true", help="show the harness's output")

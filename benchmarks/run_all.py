@@ -78,6 +78,9 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
     ("simulate", [f"{B}/simulate.py", "--out", "{out}"], [f"{B}/simulate.py", "--quick", "--out", "{out}"]),
     ("store_scale", [f"{B}/store_scale.py", "--repeats", "3", "--out", "{out}"],
      [f"{B}/store_scale.py", "--quick", "--out", "{out}"]),
+    # a warm coffea run on node caches already holding 0-10^6 other packs, rank against fifo
+    ("facility_node", [f"{B}/facility_node.py", "--rounds", "3", "--out", "{out}"],
+     [f"{B}/facility_node.py", "--quick", "--data", "{data}", "--out", "{out}"]),
     # the facility node shape (2 nodes x 2 processes each) against 4 nodes x 1, same settings
     ("consecutive_runs_4x1",
      [f"{B}/consecutive_runs.py", "--analysis", "realistic", "--events", "160000", "--files", "8",

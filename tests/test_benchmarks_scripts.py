@@ -4,6 +4,7 @@ workers in subprocesses).  Timings are not asserted, only what must hold at any 
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -302,3 +303,44 @@ def test_store_scale_compares_an_insert_with_its_cost_where_it_was_stored_alike(
     rows[0]["insert_done"] = 0.99  # stored alike at 1e3: compared there, and that misses
     assert store_scale.checks(rows)["insert_vs_own_1000_p8"] == {"ratio": round(698 / 320, 3), "bound": 1.5,
                                                                  "met": False}
+
+
+def test_facility_node_pairs_policies_and_sizes_within_rounds(tmp_path):
+    """benchmarks/facility_node.py: run 2 rank / fifo paired within a round, each size's run 2
+    over the smallest size's (same policy, same round), the checks, the harness command, the
+    rendered table."""
+    from benchmarks import facility_node as fn
+    from benchmarks._common import write_json
+
+    def row(k, n, p, run2, hits=1.0):
+        return {"round": k, "packs": n, "policy": p, "run1_s": 20.0, "run2_s": run2, "run3_s": run2,
+                "run2_hit_rate": hits, "identical_results": True}  # fmt: skip
+
+    rows = [
+        row(1, 0, "rank", 3.0), row(1, 0, "fifo", 3.0), row(1, 10**6, "rank", 3.3), row(1, 10**6, "fifo", 3.0),
+        row(2, 0, "rank", 2.0), row(2, 0, "fifo", 2.5), row(2, 10**6, "rank", 2.0), row(2, 10**6, "fifo", 2.0),
+        row(3, 0, "rank", 4.0), row(3, 0, "fifo", 4.0), row(3, 10**6, "rank", 4.8), row(3, 10**6, "fifo", 4.0),
+    ]  # fmt: skip
+    s = fn.summarize(rows, [0, 10**6])
+    big = s["per_size"][1]
+    assert big["rank_vs_fifo"]["values"] == pytest.approx([1.1, 1.0, 1.2])  # paired per round, not medians
+    assert big["rank_vs_smallest"]["values"] == pytest.approx([1.1, 1.0, 1.2])
+    assert s["per_size"][0]["rank_vs_fifo"]["median"] == pytest.approx(1.0)
+    assert s["checks"]["rank_vs_fifo_run2_1000000"] == {"ratio": pytest.approx(1.1), "bound": 1.1, "met": True}
+    assert s["checks"]["rank_run2_1000000_vs_0"]["met"] is True
+    assert s["checks"]["run2_all_hits"]["met"] is True
+    rows[2]["run2_hit_rate"] = 0.9
+    rows[8]["run2_s"] = 5.0  # round 3: rank at 10^6 / at 0 = 1.25, rank / fifo at 0 = 1.25
+    s = fn.summarize(rows, [0, 10**6])
+    assert s["checks"]["run2_all_hits"] == {"value": 0.9, "bound": 1.0, "met": False}
+    assert s["per_size"][0]["rank_vs_fifo"]["max"] == pytest.approx(1.25)
+    cmd = fn.harness_command(40_000, "fifo", argparse.Namespace(events=160_000, files=8, chunksize=10_000, runs=3,
+                                                                data="d"), "o", "x")  # fmt: skip
+    assert cmd[cmd.index("--other-packs") + 1] == "40000" and cmd[cmd.index("--admission") + 1] == "fifo"
+    assert cmd[cmd.index("--per-node") + 1] == "2" and "--no-floors" in cmd
+    config = {"sizes": [0, 10**6], "rounds": 3, "runs": 3, "events": 160_000, "files": 8, "chunksize": 10_000}
+    write_json(str(tmp_path / "facility_node.json"), config, rows, summary=s)
+    text = fn.render(str(tmp_path))
+    assert "| 1,000,000 |" in text and "--sizes 0,1e6 --rounds 3" in text
+    assert "Missed: " in text and "run2_all_hits = 0.9" in text
+    assert "Not measured yet" in fn.render(str(tmp_path / "none"))

@@ -136,6 +136,14 @@ def render_store_scale(results: str, name: str = "store_scale") -> str:
     return render(results, name)
 
 
+def render_facility_node(results: str, name: str = "facility_node") -> str:
+    """A warm coffea run on node caches holding other packs, rank against fifo
+    (``facility_node.json``): rendered by benchmarks/facility_node.py."""
+    from benchmarks.facility_node import render
+
+    return render(results, name)
+
+
 def render_before_after(results: str, name: str = "before_after") -> str:
     """The headline of two commits side by side (``before_after.json``): rendered by
     benchmarks/before_after.py."""
@@ -158,6 +166,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "scheduler_scale": render_scheduler_scale,
     "store_scale": render_store_scale,
     "store_scale_looked_up": lambda results: render_store_scale(results, "store_scale_looked_up"),
+    "facility_node": render_facility_node,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"
