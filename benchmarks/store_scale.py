@@ -61,6 +61,8 @@ PER_GROUP = 100
 MEMBER_LEN = 16
 #: Where the node caches are built: memory (a million data file names are built and
 #: removed in seconds there, in many minutes on this machine's disk); CPU, not I/O, is measured.
+#: Data files sharing one inode (hard links) in :func:`build`
+LINKS_PER_FILE = 50_000
 WORK = "/dev/shm" if os.path.isdir("/dev/shm") else None
 #: The rank policy's stale factor (1 + its initial jitter) for rows built looked up.
 LIVE = 1.25
@@ -102,14 +104,17 @@ def build(directory: str, n: int, looked_up: bool = False) -> dict:
     members = sorted(arrays)
     uid = os.geteuid()
     rows = []
-    source = os.path.join(directory, "pack-template")
-    with open(source, "wb") as f:
-        f.write(content)
+    templates = []
     for i in range(n):
+        if i % LINKS_PER_FILE == 0:  # a new inode: file systems bound the links to one (ext4: 65,000)
+            source = os.path.join(directory, f"pack-template-{len(templates)}")
+            with open(source, "wb") as f:
+                f.write(content)
+            templates.append(source)
         grp, start, stop = _where(i)
         name = xxhash.xxh3_128_hexdigest(b"%d" % i)  # spread over the 256 subdirectories, as uuid4 names are
         path = files.path(name)
-        try:  # one inode, a name per pack: the reads verify each as its own data file
+        try:  # a few inodes, a name per pack: the reads verify each as its own data file
             os.link(source, path)
         except FileNotFoundError:
             os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -148,7 +153,8 @@ def build(directory: str, n: int, looked_up: bool = False) -> dict:
     con.execute("INSERT OR REPLACE INTO settings VALUES ('capacity', ?)", (n * size,))
     con.execute("COMMIT")
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    os.unlink(source)
+    for source in templates:
+        os.unlink(source)
     index_bytes = os.path.getsize(os.path.join(directory, INDEX_NAME))
     con.close()
     return {"packs": n, "pack_bytes": size, "capacity": n * size, "build_s": time.perf_counter() - t0,

@@ -188,17 +188,31 @@ def test_results_renderers_say_what_is_not_measured_yet(tmp_path):
     assert _common.read_results(str(tmp_path), "y") is None
 
 
-def test_store_scale_builds_a_node_cache_as_earlier_work_left_it(tmp_path):
+def test_store_scale_builds_a_node_cache_as_earlier_work_left_it(tmp_path, monkeypatch):
     """benchmarks/store_scale.py's cache: every pack a row with the rank policy's columns, and
-    the policy's bottom-k sample of the hashes its lookups saw (the k smallest key hashes)."""
+    the policy's bottom-k sample of the hashes its lookups saw (the k smallest key hashes);
+    its data files share a few inodes (at most ``LINKS_PER_FILE`` names each: ext4 refuses
+    more than 65,000 links), and every one reads back verified."""
+    import os
     import sqlite3
 
     from benchmarks import store_scale
     from cacheaffinity.worker._directory import INDEX_NAME
+    from cacheaffinity.worker._store import ColumnCache
     from cacheaffinity.worker._store.admission import StableRank, key_hash
 
+    monkeypatch.setattr(store_scale, "LINKS_PER_FILE", 400)
     n = 1500
     info = store_scale.build(str(tmp_path / "node"), n)
+    inodes = {}
+    for root, _, names in os.walk(tmp_path / "node" / "columns"):
+        for name in names:
+            st = os.stat(os.path.join(root, name))
+            inodes[st.st_ino] = st.st_nlink
+    assert sorted(inodes.values()) == [300, 400, 400, 400]  # 1500 names, no template left
+    with ColumnCache(str(tmp_path / "node"), capacity=1 << 40) as cache:
+        grp, start, stop = store_scale._where(n - 1)
+        assert len(cache.get_packs(grp, start, stop)) == 1
     assert info["packs"] == n and info["capacity"] == n * info["pack_bytes"]
     con = sqlite3.connect(tmp_path / "node" / INDEX_NAME)
     keys = [k for (k,) in con.execute("SELECT key FROM entries")]
