@@ -167,7 +167,11 @@ def render(results: str, name: str = "facility_node") -> str:
             f"| {it['rank_run2_hit_rate']['min']:.0%} / {it['fifo_run2_hit_rate']['min']:.0%} |"
         )  # fmt: skip
     met = [k for k, v in s["checks"].items() if v.get("met")]
-    missed = [f"{k} = {v.get('ratio', v.get('value'))} (bound {v['bound']})" for k, v in s["checks"].items() if not v.get("met")]
+    def value(v):
+        x = v.get("ratio", v.get("value"))
+        return f"{x:.3f}" if isinstance(x, float) else str(x)
+
+    missed = [f"{k} = {value(v)} (bound {v['bound']})" for k, v in s["checks"].items() if not v.get("met")]
     sizes = ",".join("0" if n == 0 else f"{n:.0e}".replace("+0", "") for n in c["sizes"])
     command = (f"python benchmarks/facility_node.py --sizes {sizes} --rounds {c['rounds']} --events {c['events']} "
                f"--files {c['files']} --chunksize {c['chunksize']}")  # fmt: skip

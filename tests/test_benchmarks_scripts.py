@@ -356,5 +356,5 @@ def test_facility_node_pairs_policies_and_sizes_within_rounds(tmp_path):
     write_json(str(tmp_path / "facility_node.json"), config, rows, summary=s)
     text = fn.render(str(tmp_path))
     assert "| 1,000,000 |" in text and "--sizes 0,1e6 --rounds 3" in text
-    assert "Missed: " in text and "run2_all_hits = 0.9" in text
+    assert "Missed: " in text and "run2_all_hits = 0.900" in text
     assert "Not measured yet" in fn.render(str(tmp_path / "none"))
