@@ -206,14 +206,19 @@ class ModeCluster:
     def fill_other_packs(self) -> None:
         """Each node's cache directory (``node-<n>``, before its workers start) holding
         ``cfg.other_packs`` packs of other data, as after earlier work (the store's own
-        format, one data file per pack: :func:`benchmarks.store_scale.build`)."""
+        format, one data file per pack: :func:`benchmarks.store_scale.build`), with the
+        mode's configured capacity recorded (a worker adopts the directory's: recorded at
+        the packs' size, the node would be full before run 1)."""
+        from dask.utils import parse_bytes
+
         from benchmarks.store_scale import build
 
+        capacity = parse_bytes(self.settings["cacheaffinity.worker.capacity"])
         t0 = time.perf_counter()
         for n in range(self.cfg.workers):
             directory = self.cache_root / f"node-{n}"
             directory.mkdir(parents=True, exist_ok=True)
-            build(str(directory), self.cfg.other_packs)
+            build(str(directory), self.cfg.other_packs, capacity=capacity)
         self.other_packs_s = time.perf_counter() - t0
 
     def warm_up(self) -> float:

@@ -77,11 +77,12 @@ def _where(i: int, prefix: str = "f") -> tuple[str, int, int]:
     return f"{prefix}{i // PER_GROUP:07d}/Events", (i % PER_GROUP) * 1000, (i % PER_GROUP) * 1000 + 1000
 
 
-def build(directory: str, n: int, looked_up: bool = False) -> dict:
+def build(directory: str, n: int, looked_up: bool = False, capacity: int | None = None) -> dict:
     """A full node cache of ``n`` packs in the store's format (index rows with the rank
     policy's columns and its bottom-k sample, as if each pack was stored once in order;
     ``looked_up``: and then looked up once more in that order, a warm run, as the rank
-    policy's lookups leave the rows), capacity = their size."""
+    policy's lookups leave the rows), capacity = their size (``capacity``: that many bytes
+    recorded instead, which a worker opening the directory adopts)."""
     import cacheaffinity.config  # noqa: F401
     from cacheaffinity.worker._store import ColumnCache
     from cacheaffinity.worker._store.admission import StableRank, key_hash, rank
@@ -141,7 +142,8 @@ def build(directory: str, n: int, looked_up: bool = False) -> dict:
     sample = heapq.nsmallest(StableRank(1).sample_size, ((key_hash(r[0]), r[12]) for r in rows))
     con.executemany("INSERT INTO admission_sample VALUES (?, ?)", [(h - 2**63, t) for h, t in sample])
     demand = float(n * size)  # a run looks every pack up once
-    state = {"policy": "rank", "capacity": n * size, "clock": float((2 if looked_up else 1) * n * size), "params": {},
+    capacity = n * size if capacity is None else int(capacity)
+    state = {"policy": "rank", "capacity": capacity, "clock": float((2 if looked_up else 1) * n * size), "params": {},
              "demand": demand, "reuses": [demand] * 5, "jitter": 0.25, "sampled": 0}  # fmt: skip
     con.execute("INSERT OR REPLACE INTO admission_state VALUES ('state', ?)", (json.dumps(state),))
     con.execute("INSERT OR REPLACE INTO admission_state VALUES ('version', '1')")
@@ -150,14 +152,14 @@ def build(directory: str, n: int, looked_up: bool = False) -> dict:
         # the rows' records (their insert trigger appended them to the inbox) in the log, as
         # an eviction since leaves them: the insert phase then measures inserts, not that move
         IndexEntries(con, writing=True).take_inbox()
-    con.execute("INSERT OR REPLACE INTO settings VALUES ('capacity', ?)", (n * size,))
+    con.execute("INSERT OR REPLACE INTO settings VALUES ('capacity', ?)", (capacity,))
     con.execute("COMMIT")
     con.execute("PRAGMA wal_checkpoint(TRUNCATE)")
     for source in templates:
         os.unlink(source)
     index_bytes = os.path.getsize(os.path.join(directory, INDEX_NAME))
     con.close()
-    return {"packs": n, "pack_bytes": size, "capacity": n * size, "build_s": time.perf_counter() - t0,
+    return {"packs": n, "pack_bytes": size, "capacity": capacity, "build_s": time.perf_counter() - t0,
             "index_bytes": index_bytes}  # fmt: skip
 
 

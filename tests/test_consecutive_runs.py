@@ -319,6 +319,8 @@ def test_node_caches_holding_other_packs_keep_them_and_serve_run_2(tmp_path, adm
     (the facility node after earlier work), here 2 nodes x 2 processes sharing each node's
     directory; the run stores its own packs beside them (none evicted: the caches are ample),
     run 2 is all hits, with either admission policy (``admission``, set in the workers)."""
+    from dask.utils import parse_bytes
+
     from cacheaffinity.worker._store import ColumnCache
 
     other = 300
@@ -334,6 +336,7 @@ def test_node_caches_holding_other_packs_keep_them_and_serve_run_2(tmp_path, adm
             assert c.other_packs_s is not None
             policies = c.client.run(lambda: dask.config.get("cacheaffinity.worker.admission"))
             assert set(policies.values()) == {admission}, policies
+            capacities = c.client.run(lambda dask_worker: cacheaffinity.worker_cache(dask_worker).cache.capacity)
             cold = c.run()
             warm = c.run()
             c.client.run(lambda dask_worker: cacheaffinity.worker_cache(dask_worker).flush())
@@ -346,8 +349,10 @@ def test_node_caches_holding_other_packs_keep_them_and_serve_run_2(tmp_path, adm
         with ColumnCache(str(c.cache_root / f"node-{n}"), capacity=1 << 40, admission=admission) as cache:
             keys = list(cache)
         held.append(len(keys))
-    # every other pack is still there, and the run's packs beside them
+    # every other pack is still there, and the run's packs beside them; the node's capacity
+    # is the configured one (the directory records it; adopted by every worker)
     assert min(held) >= other and sum(held) > 2 * other, held
+    assert set(capacities.values()) == {parse_bytes(c.settings["cacheaffinity.worker.capacity"])}, capacities
     with pytest.raises(ValueError, match="other_packs=-1"):
         _runs.Config(other_packs=-1).check()
     with pytest.raises(ValueError, match="admission='lru': choose from rank, fifo"):
