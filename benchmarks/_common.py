@@ -288,6 +288,16 @@ def read_results(results: str, name: str) -> dict | None:
         return json.load(f)
 
 
+def measured_at(doc: dict, command: str) -> str:
+    """A rendered table's last line: the commit a results document was measured at, and how."""
+    return f"Measured at {str(doc.get('commit', '?'))[:7]}{' (dirty)' if doc.get('dirty') else ''}, `{command}`."
+
+
+def counts(text: str) -> list[int]:
+    """``--sizes 1e3,4e4,1e6``: comma-separated counts, exponents allowed."""
+    return [int(float(x)) for x in text.split(",")]
+
+
 def not_measured(script: str, name: str) -> str:
     """What a renderer shows for a results file that is not there yet."""
     return f"Not measured yet (`python benchmarks/{script}` writes `benchmarks/results/{name}.json`).\n"

@@ -41,7 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from benchmarks._common import parser, print_table, pyplot, save_png, spread, write_json  # noqa: E402
+from benchmarks._common import counts, parser, print_table, pyplot, save_png, spread, write_json  # noqa: E402
 
 POLICIES = ("rank", "fifo")
 #: bounds of the checks: `rank` / `fifo` run 2, and run 2 at the largest size / the smallest
@@ -142,7 +142,7 @@ def plot(summary: dict, path: str, commit: str = "") -> None:
 
 def render(results: str, name: str = "facility_node") -> str:
     """The docs' table (``<!-- table:facility_node -->``) from ``<name>.json``."""
-    from benchmarks._common import not_measured, read_results
+    from benchmarks._common import measured_at, not_measured, read_results
 
     doc = read_results(results, name)
     if doc is None:
@@ -184,14 +184,14 @@ def render(results: str, name: str = "facility_node") -> str:
         "",
         f"Checks met: {len(met)} of {len(met) + len(missed)}." + (f" Missed: {'; '.join(missed)}." if missed else ""),
         "",
-        f"Measured at {str(doc.get('commit', '?'))[:7]}{' (dirty)' if doc.get('dirty') else ''}, `{command}`.",
+        measured_at(doc, command),
     ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=lambda s: [int(float(x)) for x in s.split(",")], default=None,
+    p.add_argument("--sizes", type=counts, default=None,
                    help="other packs per node cache, comma separated (default 0,4e4,1e5,1e6)")  # fmt: skip
     p.add_argument("--rounds", type=int, default=None, help="rounds (default 3)")
     p.add_argument("--runs", type=int, default=3, help="consecutive runs per invocation (>= 2)")

@@ -51,7 +51,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 import xxhash  # noqa: E402
 
-from benchmarks._common import parser, print_table, pyplot, save_png, write_json  # noqa: E402
+from benchmarks._common import counts, parser, print_table, pyplot, save_png, write_json  # noqa: E402
 
 POLICIES = ("rank", "fifo")
 PHASES = ("hit", "hit_random", "miss", "insert")
@@ -390,7 +390,7 @@ def plot(rows: list[dict], path: str, sizes: list[dict] = ()) -> None:
 
 def render(results: str, name: str = "store_scale") -> str:
     """The docs' table (docs/operations.md, ``<!-- table:store_scale -->``) from ``<name>.json``."""
-    from benchmarks._common import not_measured, read_results
+    from benchmarks._common import measured_at, not_measured, read_results
 
     doc = read_results(results, name)
     if doc is None:
@@ -441,14 +441,14 @@ def render(results: str, name: str = "store_scale") -> str:
         "",
         f"Bounds met: {len(met)} of {len(met) + len(missed)}." + (f" Missed: {'; '.join(missed)}." if missed else ""),
         "",
-        f"Measured at {str(doc.get('commit', '?'))[:7]}{' (dirty)' if doc.get('dirty') else ''}, `{command}`.",
+        measured_at(doc, command),
     ]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--sizes", type=lambda s: [int(float(x)) for x in s.split(",")], default=None,
+    p.add_argument("--sizes", type=counts, default=None,
                    help="packs per node cache, comma separated (default 1e3,1e4,1e5,1e6)")  # fmt: skip
     p.add_argument("--procs", type=lambda s: [int(x) for x in s.split(",")], default=None,
                    help="processes sharing the node cache (default 1,2,4,8)")  # fmt: skip
