@@ -163,8 +163,6 @@ class ModeCluster:
         }
         if cfg.admission is not None:
             self.settings["cacheaffinity.worker.admission"] = cfg.admission
-        #: seconds it took to fill the node caches with ``cfg.other_packs`` packs each
-        self.other_packs_s: float | None = None
         self._frozen: list[int] = []
         self.stack = contextlib.ExitStack()
         self.metadata_cache: dict = {}
@@ -214,12 +212,10 @@ class ModeCluster:
         from benchmarks.store_scale import build
 
         capacity = parse_bytes(self.settings["cacheaffinity.worker.capacity"])
-        t0 = time.perf_counter()
         for n in range(self.cfg.workers):
             directory = self.cache_root / f"node-{n}"
             directory.mkdir(parents=True, exist_ok=True)
             build(str(directory), self.cfg.other_packs, capacity=capacity)
-        self.other_packs_s = time.perf_counter() - t0
 
     def warm_up(self) -> float:
         """Every worker runs the processor once on a few events of the generator's template

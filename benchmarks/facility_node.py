@@ -41,7 +41,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from benchmarks._common import counts, parser, print_table, pyplot, save_png, spread, write_json  # noqa: E402
+from benchmarks._common import counts, git_info, parser, print_table, pyplot, save_png, spread, write_json  # noqa: E402
 
 POLICIES = ("rank", "fifo")
 #: bounds of the checks: `rank` / `fifo` run 2, and run 2 at the largest size / the smallest
@@ -234,9 +234,7 @@ def main(argv=None) -> int:
     name = "facility_node_quick" if args.quick else "facility_node"
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, f"{name}.json"), config, rows, summary=summary)
-    from benchmarks._common import read_results
-
-    plot(summary, os.path.join(args.out, f"{name}.png"), str(read_results(args.out, name).get("commit", "")))
+    plot(summary, os.path.join(args.out, f"{name}.png"), str(git_info().get("commit") or ""))
     return 0
 
 

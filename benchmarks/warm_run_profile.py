@@ -370,7 +370,6 @@ def run(args) -> dict:
         summary[f"{kind}_full_gc_share"] = spread(
             [r[f"{kind}_gc"]["full_s"] / r[f"{kind}_s"] for r in rounds]
         )
-    for kind in ("warm", "floor_b"):
         for name, _ in PIPELINE:
             summary[f"{kind}_{name}_share"] = spread(
                 [(r[f"{kind}_profile"] or {}).get(f"{name}_share") for r in rounds]
