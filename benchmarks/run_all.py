@@ -78,6 +78,9 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
     ("simulate", [f"{B}/simulate.py", "--out", "{out}"], [f"{B}/simulate.py", "--quick", "--out", "{out}"]),
     ("store_scale", [f"{B}/store_scale.py", "--repeats", "3", "--out", "{out}"],
      [f"{B}/store_scale.py", "--quick", "--out", "{out}"]),
+    # one insert evicting 1 to 10^4 smaller packs, rank and fifo
+    ("eviction_scale", [f"{B}/eviction_scale.py", "--repeats", "3", "--out", "{out}"],
+     [f"{B}/eviction_scale.py", "--quick", "--out", "{out}"]),
     # a warm coffea run on node caches already holding 0-10^6 other packs, rank against fifo
     ("facility_node", [f"{B}/facility_node.py", "--rounds", "3", "--out", "{out}"],
      [f"{B}/facility_node.py", "--quick", "--data", "{data}", "--out", "{out}"]),

@@ -358,3 +358,51 @@ def test_facility_node_pairs_policies_and_sizes_within_rounds(tmp_path):
     assert "| 1,000,000 |" in text and "--sizes 0,1e6 --rounds 3" in text
     assert "Missed: " in text and "run2_all_hits = 0.900" in text
     assert "Not measured yet" in fn.render(str(tmp_path / "none"))
+
+
+def test_eviction_scale_tiny(tmp_path):
+    """benchmarks/eviction_scale.py end to end at a tiny size: inserts of ~1 to 300 packs'
+    size into a full cache of 1,000, both policies, each in a new process running this
+    checkout's code; every insert stored, evicting what it needed, the cache within its
+    capacity; the rendered table."""
+    from benchmarks import eviction_scale
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "eviction_scale.py"), "--packs", "1000", "--victims", "1,10,100,300",
+         "--repeats", "1", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "eviction_scale.json").read_text())
+    summary = doc["results"]["summary"]
+    assert {(r["side"], r["policy"], r["victims"]) for r in summary} == {
+        ("after", p, k) for p in ("rank", "fifo") for k in (1, 10, 100, 300)
+    }
+    for r in summary:
+        assert r["stored"] and r["over_capacity_bytes"] == 0 and r["cpu_s"] > 0, r
+        assert r["victims"] - 1 <= r["evicted"] <= r["victims"], r  # k packs' bytes less a little
+    assert all(case["code"] == "after" for case in doc["results"]["cases"])  # no path of this machine
+    checks = doc["results"]["checks"]
+    assert checks["within capacity after every insert (this checkout)"]["met"]
+    assert "rank, 1,000 packs: per victim at 300 / at 100" in checks
+    text = eviction_scale.render(str(tmp_path))
+    assert "| 1,000 | 299 |" in text and "--repeats 1" in text and " at " not in text.splitlines()[0]
+    assert (tmp_path / "eviction_scale.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_eviction_scale_checks_and_table_name_what_is_over_capacity():
+    """The checks fail on an insert left above the capacity or a cost per pack that grows
+    with the packs evicted."""
+    from benchmarks import eviction_scale as ev
+
+    def row(side, policy, k, cpu, over=0, n=10_000):
+        return {"side": side, "packs": n, "policy": policy, "victims": k, "runs": 3, "cpu_s": cpu, "wall_s": cpu,
+                "evicted": k, "cpu_per_victim_us": 1e6 * cpu / k, "stored": True, "over_capacity_bytes": over}
+
+    summary = [row("after", "rank", 100, 0.003), row("after", "rank", 3000, 0.09),
+               row("after", "fifo", 100, 0.001), row("after", "fifo", 3000, 0.1, over=4 << 20),
+               row("before", "rank", 100, 0.03), row("before", "fifo", 100, 0.002)]  # fmt: skip
+    checks = ev.checks(summary)
+    assert checks["rank, 10,000 packs: per victim at 3,000 / at 100"] == {"ratio": 1.0, "bound": 2.0, "met": True}
+    assert checks["fifo, 10,000 packs: per victim at 3,000 / at 100"]["met"] is False  # 3.33x per victim
+    assert checks["within capacity after every insert (this checkout)"] == {"value": 4 << 20, "bound": 0, "met": False}

@@ -144,6 +144,14 @@ def render_facility_node(results: str, name: str = "facility_node") -> str:
     return render(results, name)
 
 
+def render_eviction_scale(results: str, name: str = "eviction_scale") -> str:
+    """One insert's cost against the packs it evicts (``eviction_scale.json``): rendered
+    by benchmarks/eviction_scale.py."""
+    from benchmarks.eviction_scale import render
+
+    return render(results, name)
+
+
 def render_before_after(results: str, name: str = "before_after") -> str:
     """The headline of two commits side by side (``before_after.json``): rendered by
     benchmarks/before_after.py."""
@@ -167,6 +175,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "store_scale": render_store_scale,
     "store_scale_looked_up": lambda results: render_store_scale(results, "store_scale_looked_up"),
     "facility_node": render_facility_node,
+    "eviction_scale": render_eviction_scale,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"

@@ -7,12 +7,14 @@ the others' figures: docs/design.md, "Beyond capacity"."""
 
 from __future__ import annotations
 
+import contextlib
 import heapq
 import itertools
 import math
 import random
 import statistics
 from collections import OrderedDict, deque
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 import xxhash
@@ -29,6 +31,7 @@ __all__ = [
     "StableRank",
     "key_hash",
     "make_policy",
+    "first_of",
     "rank",
 ]
 
@@ -45,6 +48,41 @@ def key_hash(key: str, seed: int = 0) -> int:
 def rank(key: str, seed: int = 0) -> float:
     """The stable rank of ``key`` in [0, 1): ``xxh3_64(key, seed) / 2**64``."""
     return key_hash(key, seed) / _TWO64
+
+
+def first_of(items: Iterator[tuple], exclude=()) -> tuple | None:
+    """The first of ``items`` (``(value, key)``, an entries table's order) whose key is not
+    in ``exclude``, or None; ``items`` closed."""
+    with contextlib.closing(items):  # type: ignore[type-var]
+        for it in items:
+            if it[1] not in exclude:
+                return it
+    return None
+
+
+class _Head:
+    """One order of an entries table during a victim plan: its first key not taken yet.
+    The plan only ever adds to ``taken``, so what was passed stays passed: each entry is
+    read at most once per plan, whatever the plan takes (a plan of ``k`` victims costs
+    ``O(k)`` steps of each order, not ``O(k)`` steps per victim)."""
+
+    __slots__ = ("_items", "_head")
+
+    def __init__(self, items: Iterator[tuple]):
+        self._items = items
+        self._head: tuple | None = None
+
+    def get(self, taken) -> tuple | None:
+        head = self._head
+        while head is None or head[1] in taken:
+            head = next(self._items, None)
+            if head is None:
+                break
+        self._head = head
+        return head
+
+    def close(self) -> None:
+        self._items.close()  # type: ignore[attr-defined]
 
 
 class Policy:
@@ -280,45 +318,53 @@ class RankEntries:
             self.used -= e[0]
 
     @staticmethod
-    def _top(heap, valid, exclude=()):
-        """The first valid item of ``heap`` whose key is not in ``exclude`` (invalid items
-        are dropped; excluded ones stay)."""
+    def _walk(heap, valid) -> Iterator[tuple]:
+        """The valid items of ``heap`` in its order (invalid ones dropped): the others are
+        popped as they are passed and pushed back when the walk is closed."""
         held = []
         try:
             while heap:
-                it = heap[0]
-                if not valid(it):
-                    heapq.heappop(heap)
-                elif it[2] in exclude:
-                    held.append(heapq.heappop(heap))
-                else:
-                    return it
-            return None
+                it = heapq.heappop(heap)
+                if valid(it):
+                    held.append(it)
+                    yield it
         finally:
             for it in held:
                 heapq.heappush(heap, it)
 
+    def due_order(self) -> Iterator[tuple[float, str]]:
+        """``(stale from, key)`` of the looked-up entries, stale first first (close it)."""
+        e = self._e
+        for it in self._walk(self._due, lambda it: (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] == it[0]):
+            yield it[0], it[2]
+
+    def fresh_order(self) -> Iterator[tuple[float, str]]:
+        """``(inserted, key)`` of the entries not looked up since inserted, oldest first (close it)."""
+        e = self._e
+
+        def valid(it):
+            return (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] is None
+
+        for it in self._walk(self._fresh, valid):
+            yield it[0], it[2]
+
+    def rank_order(self) -> Iterator[tuple[float, str]]:
+        """``(rank, key)`` of the entries, highest rank first (ties: the newer) (close it)."""
+        e = self._e
+        for it in self._walk(self._by_rank, lambda it: (v := e.get(it[2])) is not None and v[5] == -it[1]):
+            yield -it[0], it[2]
+
     def first_due(self, exclude=()) -> tuple[float, str] | None:
         """``(stale from, key)`` of the looked-up entry stale first (keys in ``exclude`` skipped)."""
-        e = self._e
-        it = self._top(
-            self._due, lambda it: (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] == it[0], exclude
-        )
-        return None if it is None else (it[0], it[2])
+        return first_of(self.due_order(), exclude)
 
     def first_fresh(self, exclude=()) -> tuple[float, str] | None:
         """``(inserted, key)`` of the oldest entry not looked up since inserted."""
-        e = self._e
-        it = self._top(
-            self._fresh, lambda it: (v := e.get(it[2])) is not None and v[5] == it[1] and v[3] is None, exclude
-        )
-        return None if it is None else (it[0], it[2])
+        return first_of(self.fresh_order(), exclude)
 
     def highest(self, exclude=()) -> tuple[float, str] | None:
         """``(rank, key)`` of the entry of highest rank."""
-        e = self._e
-        it = self._top(self._by_rank, lambda it: (v := e.get(it[2])) is not None and v[5] == -it[1], exclude)
-        return None if it is None else (-it[0], it[2])
+        return first_of(self.rank_order(), exclude)
 
     def items(self) -> list[tuple]:
         """``(key, size, rank, last lookup, stale from, distance)`` of every entry, oldest first."""
@@ -501,44 +547,52 @@ class StableRank(Policy):
         self.table.touch(key, self.clock, self.clock + self.live_factor * max(d, 2.0 * demand - d), d)
         return True
 
-    def _stalest(self, exclude=()) -> tuple[float, str] | None:
-        """``(how long stale, key)`` of the entry stale longest (keys in ``exclude``
+    def _stalest(self, due: _Head, fresh: _Head, taken) -> tuple[float, str] | None:
+        """``(how long stale, key)`` of the entry stale longest (keys in ``taken``
         skipped), or None if none is."""
         best = None
-        due = self.table.first_due(exclude)
-        if due is not None and due[0] + self.grace < self.clock:
-            best = (self.clock - due[0], due[1])
+        first = due.get(taken)
+        if first is not None and first[0] + self.grace < self.clock:
+            best = (self.clock - first[0], first[1])
         if self.demand:
-            fresh = self.table.first_fresh(exclude)
-            if fresh is not None:
-                over = self.clock - self.live_factor * self.demand - fresh[0] - self.grace
+            oldest = fresh.get(taken)
+            if oldest is not None:
+                over = self.clock - self.live_factor * self.demand - oldest[0] - self.grace
                 if over > 0 and (best is None or over > best[0]):
-                    best = (over, fresh[1])
+                    best = (over, oldest[1])
         return best
 
     def _plan(self, size: float, below: float) -> list[str] | None:
         """The keys to evict to make room for ``size`` bytes (stale entries, stalest first,
         then the highest ranks), or None if that would take an entry that is
-        not stale and does not rank above ``below`` (nothing changes)."""
+        not stale and does not rank above ``below`` (nothing changes).  Each of the
+        table's three orders is walked once, however many victims it takes."""
         need = self.used + size - self.capacity
         out: list[str] = []
         taken: set[str] = set()
-        while need > 0:
-            stale = self._stalest(taken)
-            if stale is not None:
-                k = stale[1]
-            else:
-                top = self.table.highest(taken)
-                if top is None or top[0] <= below:
+        t = self.table
+        orders = (_Head(t.due_order()), _Head(t.fresh_order()), _Head(t.rank_order()))
+        due, fresh, by_rank = orders
+        try:
+            while need > 0:
+                stale = self._stalest(due, fresh, taken)
+                if stale is not None:
+                    k = stale[1]
+                else:
+                    top = by_rank.get(taken)
+                    if top is None or top[0] <= below:
+                        return None
+                    k = top[1]
+                e = t.get(k)
+                if e is None:
                     return None
-                k = top[1]
-            e = self.table.get(k)
-            if e is None:
-                return None
-            out.append(k)
-            taken.add(k)
-            need -= e[0]
-        return out
+                out.append(k)
+                taken.add(k)
+                need -= e[0]
+            return out
+        finally:
+            for order in orders:
+                order.close()
 
     def _room(self, key: str, size: float) -> list[str] | None:
         """The keys to evict for ``key`` (``[]``: it fits), or None if it is not admitted:

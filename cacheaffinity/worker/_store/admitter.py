@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import json
 import logging
-import math
 import os
 import sqlite3
 import threading
@@ -30,7 +29,7 @@ from collections import deque
 from collections.abc import Iterator
 
 from cacheaffinity.exceptions import Closed
-from cacheaffinity.worker._store.admission import POLICIES, StableRank, key_hash, make_policy, rank
+from cacheaffinity.worker._store.admission import POLICIES, StableRank, first_of, key_hash, make_policy, rank
 from cacheaffinity.worker._store.schema import FILL_DUE, UNSET, read, stored
 
 __all__ = ["STORE_POLICIES", "UNSAVED", "Admitter", "IndexEntries", "IndexSample", "SAVE_EVERY"]
@@ -193,26 +192,22 @@ class IndexEntries:
             self.removed.append(row[1])
             self.freed += int(row[2])
 
-    @staticmethod
-    def _not_in(exclude) -> tuple[str, tuple]:
-        """SQL and arguments that skip the keys of ``exclude`` (a victim plan's few)."""
-        if not exclude:
-            return "", ()
-        keys = tuple(exclude)
-        return f" AND key NOT IN ({','.join('?' * len(keys))})", keys
-
-    def first_due(self, exclude=()) -> tuple[float, str] | None:
-        """The first valid record (its row still holds that ``stale_from``) of
-        ``admission_due`` and its inbox whose key is not in ``exclude``.  When
-        :attr:`writing`, the inbox is moved into the log first (:meth:`take_inbox`) and
-        superseded records passed on the way are deleted; else the inbox is searched too,
-        if its earliest record is not after the log's first valid one."""
+    def due_order(self) -> Iterator[tuple[float, str]]:
+        """``(stale from, key)`` of the valid records (their row still holds that
+        ``stale_from``) of ``admission_due`` and its inbox, stale first first; a cursor
+        stepped one record at a time (close it).  When :attr:`writing`, the inbox is moved
+        into the log first (:meth:`take_inbox`) and superseded records passed on the way
+        are deleted once it is closed; else the inbox is read beside the log, only if its
+        earliest record is not after the log's record at hand (:meth:`_inbox`)."""
         if self.writing:
             self.take_inbox()
+            first_in = None
+        else:
+            row = self._one("SELECT min(stale_from) FROM admission_inbox")
+            first_in = None if row is None else row[0]
         dead: list[tuple[float, int]] = []
-        found = None
-        # stepped one record at a time: the first is valid but in a few passes (fetching a
-        # batch of 64 made an insert's victim search 3x slower at 10^3 entries)
+        inbox: Iterator[tuple] | None = None
+        head: tuple | None = None
         cur = self.con.execute(
             "SELECT d.stale_from, d.id, e.key, e.stale_from FROM admission_due d "
             "LEFT JOIN entries e ON e.id = d.id ORDER BY d.stale_from, d.id"
@@ -221,39 +216,48 @@ class IndexEntries:
             for due, rid, key, now in cur:
                 if now != due:  # the row is gone, or was looked up again since
                     dead.append((due, rid))
-                elif key not in exclude:
-                    found = (due, rid, key)
-                    break
+                    continue
+                if inbox is None and first_in is not None and first_in <= due:
+                    inbox = self._inbox(due)
+                    head = next(inbox, None)
+                while head is not None and head[:2] < (due, rid):
+                    yield read(head[0]), head[2]
+                    head = next(inbox, None)  # type: ignore[arg-type]
+                yield read(due), key
+            if inbox is None and first_in is not None:
+                inbox = self._inbox(None)
+                head = next(inbox, None)
+            while head is not None:
+                yield read(head[0]), head[2]
+                head = next(inbox, None)  # type: ignore[arg-type]
         finally:
             cur.close()
+            if inbox is not None:
+                inbox.close()  # type: ignore[attr-defined]
             if dead and self.writing:
                 self.con.executemany("DELETE FROM admission_due WHERE stale_from = ? AND id = ?", dead)
                 self.due_dropped += len(dead)
-        if not self.writing:
-            found = self._inbox_first(exclude, found) or found
-        return None if found is None else (read(found[0]), found[2])
 
-    def _inbox_first(self, exclude, before: tuple | None) -> tuple | None:
-        """The first valid record of the inbox not in ``exclude`` and before ``before``
-        (``(stale_from, id, key)`` of the log's), or None: read only, one pass over the
-        inbox (it holds the lookups saved since the node's last eviction)."""
-        first = self._one("SELECT min(stale_from) FROM admission_inbox")
-        if first is None or first[0] is None or (before is not None and first[0] > before[0]):
-            return None
-        cur = self.con.execute(
+    def _inbox(self, upto: float | None) -> Iterator[tuple]:
+        """``(stale_from, id, key)`` of the inbox's valid records in order, read only: those
+        up to ``upto`` first (most victim searches need no more: sorted alone), then the rest
+        in one more pass if asked for (the inbox holds the lookups saved since the node's last
+        eviction; ``upto`` None: all in one pass)."""
+        sql = (
             "SELECT i.stale_from, i.id, e.key FROM admission_inbox i JOIN entries e "
-            "ON e.id = i.id AND e.stale_from = i.stale_from WHERE i.stale_from <= ? "
-            "ORDER BY i.stale_from, i.id",
-            (math.inf if before is None else before[0],),
+            "ON e.id = i.id AND e.stale_from = i.stale_from WHERE {} ORDER BY i.stale_from, i.id"
         )
-        try:
-            for due, rid, key in cur:
-                if key in exclude:
-                    continue
-                return (due, rid, key) if before is None or (due, rid) < before[:2] else None
-            return None
-        finally:
-            cur.close()
+        windows = [("1", ())] if upto is None else [("i.stale_from <= ?", (upto,)), ("i.stale_from > ?", (upto,))]
+        for where, args in windows:
+            cur = self.con.execute(sql.format(where), args)
+            try:
+                yield from cur
+            finally:
+                cur.close()
+
+    def first_due(self, exclude=()) -> tuple[float, str] | None:
+        """The first record of :meth:`due_order` whose key is not in ``exclude``."""
+        return first_of(self.due_order(), exclude)
 
     def take_inbox(self) -> None:
         """Inside a write transaction: the inbox's valid records moved into ``admission_due``
@@ -281,28 +285,43 @@ class IndexEntries:
         self.con.execute("DELETE FROM admission_inbox")
         return self.con.execute(FILL_DUE).rowcount
 
-    def first_fresh(self, exclude=()) -> tuple[float, str] | None:
-        """The oldest entry not looked up since it was stored: the first such row from
-        :attr:`fresh_from` in id order (which then moves up to it, or past the last row if
-        there is none: each row is passed over once, whatever the index holds)."""
-        skip, args = self._not_in(exclude)
-        row = self._one(
-            f"SELECT last_used, key, id FROM entries WHERE id >= ? AND (stale_from IS NULL OR stale_from < 0){skip} "
-            "ORDER BY id LIMIT 1",
-            (self.fresh_from, *args),
+    def fresh_order(self) -> Iterator[tuple[float, str]]:
+        """``(stored at, key)`` of the entries not looked up since stored, oldest first: the
+        fresh rows from :attr:`fresh_from` in id order (which then moves up to the first,
+        or past the last row if there is none: each row is passed over once, whatever the
+        index holds) (close it)."""
+        cur = self.con.execute(
+            "SELECT last_used, key, id FROM entries WHERE id >= ? AND (stale_from IS NULL OR stale_from < 0) "
+            "ORDER BY id",
+            (self.fresh_from,),
         )
-        if not exclude:
-            if row is not None:
-                self.fresh_from = row[2]
-            else:
+        try:
+            first = True
+            for used, key, rid in cur:
+                if first:
+                    self.fresh_from, first = rid, False
+                yield read(used) or 0.0, key
+            if first:
                 top = self._one("SELECT max(id) FROM entries")
                 self.fresh_from = max(self.fresh_from, (top[0] or 0) + 1)
-        return None if row is None else (read(row[0]) or 0.0, row[1])
+        finally:
+            cur.close()
+
+    def rank_order(self) -> Iterator[tuple[float, str]]:
+        """``(rank, key)`` of the rows, highest rank first (ties: the newer) (close it)."""
+        cur = self.con.execute("SELECT rank, key FROM entries ORDER BY rank DESC, id DESC")
+        try:
+            yield from cur
+        finally:
+            cur.close()
+
+    def first_fresh(self, exclude=()) -> tuple[float, str] | None:
+        """The first of :meth:`fresh_order` whose key is not in ``exclude``."""
+        return first_of(self.fresh_order(), exclude)
 
     def highest(self, exclude=()) -> tuple[float, str] | None:
-        skip, args = self._not_in(exclude)
-        where = f" WHERE {skip[5:]}" if skip else ""
-        return self._one(f"SELECT rank, key FROM entries{where} ORDER BY rank DESC, id DESC LIMIT 1", args)
+        """The first of :meth:`rank_order` whose key is not in ``exclude``."""
+        return first_of(self.rank_order(), exclude)
 
     def items(self) -> list[tuple]:
         return [

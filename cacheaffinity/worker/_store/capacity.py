@@ -23,7 +23,7 @@ from cacheaffinity.worker._store.index import Index
 __all__ = [
     "GIVEN",
     "Capacity",
-    "MAX_EVICTIONS_PER_INSERT",
+    "MAX_EVICTIONS_PER_TRANSACTION",
     "RESERVE_FRACTION",
     "RESERVE_MAX",
     "agree",
@@ -37,8 +37,9 @@ __all__ = [
 
 logger = logging.getLogger("cacheaffinity.worker")
 
-#: At most this many entries are evicted by one insert.
-MAX_EVICTIONS_PER_INSERT = 1024
+#: At most this many entries are evicted by one transaction of :func:`shrink` and by
+#: :func:`make_room` (an insert evicts what it needs: :func:`evict_rows`).
+MAX_EVICTIONS_PER_TRANSACTION = 1024
 #: Part of the file system kept free by the capacity in force (at most :data:`RESERVE_MAX`).
 RESERVE_FRACTION = 0.05
 RESERVE_MAX = 2**30
@@ -85,12 +86,12 @@ def impose(index: Index, files: DataFiles, directory: str, mine: int) -> tuple[i
 
 def shrink(index: Index, files: DataFiles, capacity: int) -> tuple[int, int]:
     """Evict the oldest entries down to ``capacity`` bytes, in transactions of at most
-    :data:`MAX_EVICTIONS_PER_INSERT` rows.  Returns ``(entries evicted, bytes freed)``."""
+    :data:`MAX_EVICTIONS_PER_TRANSACTION` rows.  Returns ``(entries evicted, bytes freed)``."""
     evicted = freed = 0
     while True:
         with index.transaction() as con:
             used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
-            doomed, n = evict_rows(con, int(used) - int(capacity))
+            doomed, n = evict_rows(con, int(used) - int(capacity), MAX_EVICTIONS_PER_TRANSACTION)
         if not doomed:
             return evicted, freed
         files.remove(doomed)  # only after the commit: nobody can find them any more
@@ -127,20 +128,25 @@ def fit_to_disk(directory: str, configured: int, held: int) -> tuple[int, int | 
     return capacity, free
 
 
-def evict_rows(con: sqlite3.Connection, need: int) -> tuple[list[str], int]:
-    """Delete the oldest rows until ``need`` bytes are freed (in the caller's transaction);
-    returns the data files to delete after the commit and the bytes freed."""
+def evict_rows(con: sqlite3.Connection, need: int, most: int | None = None) -> tuple[list[str], int]:
+    """Delete the oldest rows until ``need`` bytes are freed (in the caller's transaction;
+    at most ``most`` rows, None: as many as it takes, so that an insert never leaves the
+    cache above its capacity); returns the data files to delete after the commit and the
+    bytes freed.  Rows are read one at a time: the cost is the rows deleted."""
     if need <= 0:
         return [], 0
     victims, files, freed = [], [], 0
-    for row_id, name, size in con.execute(
-        "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_INSERT,)
-    ).fetchall():
-        if freed >= need:
-            break
-        victims.append((row_id,))
-        files.append(name)
-        freed += size
+    sql = "SELECT id, file, size FROM entries ORDER BY id"
+    cur = con.execute(sql if most is None else sql + " LIMIT ?", () if most is None else (most,))
+    try:
+        for row_id, name, size in cur:
+            victims.append((row_id,))
+            files.append(name)
+            freed += size
+            if freed >= need:
+                break
+    finally:
+        cur.close()
     con.executemany("DELETE FROM entries WHERE id = ?", victims)
     return files, freed
 
@@ -152,7 +158,7 @@ def make_room(index: Index, files: DataFiles, need: int) -> tuple[int, int]:
     space (their rows read as misses until removed)."""
     try:
         rows = index.query(
-            "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_INSERT,)
+            "SELECT id, file, size FROM entries ORDER BY id LIMIT ?", (MAX_EVICTIONS_PER_TRANSACTION,)
         )
     except (sqlite3.Error, OSError, Closed):
         return 0, 0
