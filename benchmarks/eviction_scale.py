@@ -3,14 +3,16 @@
 A node cache holds what earlier work left: packs of many sizes (a file's few branches, a
 whole NanoAOD chunk).  A pack that needs the room of ``k`` smaller ones evicts ``k`` in its
 insert transaction, which holds the node's index for every process of the node.  This
-measures that transaction's cost against ``k`` (1 to 10^4) in node caches of 10^4 and 10^5
-packs (:func:`benchmarks.store_scale.build`: full, in the store's format, data files in
+measures that transaction's cost against ``k`` (1 to 10^4) in node caches of 10^4, 10^5 and
+10^6 packs (:func:`benchmarks.store_scale.build`: full, in the store's format, data files in
 ``/dev/shm``), with ``rank`` (the default) and ``fifo``, and records whether the cache
 holds no more than its capacity afterwards.
 
 Each (cache size, policy, repeat) is one new process that opens a freshly built cache and
 inserts packs of about 1, 10, 100, ... small packs' size in turn (``put_pack``, inline),
-each insert's CPU and wall time measured.  ``--before REV`` runs the same processes on the
+each insert's CPU and wall time measured; each inserted pack's rank is low (< :data:`LOW_RANK`),
+so that ``rank`` admits it in place of the highest ranks (a pack never displaces a live one of
+lower rank: a refusal evicts nothing).  ``--before REV`` runs the same processes on the
 code of commit ``REV`` (a git worktree, removed at the end), alternating with this
 checkout's, so that the two are compared in one run; a side's series of inserts stops
 after an insert over ``--limit`` seconds (recorded).  Medians of ``--repeats``.
@@ -38,9 +40,11 @@ from benchmarks._common import counts, parser, print_table, pyplot, save_png, wr
 REPO = os.path.dirname(HERE)
 POLICIES = ("rank", "fifo")
 VICTIMS = (1, 10, 100, 1000, 3000, 10_000)
-PACKS = (10_000, 100_000)
+PACKS = (10_000, 100_000, 1_000_000)
 #: A side's series of inserts stops after one that took longer (seconds).
 LIMIT_S = 5.0
+#: The inserted packs' rank at most (``rank``: admitted in place of any higher one).
+LOW_RANK = 0.01
 WORK = "/dev/shm" if os.path.isdir("/dev/shm") else None
 #: Checks on this checkout's side: the cost per evicted pack at the most victims within
 #: this factor of its cost at 100 victims (linear), and of the same at 10x fewer packs held.
@@ -55,6 +59,8 @@ def child(spec: dict) -> dict:
 
     import cacheaffinity
     from cacheaffinity.worker._store import ColumnCache
+    from cacheaffinity.worker._store.admission import rank
+    from cacheaffinity.worker._store.layout import pack_key
 
     rows = []
     with ColumnCache(spec["directory"], admission=spec["policy"], write_queue=0) as cache:
@@ -62,11 +68,14 @@ def child(spec: dict) -> dict:
             before = cache.info()
             # k packs' bytes less a little: its stored size rounds up to k packs at most
             arrays = {"x": np.arange(max(1, k * spec["pack_bytes"] // 8 - 512), dtype=np.int64)}
+            # a pack of low rank: rank admits it in place of ranks above it (a pack never
+            # displaces a live one of lower rank: refused, no eviction to measure)
+            grp = next(g for i in range(10**6) if rank(pack_key(g := f"big{k}-{i}", 0, 10, ["x"])) < LOW_RANK)
             c0, t0 = time.process_time(), time.perf_counter()
-            _, stored = cache.put_pack(f"big/{k}", 0, 10, arrays)
+            _, stored = cache.put_pack(grp, 0, 10, arrays)
             cpu, wall = time.process_time() - c0, time.perf_counter() - t0
             after = cache.info()
-            rows.append({"victims_asked": k, "cpu_s": cpu, "wall_s": wall, "stored": bool(stored),
+            rows.append({"victims_asked": k, "rank": rank(pack_key(grp, 0, 10, ["x"])), "cpu_s": cpu, "wall_s": wall, "stored": bool(stored),
                          "evicted": before["entries"] + int(stored) - after["entries"],
                          "over_capacity_bytes": max(0, after["size"] - after["capacity"])})  # fmt: skip
             if wall > spec["limit"]:
@@ -208,7 +217,7 @@ def main(argv=None) -> int:
         print(json.dumps(child(json.loads(argv[1]))))
         return 0
     p = parser(__doc__.splitlines()[0])
-    p.add_argument("--packs", type=counts, default=None, help="packs per node cache (default 1e4,1e5)")
+    p.add_argument("--packs", type=counts, default=None, help="packs per node cache (default 1e4,1e5,1e6)")
     p.add_argument("--victims", type=counts, default=None, help="packs evicted per insert (default 1,10,...,1e4)")
     p.add_argument("--repeats", type=int, default=None, help="new processes per case (median; default 3)")
     p.add_argument("--before", default=None, help="also measure the code of this commit (a git worktree)")
