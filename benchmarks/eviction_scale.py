@@ -178,10 +178,12 @@ def render(results: str, name: str = "eviction_scale") -> str:
         head += f" `rank` ms at {before} | `fifo` ms at {before} |"
     lines = [head, "| ---: " * (head.count("|") - 1) + "|"]
 
-    def cell(r: dict | None, per_victim: bool = True) -> str:
+    def cell(r: dict | None, evicted: float, per_victim: bool = True) -> str:
         if r is None:
             return "not run (an earlier insert over the limit)"
-        text = f"{1e3 * r['cpu_s']:.1f}" + (f" ({r['cpu_per_victim_us']:.0f})" if per_victim else "")
+        text = f"{1e3 * r['cpu_s']:,.1f}" + (f" ({r['cpu_per_victim_us']:.0f})" if per_victim else "")
+        if r["evicted"] != evicted:
+            text += f", {r['evicted']:,.0f} evicted"
         if r["over_capacity_bytes"]:
             text += f", **{r['over_capacity_bytes'] / 2**20:.1f} MiB over capacity**"
         return text
@@ -190,9 +192,9 @@ def render(results: str, name: str = "eviction_scale") -> str:
         for k in sorted({r["victims"] for r in summary if r["packs"] == n}):
             a = [find.get(("after", n, p, k)) for p in POLICIES]
             ev = next((r["evicted"] for r in a if r), k)
-            row = f"| {n:,} | {ev:,.0f} | " + " | ".join(cell(r) for r in a) + " |"
+            row = f"| {n:,} | {ev:,.0f} | " + " | ".join(cell(r, ev) for r in a) + " |"
             if before:
-                row += " " + " | ".join(cell(find.get(("before", n, p, k)), False) for p in POLICIES) + " |"
+                row += " " + " | ".join(cell(find.get(("before", n, p, k)), ev, False) for p in POLICIES) + " |"
             lines.append(row)
     met = [k for k, v in doc["results"]["checks"].items() if v["met"]]
     missed = [f"{k} ({v.get('ratio', v.get('value'))} against {v.get('bound')})"
