@@ -293,6 +293,14 @@ def measured_at(doc: dict, command: str) -> str:
     return f"Measured at {str(doc.get('commit', '?'))[:7]}{' (dirty)' if doc.get('dirty') else ''}, `{command}`."
 
 
+def bounds_met(checks: dict) -> str:
+    """A rendered table's line on its checks: ``Bounds met: M of N. Missed: name (value against bound); ...``."""
+    met = [k for k, v in checks.items() if v.get("met")]
+    missed = [f"{k} ({v.get('ratio', v.get('value'))} against {v.get('bound')})" for k, v in checks.items()
+              if not v.get("met")]  # fmt: skip
+    return f"Bounds met: {len(met)} of {len(checks)}." + (f" Missed: {'; '.join(missed)}." if missed else "")
+
+
 def counts(text: str) -> list[int]:
     """``--sizes 1e3,4e4,1e6``: comma-separated counts, exponents allowed."""
     return [int(float(x)) for x in text.split(",")]

@@ -165,7 +165,7 @@ def plot(doc: dict, path: str) -> None:
 
 def render(results: str, name: str = "eviction_scale") -> str:
     """The docs' table (docs/benchmarks.md, ``<!-- table:eviction_scale -->``) from ``<name>.json``."""
-    from benchmarks._common import measured_at, not_measured, read_results
+    from benchmarks._common import bounds_met, measured_at, not_measured, read_results
 
     doc = read_results(results, name)
     if doc is None:
@@ -196,9 +196,6 @@ def render(results: str, name: str = "eviction_scale") -> str:
             if before:
                 row += " " + " | ".join(cell(find.get(("before", n, p, k)), ev, False) for p in POLICIES) + " |"
             lines.append(row)
-    met = [k for k, v in doc["results"]["checks"].items() if v["met"]]
-    missed = [f"{k} ({v.get('ratio', v.get('value'))} against {v.get('bound')})"
-              for k, v in doc["results"]["checks"].items() if not v["met"]]  # fmt: skip
     c = doc["config"]
     command = f"python benchmarks/eviction_scale.py --repeats {c['repeats']}"
     if before:
@@ -206,7 +203,7 @@ def render(results: str, name: str = "eviction_scale") -> str:
     lines += [
         "",
         f"CPU of one insert (medians of {c['repeats']} new processes per case; in parentheses per pack evicted). "
-        f"Bounds met: {len(met)} of {len(met) + len(missed)}." + (f" Missed: {'; '.join(missed)}." if missed else ""),
+        + bounds_met(doc["results"]["checks"]),
         "",
         measured_at(doc, command),
     ]

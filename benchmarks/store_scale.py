@@ -390,7 +390,7 @@ def plot(rows: list[dict], path: str, sizes: list[dict] = ()) -> None:
 
 def render(results: str, name: str = "store_scale") -> str:
     """The docs' table (docs/operations.md, ``<!-- table:store_scale -->``) from ``<name>.json``."""
-    from benchmarks._common import measured_at, not_measured, read_results
+    from benchmarks._common import bounds_met, measured_at, not_measured, read_results
 
     doc = read_results(results, name)
     if doc is None:
@@ -421,8 +421,6 @@ def render(results: str, name: str = "store_scale") -> str:
         + (f", `admission_due` made again {s['due_rebuild_s']:.2f} s" if "due_rebuild_s" in s else "")
         for s in doc.get("sizes", [])
     )  # fmt: skip
-    met = [k for k, v in doc.get("checks", {}).items() if v.get("met")]
-    missed = [f"{k} ({v.get('ratio', v.get('value'))} against {v['bound']})" for k, v in doc.get("checks", {}).items() if not v.get("met")]
     c = doc["config"]
     command = f"python benchmarks/store_scale.py --repeats {c['repeats']}"
     if c.get("sizes") and c["sizes"] != [1000, 10_000, 100_000, 1_000_000]:
@@ -439,7 +437,7 @@ def render(results: str, name: str = "store_scale") -> str:
         f"where `rank` stored >= {STORED_ALIKE:.0%} of the inserts (where P x {c['ops']} inserts overrun a "
         "small cache, it refuses most, and a refusal writes no file).",
         "",
-        f"Bounds met: {len(met)} of {len(met) + len(missed)}." + (f" Missed: {'; '.join(missed)}." if missed else ""),
+        bounds_met(doc.get("checks", {})),
         "",
         measured_at(doc, command),
     ]

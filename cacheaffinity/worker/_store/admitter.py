@@ -249,11 +249,15 @@ class IndexEntries:
         )
         windows = [("1", ())] if upto is None else [("i.stale_from <= ?", (upto,)), ("i.stale_from > ?", (upto,))]
         for where, args in windows:
-            cur = self.con.execute(sql.format(where), args)
-            try:
-                yield from cur
-            finally:
-                cur.close()
+            yield from self._stepped(sql.format(where), args)
+
+    def _stepped(self, sql: str, args: tuple = ()) -> Iterator[tuple]:
+        """The rows of ``sql``, one step of its cursor each (closed with the generator)."""
+        cur = self.con.execute(sql, args)
+        try:
+            yield from cur
+        finally:
+            cur.close()
 
     def first_due(self, exclude=()) -> tuple[float, str] | None:
         """The first record of :meth:`due_order` whose key is not in ``exclude``."""
@@ -309,11 +313,7 @@ class IndexEntries:
 
     def rank_order(self) -> Iterator[tuple[float, str]]:
         """``(rank, key)`` of the rows, highest rank first (ties: the newer) (close it)."""
-        cur = self.con.execute("SELECT rank, key FROM entries ORDER BY rank DESC, id DESC")
-        try:
-            yield from cur
-        finally:
-            cur.close()
+        return self._stepped("SELECT rank, key FROM entries ORDER BY rank DESC, id DESC")
 
     def first_fresh(self, exclude=()) -> tuple[float, str] | None:
         """The first of :meth:`fresh_order` whose key is not in ``exclude``."""
