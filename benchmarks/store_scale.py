@@ -429,6 +429,8 @@ def render(results: str, name: str = "store_scale") -> str:
         command += " --procs " + ",".join(str(p) for p in c["procs"])
     if c.get("looked_up"):
         command += " --looked-up"
+    if c.get("name"):
+        command += f" --name {c['name']}"
     lines += [
         "",
         f"CPU per operation summed over the node's processes (medians of {c['repeats']}; {c['ops']} operations "
@@ -456,6 +458,8 @@ def main(argv=None) -> int:
     p.add_argument("--looked-up", action="store_true",
                    help="build every pack looked up once since stored (a warm run's rows): the lookup phases are "
                         "re-lookups; results in store_scale_looked_up.json")  # fmt: skip
+    p.add_argument("--name", default=None,
+                   help="results file name without .json (default store_scale, or store_scale_looked_up)")  # fmt: skip
     args = p.parse_args(argv)
     sizes = args.sizes or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000, 1_000_000])
     procs_list = args.procs or ([1, 2] if args.quick else [1, 2, 4, 8])
@@ -463,7 +467,7 @@ def main(argv=None) -> int:
     repeats = args.repeats or (1 if args.quick else 3)
     work = tempfile.mkdtemp(prefix="store-scale-", dir=args.work)
     config = {"sizes": sizes, "procs": procs_list, "ops": ops, "repeats": repeats, "quick": args.quick,
-              "member_len": MEMBER_LEN, "per_group": PER_GROUP, "looked_up": args.looked_up}  # fmt: skip
+              "member_len": MEMBER_LEN, "per_group": PER_GROUP, "looked_up": args.looked_up, "name": args.name}  # fmt: skip
     rows: list[dict] = []
     per_size: list[dict] = []
     try:
@@ -505,6 +509,7 @@ def main(argv=None) -> int:
     name = "store_scale_quick" if args.quick else "store_scale"
     if args.looked_up:
         name += "_looked_up"
+    name = args.name or name
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, f"{name}.json"), config, rows, sizes=per_size, checks=verdict)
     plot(rows, os.path.join(args.out, f"{name}.png"), per_size)
