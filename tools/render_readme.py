@@ -174,6 +174,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "scheduler_scale": render_scheduler_scale,
     "store_scale": render_store_scale,
     "store_scale_looked_up": lambda results: render_store_scale(results, "store_scale_looked_up"),
+    "store_scale_16": lambda results: render_store_scale(results, "store_scale_16"),
     "facility_node": render_facility_node,
     "eviction_scale": render_eviction_scale,
     "chunksize_change": render_chunksize_change,
