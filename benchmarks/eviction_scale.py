@@ -120,7 +120,8 @@ def checks(summary: list[dict]) -> dict:
         "within capacity after every insert (this checkout)": {
             "value": max((r["over_capacity_bytes"] for r in mine), default=None), "bound": 0,
             "met": bool(mine) and all(r["over_capacity_bytes"] == 0 for r in mine)},
-        "every insert stored (this checkout)": {"met": bool(mine) and all(r["stored"] for r in mine)},
+        "every insert stored (this checkout)": {
+            "value": sum(not r["stored"] for r in mine), "bound": 0, "met": bool(mine) and all(r["stored"] for r in mine)},
     }  # fmt: skip
     packs = sorted({r["packs"] for r in mine})
     for policy in POLICIES:

@@ -29,7 +29,8 @@ from collections import deque
 from collections.abc import Iterator
 
 from cacheaffinity.exceptions import Closed
-from cacheaffinity.worker._store.admission import POLICIES, StableRank, first_of, key_hash, make_policy, rank
+from cacheaffinity.worker._store.admission import POLICIES, StableRank, key_hash, make_policy, rank
+from cacheaffinity.worker._store.rank_tables import first_of
 from cacheaffinity.worker._store.schema import FILL_DUE, UNSET, read, stored
 
 __all__ = ["STORE_POLICIES", "UNSAVED", "Admitter", "IndexEntries", "IndexSample", "SAVE_EVERY"]
@@ -67,7 +68,7 @@ INBOX_SHARE = 8
 
 
 class IndexEntries:
-    """:class:`~cacheaffinity.worker._store.admission.RankEntries` as columns of the index
+    """:class:`~cacheaffinity.worker._store.rank_tables.RankEntries` as columns of the index
     rows, through ``con`` (inside the caller's transaction for changes).  Rows the policy
     evicts are deleted here (their data files in :attr:`removed`, to delete after the
     commit); an admitted key's fields wait in :attr:`fields` for the row its caller inserts."""
@@ -333,7 +334,7 @@ class IndexEntries:
 
 
 class IndexSample:
-    """:class:`~cacheaffinity.worker._store.admission.RankSample` as the ``admission_sample``
+    """:class:`~cacheaffinity.worker._store.rank_tables.RankSample` as the ``admission_sample``
     table (at most the sample size of rows), through ``con``: the hashes of a batch of
     lookups read in one query (:meth:`prefetch`), changes written by :meth:`flush`, the
     largest hash read once and followed."""

@@ -239,7 +239,7 @@ class Index:
                     "is kept)"
                 )
             if MIGRATES_FROM <= version < SCHEMA_VERSION and self.heals:
-                from cacheaffinity.worker._store.admission import rank
+                from cacheaffinity.worker._store.rank_tables import rank
 
                 migrate(con, rank)
                 version = SCHEMA_VERSION
