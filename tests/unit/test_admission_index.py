@@ -19,7 +19,7 @@ import cacheaffinity.config  # noqa: F401  (registers the config defaults)
 from cacheaffinity.worker._store import BLOCK, INDEX_NAME, SCHEMA_VERSION, ColumnCache
 from cacheaffinity.worker._store.admission import StableRank, rank
 from cacheaffinity.worker._store.admitter import IndexEntries, IndexSample
-from test_admitter import KEYS, scan, value  # the same keys, values and runs (tests/unit)
+from test_admitter import CAPACITY, KEYS, scan, value  # the same keys, values and runs (tests/unit)
 
 
 def _empty_index(directory) -> sqlite3.Connection:
@@ -682,3 +682,90 @@ def test_an_insert_in_place_of_thousands_of_small_packs_leaves_the_cache_within_
             1 for f in os.listdir(d) if os.path.isfile(os.path.join(d, f))
         )
         assert files == info["entries"]
+
+
+def test_an_insert_plans_its_victims_twice_and_reads_no_row_of_them_again(tmp_path):
+    """An insert into a full node cache (inline writes): one victim plan before its data file
+    is written (the pre-check), one in the transaction (the decision), each order's query
+    once per plan; the victim's size and delete come from the row its order read (no
+    lookup of its row by key), and the inserted key is looked up by key once in each.
+    (It planned three times, and read each victim's row twice more: ~350 against ~260 µs
+    an insert at 10^5 packs.)"""
+    from benchmarks.store_scale import build
+
+    d = str(tmp_path / "node")
+    os.makedirs(d)
+    built = build(d, 500)
+    with ColumnCache(d, admission="rank", write_queue=0) as cache:
+        arrays = {"x": np.arange(built["pack_bytes"] // 8 - 64, dtype=np.int64)}
+        assert cache.put_pack("warm", 0, 1, arrays)[1]  # the first transaction reads what it then keeps
+        statements: list[str] = []
+        with cache.index.lock:
+            con = cache.index.connection()
+            con.set_trace_callback(statements.append)
+        try:
+            nbytes, stored = cache.put_pack("new", 0, 1, arrays)
+        finally:
+            con.set_trace_callback(None)
+        assert stored and cache.stats()["evictions"] >= 2
+    plans = [s for s in statements if s.startswith("SELECT rank, key")]
+    assert len(plans) == 2, statements
+    by_key = [s for s in statements if s.startswith("SELECT") and "WHERE key = " in s]
+    assert not [s for s in by_key if "'new@" not in s], by_key  # no victim's row read by key
+    assert len(by_key) <= 3, by_key  # the pre-check's, the lookup's and the old value's
+
+
+def test_a_row_an_order_passed_and_deleted_since_is_not_freed_twice(tmp_path):
+    """A victim's delete goes by the row id its order read; a row deleted since (another
+    eviction in the same transaction: the store's FIFO safety net) frees nothing, and a
+    row of that key stored since (a new id) is found by key and freed as itself."""
+    con = sqlite3.connect(os.path.join(_fresh_node(tmp_path), INDEX_NAME), isolation_level=None)
+    con.execute("BEGIN IMMEDIATE")
+    table = IndexEntries(con, writing=True)
+    first = table.highest()
+    key, size = first[1], table.size(first[1])
+    con.execute("DELETE FROM entries WHERE key = ?", (key,))
+    table.remove(key)
+    assert (table.removed, table.freed) == ([], 0) and key not in table
+    top = table.highest()
+    con.execute("DELETE FROM entries WHERE key = ?", (top[1],))
+    con.execute(
+        "INSERT INTO entries (key, grp, start, stop, file, toc, nbytes, size, checksum, stored, writer, rank) "
+        "VALUES (?, 'g', 0, 1, 'ab/replaced', '[]', 8, ?, x'00', 0, 0, 0.0)",
+        (top[1], 3 * size),
+    )
+    table.remove(top[1])
+    assert (table.removed, table.freed) == (["ab/replaced"], 3 * size)
+    assert con.execute("SELECT count(*) FROM entries WHERE key = ?", (top[1],)).fetchone()[0] == 0
+    con.execute("ROLLBACK")
+    con.close()
+
+
+def _fresh_node(tmp_path) -> str:
+    from benchmarks.store_scale import build
+
+    d = str(tmp_path / "node")
+    os.makedirs(d)
+    build(d, 50)
+    return d
+
+
+def test_a_process_follows_the_sample_another_process_changed(tmp_path):
+    """Each process keeps the sample's size and largest hash from its own last save, and
+    reads them again once another process of the node saved: the bottom-k sample (3 here)
+    never holds more than k keys, whoever added them."""
+    a = ColumnCache(tmp_path, capacity=CAPACITY, admission="rank", write_queue=0)
+    b = ColumnCache(tmp_path, capacity=CAPACITY, admission="rank", write_queue=0)
+    try:
+        for cache in (a, b):
+            cache.admission._policy.sample_size = 3
+        for cache, keys in ((a, KEYS[:2]), (b, KEYS[2:4]), (a, KEYS[4:6])):
+            for k in keys:
+                cache[k] = value(k)
+            cache.save_admission(force=True)
+        con = sqlite3.connect(os.path.join(tmp_path, INDEX_NAME))
+        assert con.execute("SELECT count(*) FROM admission_sample").fetchone()[0] == 3
+        con.close()
+    finally:
+        a.close()
+        b.close()

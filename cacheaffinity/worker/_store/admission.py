@@ -356,12 +356,13 @@ class StableRank(Policy):
                     best = (over, oldest[1])
         return best
 
-    def _plan(self, size: float, below: float) -> list[str] | None:
+    def _plan(self, size: float, below: float, used: float | None = None) -> list[str] | None:
         """The keys to evict to make room for ``size`` bytes (stale entries, stalest first,
         then the highest ranks), or None if that would take an entry that is
-        not stale and does not rank above ``below`` (nothing changes).  Each of the
-        table's three orders is walked once, however many victims it takes."""
-        need = self.used + size - self.capacity
+        not stale and does not rank above ``below`` (nothing changes; ``used``: the bytes
+        held, if just read).  Each of the table's three orders is walked once, however
+        many victims it takes."""
+        need = (self.used if used is None else used) + size - self.capacity
         out: list[str] = []
         taken: set[str] = set()
         t = self.table
@@ -377,12 +378,12 @@ class StableRank(Policy):
                     if top is None or top[0] <= below:
                         return None
                     k = top[1]
-                e = t.get(k)
-                if e is None:
+                n = t.size(k)
+                if n is None:
                     return None
                 out.append(k)
                 taken.add(k)
-                need -= e[0]
+                need -= n
             return out
         finally:
             for order in orders:
@@ -399,9 +400,10 @@ class StableRank(Policy):
         gated = r < self.theta or self.gate == "none"
         if self.gate == "all" and not gated:
             return None
-        if self.used + size <= self.capacity:
+        used = self.used
+        if used + size <= self.capacity:
             return []
-        return self._plan(size, r if gated else math.inf)
+        return self._plan(size, r if gated else math.inf, used)
 
     def admit(self, key, size):
         return self._room(key, size) is not None

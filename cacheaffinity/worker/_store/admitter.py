@@ -97,6 +97,11 @@ class IndexEntries:
         self._rows: dict[str, tuple | None] = {}
         self._ids: dict[str, int] = {}
         self._touched: dict[str, tuple] = {}
+        #: key -> (row id, data file, size) of rows an order passed (a victim's size and
+        #: delete need no lookup by key: ids are never reused, a row's file and size never
+        #: change), and keys found not held (until :meth:`add`)
+        self._seen: dict[str, tuple[int, str, int]] = {}
+        self._absent: set[str] = set()
 
     def prefetch(self, lookups) -> None:
         """Hold the rows of a batch of ``(seq, key, size, row id or None, fields or None)``
@@ -165,7 +170,20 @@ class IndexEntries:
         return int(self._one("SELECT value FROM meta WHERE name = 'count'")[0])
 
     def __contains__(self, key: str) -> bool:
-        return self._one("SELECT 1 FROM entries WHERE key = ?", (key,)) is not None
+        if key in self._absent:
+            return False
+        if self._one("SELECT 1 FROM entries WHERE key = ?", (key,)) is not None:
+            return True
+        self._absent.add(key)
+        return False
+
+    def size(self, key: str) -> int | None:
+        """The size of ``key`` (as an order read it), or None if not held."""
+        seen = self._seen.get(key)
+        if seen is not None:
+            return seen[2]
+        row = self._one("SELECT size FROM entries WHERE key = ?", (key,))
+        return None if row is None else int(row[0])
 
     def get(self, key: str) -> tuple | None:
         if key in self._rows:
@@ -179,6 +197,8 @@ class IndexEntries:
 
     def add(self, key: str, size: float, r: float, used: float, due: float | None, dist: float | None) -> None:
         self.fields[key] = (r, stored(used), *(UNSET if v is None else stored(v) for v in (due, dist)))
+        self._absent.discard(key)  # the caller inserts its row
+        self._seen.pop(key, None)
 
     def touch(self, key: str, used: float, due: float, dist: float) -> None:
         row = self._rows.get(key) or self.get(key)
@@ -187,11 +207,28 @@ class IndexEntries:
         self._touched[key] = values
 
     def remove(self, key: str) -> None:
-        row = self._one("SELECT id, file, size FROM entries WHERE key = ?", (key,))
+        if key in self._absent:
+            return
+        seen = self._seen.pop(key, None)
+        if seen is not None and self.con.execute("DELETE FROM entries WHERE id = ?", (seen[0],)).rowcount:
+            row: tuple | None = seen
+        else:  # not passed by an order, or its row deleted since (by id: that row or none)
+            row = self._one("SELECT id, file, size FROM entries WHERE key = ?", (key,))
+            if row is not None:
+                self.con.execute("DELETE FROM entries WHERE id = ?", (row[0],))
+        self._absent.add(key)
         if row is not None:
-            self.con.execute("DELETE FROM entries WHERE id = ?", (row[0],))
             self.removed.append(row[1])
             self.freed += int(row[2])
+
+    def gone(self, key: str) -> None:
+        """The caller deleted the row of ``key`` (if any) itself."""
+        self._seen.pop(key, None)
+        self._absent.add(key)
+
+    def _pass(self, key: str, rid: int, file: str, size: int) -> str:
+        self._seen[key] = (rid, file, size)
+        return key
 
     def due_order(self) -> Iterator[tuple[float, str]]:
         """``(stale from, key)`` of the valid records (their row still holds that
@@ -210,11 +247,12 @@ class IndexEntries:
         inbox: Iterator[tuple] | None = None
         head: tuple | None = None
         cur = self.con.execute(
-            "SELECT d.stale_from, d.id, e.key, e.stale_from FROM admission_due d "
+            "SELECT d.stale_from, d.id, e.key, e.stale_from, e.file, e.size FROM admission_due d "
             "LEFT JOIN entries e ON e.id = d.id ORDER BY d.stale_from, d.id"
         )
+        passed = self._pass
         try:
-            for due, rid, key, now in cur:
+            for due, rid, key, now, file, size in cur:
                 if now != due:  # the row is gone, or was looked up again since
                     dead.append((due, rid))
                     continue
@@ -222,14 +260,14 @@ class IndexEntries:
                     inbox = self._inbox(due)
                     head = next(inbox, None)
                 while head is not None and head[:2] < (due, rid):
-                    yield read(head[0]), head[2]
+                    yield read(head[0]), passed(head[2], head[1], head[3], head[4])
                     head = next(inbox, None)  # type: ignore[arg-type]
-                yield read(due), key
+                yield read(due), passed(key, rid, file, size)
             if inbox is None and first_in is not None:
                 inbox = self._inbox(None)
                 head = next(inbox, None)
             while head is not None:
-                yield read(head[0]), head[2]
+                yield read(head[0]), passed(head[2], head[1], head[3], head[4])
                 head = next(inbox, None)  # type: ignore[arg-type]
         finally:
             cur.close()
@@ -240,12 +278,12 @@ class IndexEntries:
                 self.due_dropped += len(dead)
 
     def _inbox(self, upto: float | None) -> Iterator[tuple]:
-        """``(stale_from, id, key)`` of the inbox's valid records in order, read only: those
+        """``(stale_from, id, key, file, size)`` of the inbox's valid records in order, read only: those
         up to ``upto`` first (most victim searches need no more: sorted alone), then the rest
         in one more pass if asked for (the inbox holds the lookups saved since the node's last
         eviction; ``upto`` None: all in one pass)."""
         sql = (
-            "SELECT i.stale_from, i.id, e.key FROM admission_inbox i JOIN entries e "
+            "SELECT i.stale_from, i.id, e.key, e.file, e.size FROM admission_inbox i JOIN entries e "
             "ON e.id = i.id AND e.stale_from = i.stale_from WHERE {} ORDER BY i.stale_from, i.id"
         )
         windows = [("1", ())] if upto is None else [("i.stale_from <= ?", (upto,)), ("i.stale_from > ?", (upto,))]
@@ -296,16 +334,17 @@ class IndexEntries:
         or past the last row if there is none: each row is passed over once, whatever the
         index holds) (close it)."""
         cur = self.con.execute(
-            "SELECT last_used, key, id FROM entries WHERE id >= ? AND (stale_from IS NULL OR stale_from < 0) "
-            "ORDER BY id",
+            "SELECT last_used, key, id, file, size FROM entries "
+            "WHERE id >= ? AND (stale_from IS NULL OR stale_from < 0) ORDER BY id",
             (self.fresh_from,),
         )
+        passed = self._pass
         try:
             first = True
-            for used, key, rid in cur:
+            for used, key, rid, file, size in cur:
                 if first:
                     self.fresh_from, first = rid, False
-                yield read(used) or 0.0, key
+                yield read(used) or 0.0, passed(key, rid, file, size)
             if first:
                 top = self._one("SELECT max(id) FROM entries")
                 self.fresh_from = max(self.fresh_from, (top[0] or 0) + 1)
@@ -314,7 +353,11 @@ class IndexEntries:
 
     def rank_order(self) -> Iterator[tuple[float, str]]:
         """``(rank, key)`` of the rows, highest rank first (ties: the newer) (close it)."""
-        return self._stepped("SELECT rank, key FROM entries ORDER BY rank DESC, id DESC")
+        passed = self._pass
+        rows = self._stepped("SELECT rank, key, id, file, size FROM entries ORDER BY rank DESC, id DESC")
+        with contextlib.closing(rows):  # type: ignore[type-var]
+            for r, key, rid, file, size in rows:
+                yield r, passed(key, rid, file, size)
 
     def first_fresh(self, exclude=()) -> tuple[float, str] | None:
         """The first of :meth:`fresh_order` whose key is not in ``exclude``."""
@@ -364,6 +407,15 @@ class IndexSample:
                 [h - _SHIFT for h in part],
             ):
                 self._t[h + _SHIFT] = t
+
+    def known(self, n: int | None, largest: object) -> None:
+        """Size and largest hash as :meth:`saved` gave them (the table unchanged since)."""
+        self._n, self._max = n, largest
+
+    def saved(self) -> tuple:
+        """``(size, largest hash)`` as known here (None / unknown: not read), after :meth:`flush`."""
+        self.flush()
+        return self._n, self._max
 
     def __len__(self) -> int:
         if self._n is None:
@@ -470,12 +522,16 @@ class Admitter:
         #: records ``admission_due`` holds, as last read or saved (``admission_state``; an
         #: estimate: a lookup that sets a record already there counts one more)
         self._due = 0
+        #: (version, size, largest hash) of the sample as this process saved it: still so
+        #: while the version is that one (every change of the sample saves a new version)
+        self._sample_saved: tuple | None = None
 
     def reset_after_fork(self) -> None:
         """Fresh locks, and the next transaction re-reads the scalars (a forked child)."""
         self._lock = threading.RLock()
         self._ulock = threading.Lock()
         self._version = None
+        self._sample_saved = None
         self._token = f"{os.getpid()}-{id(self):x}"
 
     def looked_up(self, key: str, size: int, rid: int | None = None, fields: tuple | None = None) -> bool:
@@ -532,11 +588,11 @@ class Admitter:
             self._save(con)
 
     def place(self, key: str, size: int) -> list[str] | None:
-        """Offer ``key`` (inside :meth:`deciding`): the keys evicted for it (their rows
-        deleted: :meth:`evicted`), or None if it is not admitted.  A held ``key`` (a value
-        replaced) is offered anew."""
+        """Offer ``key`` (inside :meth:`deciding`; the caller deleted its row, if any: a
+        value replaced is offered anew): the keys evicted for it (their rows deleted:
+        :meth:`evicted`), or None if it is not admitted."""
         p = self._policy
-        p.remove(key)
+        p.table.gone(key)  # type: ignore[attr-defined]
         return p.offer(key, size)
 
     def evicted(self) -> tuple[list[str], int]:
@@ -565,6 +621,7 @@ class Admitter:
         """The transaction of the last :meth:`deciding` failed: re-read the scalars next time."""
         with self._lock:
             self._version = None
+            self._sample_saved = None
 
     def save(self, index) -> None:
         """Save unsaved lookups in a transaction of their own (best effort: a cache
@@ -587,7 +644,8 @@ class Admitter:
         self.committed()
 
     def _read_scalars(self, con: sqlite3.Connection) -> None:
-        """Adopt the scalars another process saved (one small row), if any did since."""
+        """Adopt the scalars another process saved (one small row), if any did since
+        (:attr:`_version` is then theirs)."""
         rows = dict(
             con.execute(
                 "SELECT name, value FROM admission_state WHERE name IN ('version', 'writers', 'fresh_from', 'due')"
@@ -638,6 +696,7 @@ class Admitter:
             self._warned = True
         fresh = make_policy(self.name, self._policy.capacity)
         self._policy.set_scalars(fresh.scalars())  # type: ignore[attr-defined]
+        self._sample_saved = None
         if con.in_transaction:  # the entries' clocks were the old state's: all fresh now
             con.execute("UPDATE entries SET last_used = ?, stale_from = ?, reuse_dist = ?", (stored(0.0), UNSET, UNSET))
             con.execute("DELETE FROM admission_sample")
@@ -653,6 +712,9 @@ class Admitter:
         # rows a fifo process of the node inserted (no lookup clock): fresh as of now
         con.execute("UPDATE entries SET last_used = ? WHERE last_used IS NULL", (stored(p.clock),))
         table = self._bind(con, writing=True)
+        saved = self._sample_saved
+        if saved is not None and saved[0] == self._version:  # nobody saved since this process
+            p.sample.known(*saved[1:])  # type: ignore[attr-defined]
         self._held = table.held()
         self._save_at = self.save_every
         p.grace = self.grace()
@@ -679,22 +741,21 @@ class Admitter:
 
     def _save(self, con: sqlite3.Connection) -> None:
         p = self._policy
-        con.execute(
-            "INSERT OR REPLACE INTO admission_state VALUES ('state', ?)",
-            (json.dumps(p.scalars(), separators=(",", ":")),),
-        )
         version = (self._version or 0) + 1
-        con.execute("INSERT OR REPLACE INTO admission_state VALUES ('version', ?)", (str(version),))
         # the processes that save here (bounded: recent ones, at most WRITERS_KEPT)
         writers = dict(self._writers)
         writers[self._token] = float(p.clock)
         horizon = p.clock - WRITERS_WITHIN * (p.demand or float("inf"))
         recent = sorted(((c, w) for w, c in writers.items() if c >= horizon), reverse=True)[:WRITERS_KEPT]
         self._writers = {w: c for c, w in recent}
-        con.execute(
-            "INSERT OR REPLACE INTO admission_state VALUES ('writers', ?)", (json.dumps(self._writers),)
-        )
+        con.executemany(
+            "INSERT OR REPLACE INTO admission_state VALUES (?, ?)",
+            (("state", json.dumps(p.scalars(), separators=(",", ":"))), ("version", str(version)),
+             ("writers", json.dumps(self._writers))),
+        )  # fmt: skip
         self._version = version
+        sample = p.sample
+        self._sample_saved = (version, *sample.saved()) if isinstance(sample, IndexSample) else None
         table = p.table
         if isinstance(table, IndexEntries):
             self._held = table.held()

@@ -91,6 +91,11 @@ class RankEntries:
         e = self._e.get(key)
         return None if e is None else tuple(e[:5])
 
+    def size(self, key: str) -> float | None:
+        """The size of ``key``, or None if not held."""
+        e = self._e.get(key)
+        return None if e is None else e[0]
+
     def add(self, key: str, size: float, r: float, used: float, due: float | None, dist: float | None) -> None:
         n = next(self._seq)
         self._e[key] = [size, r, used, due, dist, n]

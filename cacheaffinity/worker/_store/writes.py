@@ -158,16 +158,17 @@ class WritePath:
                 )  # fmt: skip
                 return False
             return True
-        self.set_now(item)
+        self.set_now(item, checked=adm is not None)
         return True
 
-    def set_now(self, item: Item) -> None:
-        """Store one item now; failures leave it uncached with one warning."""
+    def set_now(self, item: Item, checked: bool = False) -> None:
+        """Store one item now; failures leave it uncached with one warning (``checked``:
+        the admission policy's pre-check just said yes: not asked again before writing)."""
         health = self._health
         error: BaseException | None = None
         for attempt in range(2):
             try:
-                self.store_many([item])
+                self.store_many([item], checked)
                 return
             except (Lost, Closed) as e:
                 logger.debug("cacheaffinity: %r not cached: %s", item.key, e)
@@ -230,12 +231,13 @@ class WritePath:
                 continue
             self.set_now(item)
 
-    def store_many(self, items: list[Item]) -> None:
+    def store_many(self, items: list[Item], checked: bool = False) -> None:
         """Write the items' data files, then one index transaction for all of them
-        (the admission policy, if any, decides inside it: ``Admitter``)."""
+        (the admission policy, if any, decides inside it: ``Admitter``; ``checked``: its
+        pre-check on this process's view just ran, in :meth:`put`)."""
         health, files = self._health, self._files
         adm = self._admission
-        if adm is not None:  # decided on this process's view: not written at all
+        if adm is not None and not checked:  # decided on this process's view: not written at all
             kept = [it for it in items if adm.admits(it.key, it.size)]
             if len(kept) < len(items):
                 health.count(not_admitted=len(items) - len(kept))
