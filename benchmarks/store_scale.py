@@ -22,7 +22,10 @@ CPU, not speed-up) and the part of it the admission policy spent saving the look
 worker's open time of the cache (``ColumnCache(...)``), and per N the time of
 ``cacheaffinity cache info`` (the command, a new process) and of ``verify`` (in process).
 ``--looked-up`` builds the caches as a warm run leaves them (every pack looked up once since
-stored), so that the lookup phases are re-lookups.  ``rank`` (the default) and
+stored), so that the lookup phases are re-lookups.  ``--pack-mb M`` measures what a facility
+node's insert costs: every row records the size of an M MiB pack (the data files stay small:
+the lookups are the same) and each insert stores a real pack of M MiB, evicting one row, as a
+node of 5-50 MB chunk packs does; the whole-cache operations are not timed then.  ``rank`` (the default) and
 ``fifo`` side by side, on caches built alike, both built before either is measured and
 measured in alternating order (whichever ran first after its build ran up to ~20% slower
 here).  Medians of ``--repeats``.
@@ -68,8 +71,9 @@ WORK = "/dev/shm" if os.path.isdir("/dev/shm") else None
 LIVE = 1.25
 
 
-def _arrays(i: int) -> dict[str, np.ndarray]:
-    return {"Muon_pt/f0/data": np.full(MEMBER_LEN, i, np.int64)}
+def _arrays(i: int, nbytes: int = 0) -> dict[str, np.ndarray]:
+    """Pack ``i``'s members (``nbytes``: one member of that many bytes instead)."""
+    return {"Muon_pt/f0/data": np.full(nbytes // 8 if nbytes else MEMBER_LEN, i, np.int64)}
 
 
 def _where(i: int, prefix: str = "f") -> tuple[str, int, int]:
@@ -77,12 +81,14 @@ def _where(i: int, prefix: str = "f") -> tuple[str, int, int]:
     return f"{prefix}{i // PER_GROUP:07d}/Events", (i % PER_GROUP) * 1000, (i % PER_GROUP) * 1000 + 1000
 
 
-def build(directory: str, n: int, looked_up: bool = False, capacity: int | None = None) -> dict:
+def build(directory: str, n: int, looked_up: bool = False, capacity: int | None = None, pack_bytes: int = 0) -> dict:
     """A full node cache of ``n`` packs in the store's format (index rows with the rank
     policy's columns and its bottom-k sample, as if each pack was stored once in order;
     ``looked_up``: and then looked up once more in that order, a warm run, as the rank
     policy's lookups leave the rows), capacity = their size (``capacity``: that many bytes
-    recorded instead, which a worker opening the directory adopts)."""
+    recorded instead, which a worker opening the directory adopts; ``pack_bytes``: each
+    row records the size a pack of :func:`_arrays` with that many bytes takes, its data
+    file stays small)."""
     import cacheaffinity.config  # noqa: F401
     from cacheaffinity.worker._store import ColumnCache
     from cacheaffinity.worker._store.admission import StableRank, key_hash, rank
@@ -100,7 +106,11 @@ def build(directory: str, n: int, looked_up: bool = False, capacity: int | None 
         with open(template, "rb") as f:
             content = f.read()
         files.remove([name])
-    size = blocks(nbytes)
+        size = blocks(nbytes)
+        if pack_bytes:  # the size a stored pack of that many bytes is accounted
+            big = files.write(_arrays(0, pack_bytes))
+            files.remove([big[0]])
+            size = blocks(big[2])
     toc_json = json.dumps(toc, separators=(",", ":"))
     members = sorted(arrays)
     uid = os.geteuid()
@@ -171,8 +181,9 @@ def _rss_kb() -> int:
     return 0
 
 
-def _process(directory: str, policy: str, capacity: int, plan: dict, barrier, queue) -> None:
-    """One worker process of the node: open, then the phases (each started with the others)."""
+def _process(directory: str, policy: str, capacity: int, plan: dict, barrier, queue, pack_bytes: int = 0) -> None:
+    """One worker process of the node: open, then the phases (each started with the others;
+    ``pack_bytes``: each insert a pack of that many bytes, the same arrays every time)."""
     import cacheaffinity.config  # noqa: F401
     from cacheaffinity.worker._store import ColumnCache
 
@@ -184,7 +195,8 @@ def _process(directory: str, policy: str, capacity: int, plan: dict, barrier, qu
     rss_open = _rss_kb()
     out = {"open_wall_s": open_wall, "open_cpu_s": open_cpu, "rss_start_kb": rss_start, "rss_open_kb": rss_open}
     adm = cache.admission  # None for fifo
-    for phase in PHASES:
+    big = _arrays(0, pack_bytes) if pack_bytes else None  # made once: not the store's cost
+    for phase in [ph for ph in PHASES if ph in plan]:
         barrier.wait(600)
         ops = plan[phase]
         saving0 = adm.save_cpu_s if adm is not None else 0.0
@@ -192,7 +204,7 @@ def _process(directory: str, policy: str, capacity: int, plan: dict, barrier, qu
         done = 0
         if phase == "insert":
             for grp, start, stop, i in ops:
-                done += cache.put_pack(grp, start, stop, _arrays(i))[1]
+                done += cache.put_pack(grp, start, stop, big if big is not None else _arrays(i))[1]
         else:
             for grp, start, stop in ops:
                 done += bool(cache.get_packs(grp, start, stop))
@@ -234,8 +246,11 @@ def held_run(directory: str, k: int, seed: int) -> list[tuple[str, int, int]]:
     return (out * (k // max(1, len(out)) + 1))[:k]
 
 
-def run_case(directory: str, policy: str, capacity: int, procs: int, ops: int, seed: int) -> dict:
-    """P processes on one node cache: per-phase CPU per operation summed over processes."""
+def run_case(directory: str, policy: str, capacity: int, procs: int, ops: int, seed: int, pack_bytes: int = 0,
+             insert_ops: int | None = None, phases: tuple = PHASES) -> dict:
+    """P processes on one node cache: per-phase CPU per operation summed over processes
+    (``insert_ops``: inserts per process, if not ``ops``; ``phases``: those of :data:`PHASES`)."""
+    k = ops if insert_ops is None else insert_ops
     hits = held_sample(directory, ops * procs, seed)
     runs = held_run(directory, ops * procs, seed + 1000)
     plans = []
@@ -244,11 +259,12 @@ def run_case(directory: str, policy: str, capacity: int, procs: int, ops: int, s
             "hit": runs[p * ops : (p + 1) * ops],
             "hit_random": hits[p * ops : (p + 1) * ops],
             "miss": [_where(i, "m") for i in range(seed * 10**7 + p * ops, seed * 10**7 + (p + 1) * ops)],
-            "insert": [(*_where(i, "n"), i) for i in range(seed * 10**7 + p * ops, seed * 10**7 + (p + 1) * ops)],
+            "insert": [(*_where(i, "n"), i) for i in range(seed * 10**7 + p * k, seed * 10**7 + (p + 1) * k)],
         })  # fmt: skip
+        plans[-1] = {ph: plans[-1][ph] for ph in phases}
     ctx = multiprocessing.get_context("spawn")
     barrier, queue = ctx.Barrier(procs), ctx.Queue()
-    workers = [ctx.Process(target=_process, args=(directory, policy, capacity, plans[p], barrier, queue)) for p in range(procs)]
+    workers = [ctx.Process(target=_process, args=(directory, policy, capacity, plans[p], barrier, queue, pack_bytes)) for p in range(procs)]
     for w in workers:
         w.start()
     outs = [queue.get(timeout=1800) for _ in workers]
@@ -257,7 +273,7 @@ def run_case(directory: str, policy: str, capacity: int, procs: int, ops: int, s
         if w.exitcode != 0:
             raise RuntimeError(f"a node process exited with {w.exitcode}")
     res = {"procs": procs, "policy": policy}
-    for phase in PHASES:
+    for phase in phases:
         n = sum(o[phase]["ops"] for o in outs)
         res[f"{phase}_cpu_us"] = 1e6 * sum(o[phase]["cpu_s"] for o in outs) / n
         # of it, the admission policy's saves of the lookups (its transactions), per operation
@@ -333,7 +349,7 @@ def checks(rows: list[dict]) -> dict:
         big, small, fifo = find.get((hi, "rank", procs)), find.get((lo, "rank", procs)), find.get((hi, "fifo", procs))
         if not (big and small and fifo):
             continue
-        for phase in ("hit", "hit_random", "miss", "insert"):
+        for phase in [ph for ph in PHASES if f"{ph}_cpu_us" in big]:
             base = small
             if phase == "insert":
                 # the same work: an insert stored with an eviction.  Where P x ops inserts
@@ -359,13 +375,16 @@ def plot(rows: list[dict], path: str, sizes: list[dict] = ()) -> None:
     for ax, phase in zip(axes[:4], PHASES):
         for policy, style in (("rank", "-"), ("fifo", "--")):
             for procs in sorted({r["procs"] for r in rows}):
-                pts = sorted((r["packs"], r[f"{phase}_cpu_us"]) for r in rows if r["policy"] == policy and r["procs"] == procs)
+                pts = sorted((r["packs"], r[f"{phase}_cpu_us"]) for r in rows
+                             if r["policy"] == policy and r["procs"] == procs and f"{phase}_cpu_us" in r)
                 if pts:
                     ax.plot(*zip(*pts), style, marker="o", label=f"{policy}, {procs} proc")
         ax.set(xscale="log", yscale="log", xlabel="packs in the node cache", ylabel="CPU µs per operation (all processes)",
                title=titles[phase])  # fmt: skip
         ax.grid(True, which="both", alpha=0.3)
-    axes[0].legend(fontsize=7)
+        if not ax.lines:  # --pack-mb: the inserts alone
+            ax.text(0.5, 0.5, "not measured here", ha="center", va="center", transform=ax.transAxes)
+    next(ax for ax in axes[:4] if ax.lines).legend(fontsize=7)
     ax = axes[4]
     for policy, style in (("rank", "-"), ("fifo", "--")):
         for procs in sorted({r["procs"] for r in rows}):
@@ -382,7 +401,10 @@ def plot(rows: list[dict], path: str, sizes: list[dict] = ()) -> None:
             ax.plot(*zip(*pts), marker="o", label=label)
     ax.set(xscale="log", yscale="log", xlabel="packs in the node cache", ylabel="seconds", title="whole-cache operations")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=7)
+    if ax.lines:
+        ax.legend(fontsize=7)
+    else:  # --pack-mb: not timed (its rows record sizes their data files have not)
+        ax.text(0.5, 0.5, "not timed here", ha="center", va="center", transform=ax.transAxes)
     fig.suptitle("Node cache bookkeeping against what it holds (store_scale.py)")
     fig.tight_layout()
     save_png(fig, path)
@@ -408,7 +430,8 @@ def render(results: str, name: str = "store_scale") -> str:
             a, b = find.get((n, "rank", p)), find.get((n, "fifo", p))
             if not (a and b):
                 continue
-            cell = [f"{a[k]:.0f} / {b[k]:.0f}" for k in ("hit_cpu_us", "hit_random_cpu_us", "miss_cpu_us", "insert_cpu_us", "rss_end_mb")]
+            cell = [f"{a[k]:.0f} / {b[k]:.0f}" if k in a else "-"
+                    for k in ("hit_cpu_us", "hit_random_cpu_us", "miss_cpu_us", "insert_cpu_us", "rss_end_mb")]
             for i, phase in enumerate(("hit", "hit_random")):
                 if f"{phase}_save_cpu_us" in a:  # results before the split have none
                     cell[i] = f"{a[f'{phase}_cpu_us']:.0f} ({a[f'{phase}_save_cpu_us']:.0f}) / {b[f'{phase}_cpu_us']:.0f}"
@@ -416,12 +439,17 @@ def render(results: str, name: str = "store_scale") -> str:
                 cell[3] = f"{a['insert_cpu_us']:.0f} ({a['insert_done']:.0%} stored) / {b['insert_cpu_us']:.0f}"
             lines.append(f"| {n:,} | {p} | " + " | ".join(cell) + f" | {a['open_s']:.2f} |")
     sizes = ", ".join(
+        f"{s['packs']:,} packs: index {s['index_bytes'] / 2**20:.0f} MiB"
+        if "cache_info_s" not in s else
         f"{s['packs']:,} packs: index {s['index_bytes'] / 2**20:.0f} MiB, `cache info` {s['cache_info_s']:.2f} s, "
         f"`verify` {s['verify_s']:.1f} s"
         + (f", `admission_due` made again {s['due_rebuild_s']:.2f} s" if "due_rebuild_s" in s else "")
         for s in doc.get("sizes", [])
     )  # fmt: skip
     c = doc["config"]
+    inserts = f", {c['insert_ops']} inserts" if c.get("insert_ops", c["ops"]) != c["ops"] else ""
+    packs = (f"Every row records the size of a {c['pack_mb']:g} MiB pack and each insert stores one, evicting "
+             "one row (the rows' data files are small; the lookups are in the tables above). " if c.get("pack_mb") else "")
     command = f"python benchmarks/store_scale.py --repeats {c['repeats']}"
     if c.get("sizes") and c["sizes"] != [1000, 10_000, 100_000, 1_000_000]:
         command += " --sizes " + ",".join(f"{n:.0e}".replace("+0", "") for n in c["sizes"])
@@ -429,14 +457,20 @@ def render(results: str, name: str = "store_scale") -> str:
         command += " --procs " + ",".join(str(p) for p in c["procs"])
     if c.get("looked_up"):
         command += " --looked-up"
+    if c["ops"] != 1000:
+        command += f" --ops {c['ops']}"
+    if c.get("pack_mb"):
+        command += f" --pack-mb {c['pack_mb']:g}"
+    if c.get("insert_ops", c["ops"]) != c["ops"]:
+        command += f" --insert-ops {c['insert_ops']}"
     if c.get("name"):
         command += f" --name {c['name']}"
     lines += [
         "",
         f"CPU per operation summed over the node's processes (medians of {c['repeats']}; {c['ops']} operations "
-        f"per process and phase; in parentheses, the part spent saving the lookups: the `rank` policy's "
-        f"transactions, which write each looked-up row's clocks). {sizes}. An insert's own-cost bound compares it with the smallest cache "
-        f"where `rank` stored >= {STORED_ALIKE:.0%} of the inserts (where P x {c['ops']} inserts overrun a "
+        f"per process and phase{inserts}; in parentheses, the part spent saving the lookups: the `rank` policy's "
+        f"transactions, which write each looked-up row's clocks). {packs}{sizes}. An insert's own-cost bound compares it with the smallest cache "
+        f"where `rank` stored >= {STORED_ALIKE:.0%} of the inserts (where P x {c.get('insert_ops') or c['ops']} inserts overrun a "
         "small cache, it refuses most, and a refusal writes no file).",
         "",
         bounds_met(doc.get("checks", {})),
@@ -453,21 +487,32 @@ def main(argv=None) -> int:
     p.add_argument("--procs", type=lambda s: [int(x) for x in s.split(",")], default=None,
                    help="processes sharing the node cache (default 1,2,4,8)")  # fmt: skip
     p.add_argument("--ops", type=int, default=None, help="operations per process and phase (default 1000)")
+    p.add_argument("--insert-ops", type=int, default=None,
+                   help="inserts per process, if not --ops (with --pack-mb: each writes that pack)")  # fmt: skip
     p.add_argument("--repeats", type=int, default=None, help="repeats of each case (median; default 3)")
     p.add_argument("--work", default=WORK, help=f"where the caches are built (default: {WORK})")
     p.add_argument("--looked-up", action="store_true",
                    help="build every pack looked up once since stored (a warm run's rows): the lookup phases are "
                         "re-lookups; results in store_scale_looked_up.json")  # fmt: skip
+    p.add_argument("--pack-mb", type=float, default=0.0,
+                   help="rows record packs of this many MiB and each insert stores one (a facility node's "
+                        "inserts); results in store_scale_pack<M>mb.json")  # fmt: skip
     p.add_argument("--name", default=None,
                    help="results file name without .json (default store_scale, or store_scale_looked_up)")  # fmt: skip
     args = p.parse_args(argv)
+    if args.pack_mb < 0:
+        p.error(f"--pack-mb {args.pack_mb:g}: a pack has 0 (the default: small packs) or more MiB")
+    pack_bytes = int(args.pack_mb * 2**20) // 8 * 8
     sizes = args.sizes or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000, 1_000_000])
     procs_list = args.procs or ([1, 2] if args.quick else [1, 2, 4, 8])
     ops = args.ops or (100 if args.quick else 1000)
+    insert_ops = args.insert_ops or ops
+    phases = ("insert",) if pack_bytes else PHASES  # the lookups would read the packs inserted before
     repeats = args.repeats or (1 if args.quick else 3)
     work = tempfile.mkdtemp(prefix="store-scale-", dir=args.work)
-    config = {"sizes": sizes, "procs": procs_list, "ops": ops, "repeats": repeats, "quick": args.quick,
-              "member_len": MEMBER_LEN, "per_group": PER_GROUP, "looked_up": args.looked_up, "name": args.name}  # fmt: skip
+    config = {"sizes": sizes, "procs": procs_list, "ops": ops, "insert_ops": insert_ops, "repeats": repeats, "quick": args.quick,
+              "member_len": MEMBER_LEN, "per_group": PER_GROUP, "looked_up": args.looked_up, "name": args.name,
+              "pack_mb": args.pack_mb}  # fmt: skip
     rows: list[dict] = []
     per_size: list[dict] = []
     try:
@@ -475,33 +520,33 @@ def main(argv=None) -> int:
             dirs, infos = {}, {}
             for policy in POLICIES:  # both built before either is measured
                 dirs[policy] = os.path.join(work, f"{policy}-{n}")
-                infos[policy] = info = build(dirs[policy], n, looked_up=args.looked_up)
+                infos[policy] = info = build(dirs[policy], n, looked_up=args.looked_up, pack_bytes=pack_bytes)
                 print(f"built {n} packs in {info['build_s']:.1f} s (index {info['index_bytes'] / 2**20:.1f} MiB)", flush=True)
             info = infos["rank"]
-            info["cache_info_s"] = statistics.median(cli_info_seconds(dirs["rank"]) for _ in range(repeats))
-            info["verify_s"] = verify_seconds(dirs["rank"])
-            info["due_rebuild_s"] = statistics.median(due_rebuild_seconds(dirs["rank"]) for _ in range(repeats))
+            if not pack_bytes:  # rows that record a size their data file has not: not for verify
+                info["cache_info_s"] = statistics.median(cli_info_seconds(dirs["rank"]) for _ in range(repeats))
+                info["verify_s"] = verify_seconds(dirs["rank"])
+                info["due_rebuild_s"] = statistics.median(due_rebuild_seconds(dirs["rank"]) for _ in range(repeats))
             per_size.append(info)
             for procs in procs_list:
                 cases: dict[str, list[dict]] = {policy: [] for policy in POLICIES}
                 for r in range(repeats):  # the policies alternate: neither is always measured first
                     for policy in POLICIES if r % 2 == 0 else POLICIES[::-1]:
-                        cases[policy].append(run_case(dirs[policy], policy, infos[policy]["capacity"], procs, ops, seed=r + 1))
+                        cases[policy].append(run_case(dirs[policy], policy, infos[policy]["capacity"], procs, ops, seed=r + 1,
+                                                      pack_bytes=pack_bytes, insert_ops=insert_ops, phases=phases))
                 for policy in POLICIES:
                     row = {"packs": n, **_median_case(cases[policy])}
                     rows.append(row)
-                    print(f"  {policy:4s} {procs} proc: hit {row['hit_cpu_us']:.0f} µs (saving {row['hit_save_cpu_us']:.0f}), "
-                          f"random {row['hit_random_cpu_us']:.0f} (saving {row['hit_random_save_cpu_us']:.0f}), miss {row['miss_cpu_us']:.0f}, "
-                          f"insert {row['insert_cpu_us']:.0f}, open {row['open_s']:.3f} s, RSS {row['rss_end_mb']:.0f} MB",
-                          flush=True)  # fmt: skip
+                    print(f"  {policy:4s} {procs} proc: " + ", ".join(f"{ph} {row[f'{ph}_cpu_us']:.0f} µs" for ph in phases)
+                          + f", open {row['open_s']:.3f} s, RSS {row['rss_end_mb']:.0f} MB", flush=True)  # fmt: skip
             for directory in dirs.values():
                 shutil.rmtree(directory, ignore_errors=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     verdict = checks(rows)
     print_table(
-        [{"packs": r["packs"], "policy": r["policy"], "procs": r["procs"], "hit µs": round(r["hit_cpu_us"]), "random hit µs": round(r["hit_random_cpu_us"]),
-          "miss µs": round(r["miss_cpu_us"]), "insert µs": round(r["insert_cpu_us"]),
+        [{"packs": r["packs"], "policy": r["policy"], "procs": r["procs"],
+          **{f"{ph} µs": round(r[f"{ph}_cpu_us"]) for ph in phases},
           "open s": round(r["open_s"], 3), "RSS MB": round(r["rss_end_mb"])} for r in rows]
     )  # fmt: skip
     for k, v in verdict.items():
@@ -509,6 +554,8 @@ def main(argv=None) -> int:
     name = "store_scale_quick" if args.quick else "store_scale"
     if args.looked_up:
         name += "_looked_up"
+    if pack_bytes:
+        name += f"_pack{args.pack_mb:g}mb"
     name = args.name or name
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, f"{name}.json"), config, rows, sizes=per_size, checks=verdict)

@@ -299,6 +299,55 @@ def test_store_scale_tiny(tmp_path):
     assert (tmp_path / "store_scale.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_store_scale_pack_mb_records_facility_packs_and_an_insert_evicts_one(tmp_path):
+    """``--pack-mb``: every row records the size a stored pack of that many bytes takes (its
+    data file stays small), the capacity is those sizes, and an insert of such a pack into
+    the full cache stores it in place of one row with either policy, the cache at capacity."""
+    import sqlite3
+
+    from benchmarks import store_scale
+    from cacheaffinity.worker._directory import INDEX_NAME
+    from cacheaffinity.worker._store import ColumnCache
+
+    pack = 1 << 20
+    for policy in ("rank", "fifo"):
+        node = tmp_path / policy
+        info = store_scale.build(str(node), 300, pack_bytes=pack)
+        small = store_scale.build(str(tmp_path / f"{policy}-small"), 300)
+        assert info["pack_bytes"] >= pack > small["pack_bytes"] and info["capacity"] == 300 * info["pack_bytes"]
+        with ColumnCache(str(node), capacity=info["capacity"], admission=policy, write_queue=0) as cache:
+            grp, start, stop = store_scale._where(10**7, "n")
+            assert cache.put_pack(grp, start, stop, store_scale._arrays(0, pack))[1]
+            assert cache.stats()["evictions"] == 1
+            assert len(cache.get_packs(grp, start, stop)) == 1
+        con = sqlite3.connect(node / INDEX_NAME)
+        sizes = {size for (size,) in con.execute("SELECT size FROM entries")}
+        held = con.execute("SELECT count(*), sum(size) FROM entries").fetchone()
+        con.close()
+        assert sizes == {info["pack_bytes"]} and held == (300, info["capacity"])
+
+
+@pytest.mark.timeout(600)
+def test_store_scale_pack_mb_tiny(tmp_path):
+    """``--pack-mb`` end to end: the insert phase alone, both policies, its own results file."""
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "store_scale.py"), "--sizes", "1000,2000", "--procs", "1",
+         "--pack-mb", "1", "--insert-ops", "20", "--repeats", "1", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=580, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "store_scale_pack1mb.json").read_text())
+    assert doc["config"]["pack_mb"] == 1 and doc["config"]["insert_ops"] == 20
+    for r in doc["results"]:
+        assert r["insert_done"] == 1.0 and r["evictions"] == 20 and "hit_cpu_us" not in r, r
+    assert set(doc["checks"]) == {"insert_vs_own_1000_p1", "insert_vs_fifo_p1", "rss_growth_mb_p1", "open_s_p1"}
+    from benchmarks.store_scale import render
+
+    table = render(str(tmp_path), "store_scale_pack1mb")
+    assert "--pack-mb 1 --insert-ops 20" in table and "1 MiB pack" in table
+    assert (tmp_path / "store_scale_pack1mb.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_store_scale_compares_an_insert_with_its_cost_where_it_was_stored_alike():
     """An insert's own-cost bound skips a small cache where rank refused most inserts (a
     refusal writes no file: cheaper, not the same operation), and names the size it used."""
