@@ -320,6 +320,9 @@ def test_store_scale_pack_mb_records_facility_packs_and_an_insert_evicts_one(tmp
             assert cache.put_pack(grp, start, stop, store_scale._arrays(0, pack))[1]
             assert cache.stats()["evictions"] == 1
             assert len(cache.get_packs(grp, start, stop)) == 1
+        # between cases the inserted packs' files are emptied, their rows kept: the cache stays full
+        assert store_scale.empty_inserted(str(node)) == 1
+        assert sum(f.stat().st_size for f in (node / "columns").rglob("*") if f.is_file()) < pack
         con = sqlite3.connect(node / INDEX_NAME)
         sizes = {size for (size,) in con.execute("SELECT size FROM entries")}
         held = con.execute("SELECT count(*), sum(size) FROM entries").fetchone()
