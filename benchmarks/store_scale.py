@@ -482,9 +482,11 @@ def render(results: str, name: str = "store_scale") -> str:
         command += f" --name {c['name']}"
     lines += [
         "",
-        f"CPU per operation summed over the node's processes (medians of {c['repeats']}; {c['ops']} operations "
-        f"per process and phase{inserts}; in parentheses, the part spent saving the lookups: the `rank` policy's "
-        f"transactions, which write each looked-up row's clocks). {packs}{sizes}. An insert's own-cost bound compares it with the smallest cache "
+        f"CPU per operation summed over the node's processes (medians of {c['repeats']}; " + (
+            f"{c['insert_ops']} inserts per process). " if c.get("pack_mb") else
+            f"{c['ops']} operations per process and phase{inserts}; in parentheses, the part spent saving the "
+            "lookups: the `rank` policy's transactions, which write each looked-up row's clocks). "
+        ) + f"{packs}{sizes}. An insert's own-cost bound compares it with the smallest cache "
         f"where `rank` stored >= {STORED_ALIKE:.0%} of the inserts (where P x {c.get('insert_ops') or c['ops']} inserts overrun a "
         "small cache, it refuses most, and a refusal writes no file).",
         "",

@@ -175,6 +175,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "store_scale": render_store_scale,
     "store_scale_looked_up": lambda results: render_store_scale(results, "store_scale_looked_up"),
     "store_scale_16": lambda results: render_store_scale(results, "store_scale_16"),
+    "store_scale_pack5mb": lambda results: render_store_scale(results, "store_scale_pack5mb"),
     "facility_node": render_facility_node,
     "eviction_scale": render_eviction_scale,
     "chunksize_change": render_chunksize_change,
