@@ -25,7 +25,10 @@ worker's open time of the cache (``ColumnCache(...)``), and per N the time of
 stored), so that the lookup phases are re-lookups.  ``--pack-mb M`` measures what a facility
 node's insert costs: every row records the size of an M MiB pack (the data files stay small:
 the lookups are the same) and each insert stores a real pack of M MiB, evicting one row, as a
-node of 5-50 MB chunk packs does; the whole-cache operations are not timed then.  ``rank`` (the default) and
+node of 5-50 MB chunk packs does; the whole-cache operations are not timed then.
+``--write-queue 256MiB`` stores through the background writer, as workers do by default
+(``cacheaffinity.worker.write-queue``: batches, one transaction each; its thread's CPU counts,
+the phase ends when the queue is written); the default, 0, stores inline.  ``rank`` (the default) and
 ``fifo`` side by side, on caches built alike, both built before either is measured and
 measured in alternating order (whichever ran first after its build ran up to ~20% slower
 here).  Medians of ``--repeats``.
@@ -181,16 +184,18 @@ def _rss_kb() -> int:
     return 0
 
 
-def _process(directory: str, policy: str, capacity: int, plan: dict, barrier, queue, pack_bytes: int = 0) -> None:
+def _process(directory: str, policy: str, capacity: int, plan: dict, barrier, queue, pack_bytes: int = 0,
+             write_queue: int = 0) -> None:
     """One worker process of the node: open, then the phases (each started with the others;
-    ``pack_bytes``: each insert a pack of that many bytes, the same arrays every time)."""
+    ``pack_bytes``: each insert a pack of that many bytes, the same arrays every time;
+    ``write_queue``: the cache's, 0 inline)."""
     import cacheaffinity.config  # noqa: F401
     from cacheaffinity.worker._store import ColumnCache
 
     rss_start = _rss_kb()
     barrier.wait(600)
     w0, c0 = time.perf_counter(), time.process_time()
-    cache = ColumnCache(directory, capacity=capacity, admission=policy, write_queue=0)
+    cache = ColumnCache(directory, capacity=capacity, admission=policy, write_queue=write_queue)
     open_wall, open_cpu = time.perf_counter() - w0, time.process_time() - c0
     rss_open = _rss_kb()
     out = {"open_wall_s": open_wall, "open_cpu_s": open_cpu, "rss_start_kb": rss_start, "rss_open_kb": rss_open}
@@ -203,8 +208,11 @@ def _process(directory: str, policy: str, capacity: int, plan: dict, barrier, qu
         c0, w0 = time.process_time(), time.perf_counter()
         done = 0
         if phase == "insert":
+            writes = cache.stats()["writes"]
             for grp, start, stop, i in ops:
-                done += cache.put_pack(grp, start, stop, big if big is not None else _arrays(i))[1]
+                cache.put_pack(grp, start, stop, big if big is not None else _arrays(i))
+            cache.flush()  # the writer's batches (none inline)
+            done = cache.stats()["writes"] - writes  # stored: a queued pack may still be refused
         else:
             for grp, start, stop in ops:
                 done += bool(cache.get_packs(grp, start, stop))
@@ -247,7 +255,7 @@ def held_run(directory: str, k: int, seed: int) -> list[tuple[str, int, int]]:
 
 
 def run_case(directory: str, policy: str, capacity: int, procs: int, ops: int, seed: int, pack_bytes: int = 0,
-             insert_ops: int | None = None, phases: tuple = PHASES) -> dict:
+             insert_ops: int | None = None, phases: tuple = PHASES, write_queue: int = 0) -> dict:
     """P processes on one node cache: per-phase CPU per operation summed over processes
     (``insert_ops``: inserts per process, if not ``ops``; ``phases``: those of :data:`PHASES`)."""
     k = ops if insert_ops is None else insert_ops
@@ -264,7 +272,8 @@ def run_case(directory: str, policy: str, capacity: int, procs: int, ops: int, s
         plans[-1] = {ph: plans[-1][ph] for ph in phases}
     ctx = multiprocessing.get_context("spawn")
     barrier, queue = ctx.Barrier(procs), ctx.Queue()
-    workers = [ctx.Process(target=_process, args=(directory, policy, capacity, plans[p], barrier, queue, pack_bytes)) for p in range(procs)]
+    workers = [ctx.Process(target=_process, args=(directory, policy, capacity, plans[p], barrier, queue, pack_bytes, write_queue))
+               for p in range(procs)]
     for w in workers:
         w.start()
     outs = [queue.get(timeout=1800) for _ in workers]
@@ -465,6 +474,9 @@ def render(results: str, name: str = "store_scale") -> str:
     inserts = f", {c['insert_ops']} inserts" if c.get("insert_ops", c["ops"]) != c["ops"] else ""
     packs = (f"Every row records the size of a {c['pack_mb']:g} MiB pack and each insert stores one, evicting "
              "one row (the rows' data files are small; the lookups are in the tables above). " if c.get("pack_mb") else "")
+    if c.get("write_queue"):
+        packs += (f"Stored through the background writer (a {c['write_queue'] // 2**20} MiB write queue, as workers "
+                  "store by default: batches of one transaction each), its thread's CPU counted. ")
     command = f"python benchmarks/store_scale.py --repeats {c['repeats']}"
     if c.get("sizes") and c["sizes"] != [1000, 10_000, 100_000, 1_000_000]:
         command += " --sizes " + ",".join(f"{n:.0e}".replace("+0", "") for n in c["sizes"])
@@ -478,6 +490,8 @@ def render(results: str, name: str = "store_scale") -> str:
         command += f" --pack-mb {c['pack_mb']:g}"
     if c.get("insert_ops", c["ops"]) != c["ops"]:
         command += f" --insert-ops {c['insert_ops']}"
+    if c.get("write_queue"):
+        command += f" --write-queue {c['write_queue'] // 2**20}MiB"
     if c.get("name"):
         command += f" --name {c['name']}"
     lines += [
@@ -514,12 +528,20 @@ def main(argv=None) -> int:
     p.add_argument("--pack-mb", type=float, default=0.0,
                    help="rows record packs of this many MiB and each insert stores one (a facility node's "
                         "inserts); results in store_scale_pack<M>mb.json")  # fmt: skip
+    p.add_argument("--write-queue", default="0",
+                   help="the caches' write queue (workers: 256MiB, the background writer); default 0: inline")  # fmt: skip
     p.add_argument("--name", default=None,
                    help="results file name without .json (default store_scale, or store_scale_looked_up)")  # fmt: skip
     args = p.parse_args(argv)
     if args.pack_mb < 0:
         p.error(f"--pack-mb {args.pack_mb:g}: a pack has 0 (the default: small packs) or more MiB")
     pack_bytes = int(args.pack_mb * 2**20) // 8 * 8
+    from cacheaffinity.worker._store.writes import queue_bytes
+
+    try:
+        write_queue = queue_bytes(args.write_queue)
+    except ValueError as e:
+        p.error(f"--write-queue: {e}")
     sizes = args.sizes or ([1000, 10_000] if args.quick else [1000, 10_000, 100_000, 1_000_000])
     procs_list = args.procs or ([1, 2] if args.quick else [1, 2, 4, 8])
     ops = args.ops or (100 if args.quick else 1000)
@@ -529,7 +551,7 @@ def main(argv=None) -> int:
     work = tempfile.mkdtemp(prefix="store-scale-", dir=args.work)
     config = {"sizes": sizes, "procs": procs_list, "ops": ops, "insert_ops": insert_ops, "repeats": repeats, "quick": args.quick,
               "member_len": MEMBER_LEN, "per_group": PER_GROUP, "looked_up": args.looked_up, "name": args.name,
-              "pack_mb": args.pack_mb}  # fmt: skip
+              "pack_mb": args.pack_mb, "write_queue": write_queue}  # fmt: skip
     rows: list[dict] = []
     per_size: list[dict] = []
     try:
@@ -550,7 +572,8 @@ def main(argv=None) -> int:
                 for r in range(repeats):  # the policies alternate: neither is always measured first
                     for policy in POLICIES if r % 2 == 0 else POLICIES[::-1]:
                         cases[policy].append(run_case(dirs[policy], policy, infos[policy]["capacity"], procs, ops, seed=r + 1,
-                                                      pack_bytes=pack_bytes, insert_ops=insert_ops, phases=phases))
+                                                      pack_bytes=pack_bytes, insert_ops=insert_ops, phases=phases,
+                                                      write_queue=write_queue))
                         if pack_bytes:
                             empty_inserted(dirs[policy])
                 for policy in POLICIES:
@@ -575,6 +598,8 @@ def main(argv=None) -> int:
         name += "_looked_up"
     if pack_bytes:
         name += f"_pack{args.pack_mb:g}mb"
+    if write_queue:
+        name += "_behind"
     name = args.name or name
     os.makedirs(args.out, exist_ok=True)
     write_json(os.path.join(args.out, f"{name}.json"), config, rows, sizes=per_size, checks=verdict)

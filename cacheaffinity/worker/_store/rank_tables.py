@@ -1,6 +1,6 @@
 """Stable ranks of keys (:func:`rank`), and the ``rank`` policy's entries and bottom-k
 sample in memory (the simulator's; the store keeps them in its index:
-``admitter.IndexEntries``/``IndexSample``, the same interface), with the walk of their
+``admitter.IndexEntries``/``index_sample.IndexSample``, the same interface), with the walk of their
 orders a victim plan makes (:class:`Head`, :func:`first_of`)."""
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ class RankEntries:
 
 class RankSample:
     """The bottom-k sample of a ``StableRank`` in memory: key hash -> clock of its last
-    lookup, and the largest hash (the store's: ``admitter.IndexSample``)."""
+    lookup, and the largest hash (the store's: ``index_sample.IndexSample``)."""
 
     def __init__(self) -> None:
         self._t: dict[int, float] = {}
