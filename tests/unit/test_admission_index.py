@@ -18,7 +18,8 @@ import pytest
 import cacheaffinity.config  # noqa: F401  (registers the config defaults)
 from cacheaffinity.worker._store import BLOCK, INDEX_NAME, SCHEMA_VERSION, ColumnCache
 from cacheaffinity.worker._store.admission import StableRank, rank
-from cacheaffinity.worker._store.admitter import IndexEntries, IndexSample
+from cacheaffinity.worker._store import admitter
+from cacheaffinity.worker._store.admitter import IndexEntries, IndexSample, Unplanned
 from test_admitter import CAPACITY, KEYS, scan, value  # the same keys, values and runs (tests/unit)
 
 
@@ -614,7 +615,7 @@ def _counted(table, pulled: dict) -> None:
         setattr(table, name, counted)
 
 
-def test_a_plan_of_many_victims_reads_each_order_once_and_decides_as_the_simulator(tmp_path):
+def test_a_plan_of_many_victims_reads_each_order_once_and_decides_as_the_simulator(tmp_path, monkeypatch):
     """A pack as large as 1,200 small ones: stale entries go first (never looked up since
     stored, or not since their due), then the highest ranks (the entries looked up last), the same victims in memory, in the index's log and (read only, an insert's
     pre-check) over its log and inbox; each order is read up to the plan's last victim,
@@ -641,9 +642,16 @@ def test_a_plan_of_many_victims_reads_each_order_once_and_decides_as_the_simulat
     # read only, over the log and the inbox the lookups left (what an insert's pre-check runs)
     assert idx.con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] > 0
     writer = idx.p.table
-    idx.p.table = IndexEntries(idx.con)
     try:
-        assert idx.p._room(big, size) == expected
+        with monkeypatch.context() as m:  # a pre-check that may read every record: the same victims
+            m.setattr(admitter, "PRECHECK_MOST", 10**6)
+            idx.p.table = IndexEntries(idx.con)
+            assert idx.p._room(big, size) == expected
+        # the pre-check as it is: more than PRECHECK_MOST lookups wait in the inbox, the insert decides
+        assert idx.con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] > admitter.PRECHECK_MOST
+        idx.p.table = IndexEntries(idx.con)
+        with pytest.raises(Unplanned):
+            idx.p._room(big, size)
     finally:
         idx.p.table = writer
     for policy in (mem.table, writer):
@@ -769,3 +777,44 @@ def test_a_process_follows_the_sample_another_process_changed(tmp_path):
     finally:
         a.close()
         b.close()
+
+
+def test_a_pre_check_after_a_warm_run_of_the_whole_cache_reads_a_bounded_part_of_it(tmp_path, monkeypatch):
+    """After a warm run of every entry, each entry's record of when it goes stale waits in the
+    inbox, the log's are superseded and no row past the fresh watermark is fresh; only a write
+    transaction moves, drops and saves them.  An insert's pre-check (read only) read them all
+    (0.12 s per pre-check at 10^5 packs, every one until the first eviction: with the
+    background writer, every chunk task's until its first batch committed).  It now gives up
+    past PRECHECK_MOST of them and lets the insert decide, which decides as before; after that
+    insert the pre-check is exact again."""
+    monkeypatch.setattr(admitter, "PRECHECK_MOST", 64)
+    n = 600
+    _fill(tmp_path, n)  # stored: fresh rows
+    files = lambda: sum(len(f) for _, _, f in os.walk(os.path.join(tmp_path, "columns")))  # noqa: E731
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        for i in range(n):  # a warm run of the whole cache
+            assert cache.get(f"e{i:06d}") is not None
+        cache.save_admission(force=True)
+        adm = cache.admission
+        con = adm._index.connection()
+        top = max(rank(f"e{i:06d}") for i in range(n))
+        key = next(k for k in (f"x{i}" for i in range(10**6)) if rank(k) > top)  # every entry is live and ranks lower
+        bounded, steps = _steps(con, lambda: adm.admits(key, BLOCK))
+        monkeypatch.setattr(admitter, "PRECHECK_MOST", 10**6)
+        exact, walk = _steps(con, lambda: adm.admits(key, BLOCK))
+        assert bounded is True and exact is False and steps * 4 < walk, (steps, walk)
+        # the watermark: no fresh row in the ids a pre-check reads, rows beyond them
+        monkeypatch.setattr(admitter, "PRECHECK_MOST", 64)
+        table = IndexEntries(con, fresh_from=0)
+        with pytest.raises(Unplanned):
+            next(table.fresh_order())
+        writing = IndexEntries(con, fresh_from=0, writing=True)
+        assert next(writing.fresh_order(), None) is None and writing.fresh_from > n  # moved past the last row
+        # the insert decides: refused, nothing stored, its data file gone
+        before = files()
+        cache[key] = np.full(4, 1, np.int64)
+        assert key not in cache and files() == before and len(cache) == n
+        assert cache.stats()["not_admitted"] == 1
+        # its transaction moved the inbox and saved the watermark: exact again, within the bound
+        assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == 0
+        assert adm.admits(key, BLOCK) is False
