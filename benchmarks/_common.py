@@ -26,6 +26,7 @@ place, so an interrupted benchmark never leaves a truncated result behind.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -35,7 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
 from typing import Any, NamedTuple
 
@@ -277,6 +278,32 @@ def branch_bytes(
     out["branches"] = len(want) if want is not None else len(found)
     out["branches_found"] = len(found)
     return out
+
+
+@contextlib.contextmanager
+def commit_tree(rev: str, work: str) -> Iterator[tuple[str, str]]:
+    """A git worktree of commit ``rev`` in ``work``: ``(its short hash, its path)``, removed
+    (and pruned) at the end, so that one run measures two commits' code side by side."""
+    short = subprocess.check_output(["git", "-C", REPO, "rev-parse", "--short", rev], text=True).strip()
+    path = os.path.join(work, f"tree-{short}")
+    subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "-f", path, short], check=True, capture_output=True)
+    try:
+        yield short, path
+    finally:
+        subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", path], capture_output=True)
+        subprocess.run(["git", "-C", REPO, "worktree", "prune"], capture_output=True)
+
+
+def run_child(script: str, code: str, spec: dict) -> dict:
+    """``python script --child JSON(spec)`` with ``code`` (a checkout) first on the path: the
+    JSON its last line printed, whose ``code`` must be where it imported cacheaffinity from."""
+    env = {**os.environ, "PYTHONPATH": code}
+    out = subprocess.run([sys.executable, os.path.abspath(script), "--child", json.dumps(spec)],
+                         env=env, check=True, capture_output=True, text=True)  # fmt: skip
+    doc = json.loads(out.stdout.strip().splitlines()[-1])
+    if os.path.realpath(doc["code"]) != os.path.realpath(code):
+        raise RuntimeError(f"measured {doc['code']}, not {code}: the code under test was not the one imported")
+    return doc
 
 
 def read_results(results: str, name: str) -> dict | None:

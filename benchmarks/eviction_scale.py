@@ -23,6 +23,7 @@ after an insert over ``--limit`` seconds (recorded).  Medians of ``--repeats``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -35,7 +36,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from benchmarks._common import counts, parser, print_table, pyplot, save_png, write_json  # noqa: E402
+from benchmarks._common import commit_tree, counts, parser, print_table, pyplot, run_child, save_png, write_json  # noqa: E402
 
 REPO = os.path.dirname(HERE)
 POLICIES = ("rank", "fifo")
@@ -86,13 +87,7 @@ def child(spec: dict) -> dict:
 def run_case(code: str, directory: str, policy: str, pack_bytes: int, victims: list[int], limit: float) -> dict:
     spec = {"code": code, "directory": directory, "policy": policy, "pack_bytes": pack_bytes,
             "victims": victims, "limit": limit}  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": code}
-    out = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)],
-                         env=env, check=True, capture_output=True, text=True)  # fmt: skip
-    doc = json.loads(out.stdout.strip().splitlines()[-1])
-    if os.path.realpath(doc["code"]) != os.path.realpath(code):
-        raise RuntimeError(f"measured {doc['code']}, not {code}: the code under test was not the one imported")
-    return doc
+    return run_child(__file__, code, spec)
 
 
 def summarize(raw: list[dict]) -> list[dict]:
@@ -232,11 +227,9 @@ def main(argv=None) -> int:
     work = tempfile.mkdtemp(prefix="eviction-scale-", dir=a.work)
     codes = {"after": REPO}
     before = None
+    trees = contextlib.ExitStack()
     if a.before:
-        before = subprocess.check_output(["git", "-C", REPO, "rev-parse", "--short", a.before], text=True).strip()
-        codes["before"] = os.path.join(work, "before-tree")
-        subprocess.run(["git", "-C", REPO, "worktree", "add", "--detach", "-f", codes["before"], before],
-                       check=True, capture_output=True)  # fmt: skip
+        before, codes["before"] = trees.enter_context(commit_tree(a.before, work))
     config = {"packs": sizes, "victims": victims, "repeats": repeats, "before": before, "limit_s": a.limit,
               "quick": a.quick}  # fmt: skip
     raw: list[dict] = []
@@ -262,9 +255,7 @@ def main(argv=None) -> int:
                         print(f"{side:6} {policy} {n:>9,} packs: {len(doc['rows'])} inserts, the last evicting "
                               f"{last['evicted']:,} in {last['cpu_s']:.3f} s CPU", flush=True)  # fmt: skip
     finally:
-        if before:
-            subprocess.run(["git", "-C", REPO, "worktree", "remove", "--force", codes["before"]], capture_output=True)
-            subprocess.run(["git", "-C", REPO, "worktree", "prune"], capture_output=True)
+        trees.close()
         shutil.rmtree(work, ignore_errors=True)
     for case in raw:
         case["code"] = case["side"]  # (the worktree's path is this machine's)

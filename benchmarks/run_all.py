@@ -81,6 +81,9 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
     # one insert evicting 1 to 10^4 smaller packs, rank and fifo
     ("eviction_scale", [f"{B}/eviction_scale.py", "--repeats", "3", "--out", "{out}"],
      [f"{B}/eviction_scale.py", "--quick", "--out", "{out}"]),
+    # the first inserts after a warm run of a whole node cache, 10^3-10^6 packs
+    ("precheck_scale", [f"{B}/precheck_scale.py", "--repeats", "3", "--out", "{out}"],
+     [f"{B}/precheck_scale.py", "--quick", "--out", "{out}"]),
     # a warm coffea run on node caches already holding 0-10^6 other packs, rank against fifo
     ("facility_node", [f"{B}/facility_node.py", "--rounds", "3", "--out", "{out}"],
      [f"{B}/facility_node.py", "--quick", "--data", "{data}", "--out", "{out}"]),

@@ -84,14 +84,17 @@ def _where(i: int, prefix: str = "f") -> tuple[str, int, int]:
     return f"{prefix}{i // PER_GROUP:07d}/Events", (i % PER_GROUP) * 1000, (i % PER_GROUP) * 1000 + 1000
 
 
-def build(directory: str, n: int, looked_up: bool = False, capacity: int | None = None, pack_bytes: int = 0) -> dict:
+def build(directory: str, n: int, looked_up: bool = False, capacity: int | None = None, pack_bytes: int = 0,
+          moved: bool = True) -> dict:
     """A full node cache of ``n`` packs in the store's format (index rows with the rank
     policy's columns and its bottom-k sample, as if each pack was stored once in order;
     ``looked_up``: and then looked up once more in that order, a warm run, as the rank
     policy's lookups leave the rows), capacity = their size (``capacity``: that many bytes
     recorded instead, which a worker opening the directory adopts; ``pack_bytes``: each
     row records the size a pack of :func:`_arrays` with that many bytes takes, its data
-    file stays small)."""
+    file stays small; ``moved`` False: the looked-up rows' records of when they go stale wait
+    in the inbox and the fresh watermark is at the first row, as a warm run leaves a cache that
+    no eviction touched since)."""
     import cacheaffinity.config  # noqa: F401
     from cacheaffinity.worker._store import ColumnCache
     from cacheaffinity.worker._store.admission import StableRank, key_hash, rank
@@ -160,7 +163,7 @@ def build(directory: str, n: int, looked_up: bool = False, capacity: int | None 
              "demand": demand, "reuses": [demand] * 5, "jitter": 0.25, "sampled": 0}  # fmt: skip
     con.execute("INSERT OR REPLACE INTO admission_state VALUES ('state', ?)", (json.dumps(state),))
     con.execute("INSERT OR REPLACE INTO admission_state VALUES ('version', '1')")
-    if looked_up:  # no row is fresh (not looked up since stored)
+    if looked_up and moved:  # no row is fresh (not looked up since stored)
         con.execute("INSERT OR REPLACE INTO admission_state VALUES ('fresh_from', ?)", (str(n + 1),))
         # the rows' records (their insert trigger appended them to the inbox) in the log, as
         # an eviction since leaves them: the insert phase then measures inserts, not that move

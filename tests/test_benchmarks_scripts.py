@@ -351,6 +351,35 @@ def test_store_scale_pack_mb_tiny(tmp_path):
     assert (tmp_path / "store_scale_pack1mb.png").read_bytes()[:4] == b"\x89PNG"
 
 
+@pytest.mark.timeout(600)
+def test_precheck_scale_tiny(tmp_path):
+    """benchmarks/precheck_scale.py end to end, this checkout against the same commit's
+    worktree (in a git checkout): caches as a warm run leaves them, real processes, every
+    insert stored, the worktree removed."""
+    from benchmarks import precheck_scale
+
+    git = (REPO / ".git").exists()  # an unpacked sdist has no commits to compare
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "precheck_scale.py"), "--packs", "500,4000", "--prechecks", "5",
+         "--puts", "10", "--repeats", "1", *(["--before", "HEAD"] if git else []), "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=580, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "precheck_scale.json").read_text())
+    summary = doc["results"]["summary"]
+    sides = ("after", "before") if git else ("after",)
+    assert {(r["side"], r["packs"]) for r in summary} == {(s, n) for s in sides for n in (500, 4000)}
+    for r in summary:
+        assert r["stored"] == 10 and all(r[m] > 0 for m in precheck_scale.MEASURES), r
+    assert set(doc["results"]["checks"]) == {"precheck_ms_4000_vs_500", "put_ms_4000_vs_500"}
+    table = precheck_scale.render(str(tmp_path))
+    assert "| 4,000 |" in table and (f"--before {doc['config']['before']}" in table) == git
+    assert (tmp_path / "precheck_scale.png").read_bytes()[:4] == b"\x89PNG"
+    if git:
+        trees = subprocess.check_output(["git", "-C", str(REPO), "worktree", "list"], text=True)
+        assert "precheck-scale-" not in trees  # the worktree removed
+
+
 def test_store_scale_compares_an_insert_with_its_cost_where_it_was_stored_alike():
     """An insert's own-cost bound skips a small cache where rank refused most inserts (a
     refusal writes no file: cheaper, not the same operation), and names the size it used."""

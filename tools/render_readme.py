@@ -152,6 +152,14 @@ def render_eviction_scale(results: str, name: str = "eviction_scale") -> str:
     return render(results, name)
 
 
+def render_precheck_scale(results: str, name: str = "precheck_scale") -> str:
+    """The first inserts after a warm run of a whole node cache (``precheck_scale.json``):
+    rendered by benchmarks/precheck_scale.py."""
+    from benchmarks.precheck_scale import render
+
+    return render(results, name)
+
+
 def render_before_after(results: str, name: str = "before_after") -> str:
     """The headline of two commits side by side (``before_after.json``): rendered by
     benchmarks/before_after.py."""
@@ -178,6 +186,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "store_scale_pack5mb": lambda results: render_store_scale(results, "store_scale_pack5mb"),
     "facility_node": render_facility_node,
     "eviction_scale": render_eviction_scale,
+    "precheck_scale": render_precheck_scale,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"

@@ -818,3 +818,24 @@ def test_a_pre_check_after_a_warm_run_of_the_whole_cache_reads_a_bounded_part_of
         # its transaction moved the inbox and saved the watermark: exact again, within the bound
         assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == 0
         assert adm.admits(key, BLOCK) is False
+
+
+def test_a_new_process_pre_checks_in_the_capacity_the_directory_records(tmp_path):
+    """A process opening a node cache adopts the capacity the directory records (here below
+    the configured one): its inserts' pre-checks plan in it from the first insert.  The
+    Admitter kept the configured capacity until its first insert transaction: a pack the
+    policy refuses passed the pre-check, was written, and was deleted by the transaction."""
+    from cacheaffinity.worker._store.layout import pack_key
+
+    n = 100
+    with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:
+        for i in range(n):
+            cache[f"e{i:03d}"] = np.full(4, i, np.int64)
+        assert len(cache) == n
+    top = max(rank(f"e{i:03d}") for i in range(n))
+    grp = next(g for i in range(10**6) if rank(pack_key(g := f"late{i}", 0, 10, ["x"])) > top)
+    with ColumnCache(tmp_path, capacity="1 GiB", admission="rank", write_queue=0) as cache:
+        assert cache.capacity == n * BLOCK and cache.capacity_source == "directory"
+        # ranked above every held entry, none stale: refused, by the pre-check (nothing written)
+        assert cache.put_pack(grp, 0, 10, {"x": np.arange(4)})[1] is False
+        assert len(cache) == n and cache.stats()["not_admitted"] == 1

@@ -470,9 +470,10 @@ class Admitter:
         p.table, p.sample = IndexEntries(con, self._fresh_from, writing), IndexSample(con)  # type: ignore[assignment]
         return p.table  # type: ignore[return-value]
 
-    def admits(self, key: str, size: int) -> bool:
+    def admits(self, key: str, size: int, capacity: int | None = None) -> bool:
         """Whether the policy would store ``key`` now, on the index as it is and this
-        process's saved lookups (the insert transaction decides; an error says yes)."""
+        process's saved lookups, in ``capacity`` bytes (the capacity in force; None: as of
+        this process's last transaction) (the insert transaction decides; an error says yes)."""
         index = self._index
         if index is None:
             return True
@@ -482,6 +483,8 @@ class Admitter:
                 self._read_scalars(con)
                 self._bind(con)
                 p = self._policy
+                if capacity is not None:
+                    p.capacity = capacity
                 return key in p or p.admit(key, size)  # a held key's value is replaced
         except Unplanned as e:
             logger.debug("cacheaffinity: admission pre-check not planned (%s); the insert decides", e)

@@ -138,7 +138,7 @@ class WritePath:
         adm = self._admission
         if adm is not None:  # the miss this value answers is a lookup; not admitted: not written
             self._looked_up(item.key, item.size)
-            if not adm.admits(item.key, item.size):
+            if not adm.admits(item.key, item.size, capacity):
                 health.count(not_admitted=1)
                 return False
         writer = self._writer
@@ -238,7 +238,8 @@ class WritePath:
         health, files = self._health, self._files
         adm = self._admission
         if adm is not None and not checked:  # decided on this process's view: not written at all
-            kept = [it for it in items if adm.admits(it.key, it.size)]
+            capacity = self._capacity.in_force
+            kept = [it for it in items if adm.admits(it.key, it.size, capacity)]
             if len(kept) < len(items):
                 health.count(not_admitted=len(items) - len(kept))
             items = kept
