@@ -147,7 +147,7 @@ def render(results: str, name: str = "precheck_scale") -> str:
     rows = doc["results"]["summary"]
     find = {(r["side"], r["packs"]): r for r in rows}
     before = c.get("before")
-    lines = ["| packs | pre-check ms | insert ms, task thread (max) | insert ms, all threads | pre-check after ms |",
+    lines = ["| packs | pre-check ms | insert ms, task thread: median, max | insert ms, all threads | pre-check after ms |",
              "| ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
 
     def cell(n: int, m: str, fmt: str = "{:.2f}") -> str:
@@ -155,9 +155,13 @@ def render(results: str, name: str = "precheck_scale") -> str:
         text = fmt.format(a[m]) if a else "-"
         return text + (f" ({fmt.format(b[m])} at `{before}`)" if b else "")
 
+    def put_cell(n: int) -> str:
+        a, b = find.get(("after", n)), find.get(("before", n))
+        text = f"{a['put_ms']:.2f}, max {a['put_max_ms']:.1f}" if a else "-"
+        return text + (f" ({b['put_ms']:.2f}, max {b['put_max_ms']:.1f} at `{before}`)" if b else "")
+
     for n in sorted({r["packs"] for r in rows}):
-        a = find.get(("after", n))
-        put = cell(n, "put_ms") + (f", max {a['put_max_ms']:.1f}" if a else "")
+        put = put_cell(n)
         lines.append(f"| {n:,} | {cell(n, 'precheck_ms')} | {put} | {cell(n, 'behind_ms')} | {cell(n, 'precheck_after_ms')} |")
     command = f"python benchmarks/precheck_scale.py --repeats {c['repeats']}"
     if c["packs"] != list(PACKS):
