@@ -839,3 +839,24 @@ def test_a_new_process_pre_checks_in_the_capacity_the_directory_records(tmp_path
         # ranked above every held entry, none stale: refused, by the pre-check (nothing written)
         assert cache.put_pack(grp, 0, 10, {"x": np.arange(4)})[1] is False
         assert len(cache) == n and cache.stats()["not_admitted"] == 1
+
+
+def test_a_pre_check_counts_the_lookups_this_process_has_not_saved(tmp_path):
+    """The insert's transaction applies this process's unsaved lookups before it decides (the
+    miss a value answers among them: its bytes move the clock on, and entries go stale); the
+    pre-check plans on the same clock, so that it does not refuse what the insert admits.  A
+    pack the size of 2,000 of the 3,000 held: admitted only once its own miss counts."""
+    from benchmarks.store_scale import build
+    from cacheaffinity.worker._store.layout import pack_key
+
+    d = str(tmp_path / "node")
+    os.makedirs(d)
+    built = build(d, 3000)
+    size = 2000 * built["pack_bytes"]
+    key = pack_key("big", 0, 10, ["x"])
+    with ColumnCache(d, admission="rank", write_queue=0) as cache:
+        adm = cache.admission
+        assert adm.admits(key, size, cache.capacity) is False  # on the saved clock: nothing stale
+        cache.looked_up(key, size)
+        assert adm.admits(key, size, cache.capacity) is True
+        assert adm._policy.clock == 3000 * built["pack_bytes"]  # the pre-check changed nothing

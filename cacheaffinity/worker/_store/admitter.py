@@ -471,9 +471,10 @@ class Admitter:
         return p.table  # type: ignore[return-value]
 
     def admits(self, key: str, size: int, capacity: int | None = None) -> bool:
-        """Whether the policy would store ``key`` now, on the index as it is and this
-        process's saved lookups, in ``capacity`` bytes (the capacity in force; None: as of
-        this process's last transaction) (the insert transaction decides; an error says yes)."""
+        """Whether the policy would store ``key`` now, on the index as it is, its clock moved
+        on by this process's unsaved lookups (the miss this value answers among them: the
+        insert transaction applies them first), in ``capacity`` bytes (the capacity in force;
+        None: as of this process's last transaction) (the transaction decides; an error says yes)."""
         index = self._index
         if index is None:
             return True
@@ -485,7 +486,12 @@ class Admitter:
                 p = self._policy
                 if capacity is not None:
                     p.capacity = capacity
-                return key in p or p.admit(key, size)  # a held key's value is replaced
+                clock = p.clock
+                p.clock += sum(item[2] for item in list(self._unsaved))
+                try:
+                    return key in p or p.admit(key, size)  # a held key's value is replaced
+                finally:
+                    p.clock = clock
         except Unplanned as e:
             logger.debug("cacheaffinity: admission pre-check not planned (%s); the insert decides", e)
             return True
