@@ -184,6 +184,8 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "store_scale_looked_up": lambda results: render_store_scale(results, "store_scale_looked_up"),
     "store_scale_16": lambda results: render_store_scale(results, "store_scale_16"),
     "store_scale_pack5mb": lambda results: render_store_scale(results, "store_scale_pack5mb"),
+    "store_scale_behind": lambda results: render_store_scale(results, "store_scale_behind"),
+    "store_scale_pack5mb_behind": lambda results: render_store_scale(results, "store_scale_pack5mb_behind"),
     "facility_node": render_facility_node,
     "eviction_scale": render_eviction_scale,
     "precheck_scale": render_precheck_scale,
