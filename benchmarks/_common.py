@@ -306,6 +306,15 @@ def run_child(script: str, code: str, spec: dict) -> dict:
     return doc
 
 
+def serve_child(argv: list[str], child: Callable[[dict], dict]) -> bool:
+    """In a process :func:`run_child` started (``argv`` is ``--child JSON``): print
+    ``child(spec)`` as JSON and return True; else False."""
+    if argv[:1] != ["--child"]:
+        return False
+    print(json.dumps(child(json.loads(argv[1]))))
+    return True
+
+
 def read_results(results: str, name: str) -> dict | None:
     """``<results>/<name>.json`` as written by :func:`write_json`, or None if it is not there."""
     path = os.path.join(results, f"{name}.json")

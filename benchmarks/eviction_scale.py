@@ -36,7 +36,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from benchmarks._common import commit_tree, counts, parser, print_table, pyplot, run_child, save_png, write_json  # noqa: E402
+from benchmarks._common import (  # noqa: E402
+    commit_tree, counts, parser, print_table, pyplot, run_child, save_png, serve_child, write_json,
+)
 
 REPO = os.path.dirname(HERE)
 POLICIES = ("rank", "fifo")
@@ -208,8 +210,7 @@ def render(results: str, name: str = "eviction_scale") -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--child"]:
-        print(json.dumps(child(json.loads(argv[1]))))
+    if serve_child(argv, child):
         return 0
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--packs", type=counts, default=None, help="packs per node cache (default 1e4,1e5,1e6)")

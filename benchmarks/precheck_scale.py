@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from benchmarks._common import (  # noqa: E402
     bounds_met, commit_tree, counts, measured_at, not_measured, parser, print_table, pyplot, read_results,
-    run_child, save_png, write_json,
+    run_child, save_png, serve_child, write_json,
 )  # fmt: skip
 
 REPO = os.path.dirname(HERE)
@@ -183,8 +183,7 @@ def render(results: str, name: str = "precheck_scale") -> str:
 
 def main(argv=None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["--child"]:
-        print(json.dumps(child(json.loads(argv[1]))))
+    if serve_child(argv, child):
         return 0
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--packs", type=counts, default=None, help="packs per node cache (default 1e3,1e4,1e5,1e6)")
