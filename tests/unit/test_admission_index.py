@@ -727,6 +727,36 @@ def test_an_insert_plans_its_victims_at_most_twice_and_reads_no_row_of_them_agai
     assert len(by_key) <= 2 + checked, by_key  # the pre-check's, the lookup's and the old value's
 
 
+def test_a_batch_of_inserts_moves_the_inbox_once(tmp_path):
+    """The background writer's batch is one transaction: its lookups are applied first, so
+    the inbox is moved into the log by the first victim plan and nothing appends to it after;
+    each later plan of the batch reads only the log (it read the inbox's bounds once per pack)."""
+    from benchmarks.store_scale import build
+    from cacheaffinity.worker._store.writes import pack_item
+
+    d = str(tmp_path / "node")
+    os.makedirs(d)
+    built = build(d, 500, looked_up=True, moved=False)  # a warm run's records wait in the inbox
+    with ColumnCache(d, admission="rank", write_queue=0) as cache:
+        arrays = {"x": np.arange(built["pack_bytes"] // 8 - 64, dtype=np.int64)}
+        items = [pack_item(f"new{i}", 0, 1, arrays) for i in range(5)]
+        for it in items:
+            cache.looked_up(it.key, it.size)
+        statements: list[str] = []
+        with cache.index.lock:
+            con = cache.index.connection()
+            con.set_trace_callback(statements.append)
+        try:
+            cache.write_path.store_many(items)
+        finally:
+            con.set_trace_callback(None)
+        assert cache.stats()["evictions"] >= 5
+        assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == 0
+    bounds = [s for s in statements if "max(rowid) FROM admission_inbox" in s]
+    plans = [s for s in statements if s.startswith("SELECT rank, key")]
+    assert len(bounds) == 1 and len(plans) == 5, statements
+
+
 def test_a_row_an_order_passed_and_deleted_since_is_not_freed_twice(tmp_path):
     """A victim's delete goes by the row id its order read; a row deleted since (another
     eviction in the same transaction: the store's FIFO safety net) frees nothing, and a

@@ -117,6 +117,7 @@ class IndexEntries:
         #: change), and keys found not held (until :meth:`add`)
         self._seen: dict[str, tuple[int, str, int]] = {}
         self._absent: set[str] = set()
+        self._inbox_taken = False
 
     def prefetch(self, lookups) -> None:
         """Hold the rows of a batch of ``(seq, key, size, row id or None, fields or None)``
@@ -165,6 +166,7 @@ class IndexEntries:
             )
             # each appends a record to admission_inbox (its trigger); the old one stays, superseded
             self.due_added += len(self._touched)
+            self._inbox_taken = False
             self._touched.clear()
         self._rows.clear()
         self._ids.clear()
@@ -253,7 +255,9 @@ class IndexEntries:
         are deleted once it is closed; else the inbox is read beside the log, only if its
         earliest record is not after the log's record at hand (:meth:`_inbox`)."""
         if self.writing:
-            self.take_inbox()
+            if not self._inbox_taken:  # only flush() appends to it (a transaction's lookups: first)
+                self.take_inbox()
+                self._inbox_taken = True
             first_in = None
         else:
             first_in, waiting = self._one(  # type: ignore[misc]
