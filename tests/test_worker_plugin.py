@@ -271,3 +271,36 @@ async def test_a_read_only_directory_warns_once_naming_its_fix_once(c, s, a, tmp
         assert plugin.cache is None and "read-only file system" in plugin.uncached
     finally:
         subprocess.run(["umount", str(ro)], check=True, timeout=30)
+
+
+def test_task_tallies_are_per_thread_nested_and_held_in_no_thread_local(tmp_path):
+    """A chunk task's tally counts its own thread's figures (several task threads per worker),
+    an inner tally shadows the outer one until it ends, and nothing is left once all ended.
+    The plugin holds no ``threading.local``: on Python 3.11 the collector freeing one inside
+    ``sys._current_frames()`` (distributed's profiler thread) deadlocks the whole process
+    (CPython gh-106883; a default-tier run hung in test_peers with it)."""
+    import threading
+
+    plugin = CacheWorkerPlugin(directory=str(tmp_path / "cache"))
+    assert not [k for k, v in vars(plugin).items() if isinstance(v, threading.local)]
+    seen: dict[str, dict] = {}
+    started = threading.Barrier(2)
+
+    def task(name: str, n: int) -> None:
+        with plugin.task_tally() as tally:
+            started.wait(10)  # both tallies open at once
+            for _ in range(n):
+                plugin.count_task(hits=1)
+            with plugin.task_tally() as inner:
+                plugin.count_task(misses=1)
+            plugin.count_task(bytes_served=n)
+        seen[name] = {"outer": dict(tally), "inner": dict(inner)}
+
+    threads = [threading.Thread(target=task, args=(f"t{n}", n)) for n in (3, 5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert seen == {f"t{n}": {"outer": {"hits": n, "bytes_served": n}, "inner": {"misses": 1}} for n in (3, 5)}
+    plugin.count_task(hits=1)  # no tally open in this thread: counted nowhere
+    assert plugin._tallies == {}

@@ -140,7 +140,11 @@ class CacheWorkerPlugin(WorkerPlugin):
         self.capacity_given: int | None = None
         #: Free bytes on the directory's file system when the plugin was set up.
         self.free_at_start: int | None = None
-        self._tally = threading.local()
+        #: thread id -> the tally of the chunk task running in that thread.  Not a
+        #: ``threading.local``: on Python 3.11 the garbage collector freeing one inside
+        #: ``sys._current_frames()`` (distributed's profiler, every 10 ms) deadlocks the
+        #: process (CPython gh-106883), and a torn-down plugin is freed by the collector.
+        self._tallies: dict[int, Counter] = {}
 
     def __getstate__(self):
         # Sent to workers before setup: only the arguments travel.
@@ -410,16 +414,20 @@ class CacheWorkerPlugin(WorkerPlugin):
         :meth:`front`), peer hits and bytes, storage opens and bytes, until the block ends.
         """
         tally: Counter = Counter()
-        outer = getattr(self._tally, "counter", None)
-        self._tally.counter = tally
+        me = threading.get_ident()
+        outer = self._tallies.get(me)
+        self._tallies[me] = tally
         try:
             yield tally
         finally:
-            self._tally.counter = outer
+            if outer is None:
+                self._tallies.pop(me, None)
+            else:
+                self._tallies[me] = outer
 
     def count_task(self, **deltas: int) -> None:
         """Add to the tally of the chunk task running in this thread (if any)."""
-        tally = getattr(self._tally, "counter", None)
+        tally = self._tallies.get(threading.get_ident())
         if tally is not None:
             tally.update(deltas)
 

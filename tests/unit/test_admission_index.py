@@ -860,10 +860,9 @@ def test_a_new_process_pre_checks_in_the_capacity_the_directory_records(tmp_path
     Admitter kept the configured capacity until its first insert transaction: a pack the
     policy refuses passed the pre-check, was written, and was deleted by the transaction.
     (Every pack pre-checked here, as one of at least PRECHECK_BYTES is.)"""
-    from cacheaffinity.worker._store import writes
     from cacheaffinity.worker._store.layout import pack_key
 
-    monkeypatch.setattr(writes, "PRECHECK_BYTES", 0)
+    monkeypatch.setattr(admitter, "PRECHECK_BYTES", 0)
 
     n = 100
     with ColumnCache(tmp_path, capacity=n * BLOCK, admission="rank", write_queue=0) as cache:

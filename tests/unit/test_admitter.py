@@ -96,9 +96,9 @@ def test_the_policy_counts_the_lookups_it_saved_and_the_cpu_they_took(tmp_path, 
     what keeping the policy costs beyond the lookups (benchmarks/store_scale.py splits its
     phases with it).  (Every value pre-checked, as one of at least PRECHECK_BYTES is: run 2's
     misses are refused before any transaction, so its lookups are saved by saves alone.)"""
-    from cacheaffinity.worker._store import writes
+    from cacheaffinity.worker._store import admitter
 
-    monkeypatch.setattr(writes, "PRECHECK_BYTES", 0)
+    monkeypatch.setattr(admitter, "PRECHECK_BYTES", 0)
     with ColumnCache(tmp_path, capacity=CAPACITY, admission="rank") as cache:
         scan(cache)  # run 1: misses and inserts (the inserts' transactions save as they go)
         cache.save_admission(force=True)
@@ -283,3 +283,36 @@ def test_a_save_takes_each_hits_row_as_its_lookup_read_it(tmp_path):
     assert [s for s in reads if "last_used" in s and not s.startswith("SELECT key, file")] == []
     assert set(after) == set(held)
     assert all(after[k] > before[k] for k in held)  # every hit recorded
+
+
+def test_small_values_are_pre_checked_only_while_most_inserts_are_refused(tmp_path):
+    """A value below PRECHECK_BYTES skips the pre-check while this process's inserts are
+    mostly stored (a cache being filled: the transaction decides), and is pre-checked once
+    most are refused (a working set larger than the cache, where ``rank`` keeps a stable
+    part): then a refused value costs no data file and no write transaction."""
+    from cacheaffinity.worker._store import admitter
+
+    assert 2 * BLOCK < admitter.PRECHECK_BYTES
+    with ColumnCache(tmp_path, capacity=CAPACITY, admission="rank", write_queue=0) as cache:
+        adm = cache.admission
+        for k in KEYS[:20]:  # room for all of them: all stored
+            cache[k] = value(k)
+        assert adm.refused_share == 0.0 and not adm.prechecks(2 * BLOCK)
+        assert adm.prechecks(admitter.PRECHECK_BYTES)  # a large value always
+        for _ in range(2):
+            scan(cache)  # 80 keys into room for 20: most refused
+        assert adm.refused_share > admitter.PRECHECK_REFUSED and adm.prechecks(2 * BLOCK)
+        top = max(cache, key=rank)
+        key = next(f"zz{i}" for i in range(10**6) if rank(f"zz{i}") > rank(top))  # refused
+        statements: list[str] = []
+        with cache.index.lock:
+            con = cache.index.connection()
+            con.set_trace_callback(statements.append)
+        try:
+            cache[key] = value("chunk000")
+        finally:
+            con.set_trace_callback(None)
+        assert key not in cache and not any(s.startswith("BEGIN") for s in statements), statements
+        share = adm.refused_share
+        adm.outcomes(stored=32)  # inserts stored again (about twice REFUSED_OVER): back to skipping it
+        assert adm.refused_share < share * 0.2 and not adm.prechecks(2 * BLOCK)

@@ -34,8 +34,8 @@ from cacheaffinity.worker._store.index_sample import IndexSample
 from cacheaffinity.worker._store.rank_tables import first_of
 from cacheaffinity.worker._store.schema import FILL_DUE, UNSET, read, stored
 
-__all__ = ["PRECHECK_BYTES", "PRECHECK_MOST", "STORE_POLICIES", "UNSAVED", "Admitter", "IndexEntries", "IndexSample",
-           "SAVE_EVERY", "Unplanned"]
+__all__ = ["PRECHECK_BYTES", "PRECHECK_MOST", "PRECHECK_REFUSED", "STORE_POLICIES", "UNSAVED", "Admitter",
+           "IndexEntries", "IndexSample", "SAVE_EVERY", "Unplanned"]
 
 logger = logging.getLogger("cacheaffinity.worker")
 
@@ -71,11 +71,17 @@ INBOX_SHARE = 8
 #: decides (:class:`Unplanned`), whose first plan moves, drops and saves them.  After a warm
 #: run of a whole cache they are every row: 0.1 s per pre-check at 10^5 packs, until then.
 PRECHECK_MOST = 1024
-#: Only a value of at least this many bytes is pre-checked before its data file is written:
-#: writing and deleting a smaller one the insert then refuses costs about what a pre-check
-#: costs (measured: 30-130 µs for 4-64 KiB, a pre-check 90 µs at 10^5 packs), and every
-#: insert would pay the pre-check, only a refused one the write.
+#: A value of at least this many bytes is always pre-checked before its data file is written.
+#: A smaller one only while more than :data:`PRECHECK_REFUSED` of this process's recent
+#: inserts were refused (a moving average over about :data:`REFUSED_OVER` of them): the
+#: pre-check (~90 µs at 10^5 packs) is paid by every insert, while a small pack refused
+#: without it costs its write and delete (30-130 µs for 4-64 KiB) and a write transaction
+#: that refuses it (~250 µs, holding the node's write lock), paid by refused ones only.  A
+#: cache being filled refuses few (no pre-check); a working set larger than the cache,
+#: where ``rank`` refuses most, is pre-checked.
 PRECHECK_BYTES = 64 << 10
+PRECHECK_REFUSED = 0.25
+REFUSED_OVER = 16
 
 
 class Unplanned(Exception):
@@ -456,6 +462,23 @@ class Admitter:
         #: (version, size, largest hash) of the sample as this process saved it: still so
         #: while the version is that one (every change of the sample saves a new version)
         self._sample_saved: tuple | None = None
+        #: the share of this process's recent inserts refused (moving average; see
+        #: :data:`PRECHECK_BYTES`)
+        self.refused_share = 0.0
+
+    def prechecks(self, size: int) -> bool:
+        """Whether an insert of ``size`` bytes is pre-checked (:meth:`admits`) before its
+        data file is written (see :data:`PRECHECK_BYTES`)."""
+        return size >= PRECHECK_BYTES or self.refused_share > PRECHECK_REFUSED
+
+    def outcomes(self, stored: int = 0, refused: int = 0) -> None:
+        """Inserts of this process stored and refused (by a pre-check or a transaction)."""
+        keep = 1.0 - 1.0 / REFUSED_OVER
+        share = self.refused_share
+        for target, n in ((0.0, stored), (1.0, refused)):
+            if n:
+                share = target + (share - target) * keep**n
+        self.refused_share = share
 
     def reset_after_fork(self) -> None:
         """Fresh locks, and the next transaction re-reads the scalars (a forked child)."""

@@ -24,7 +24,7 @@ from dask.utils import format_bytes, parse_bytes
 
 from cacheaffinity.exceptions import Closed, Lost
 from cacheaffinity.worker._store.admission import rank
-from cacheaffinity.worker._store.admitter import PRECHECK_BYTES, Admitter
+from cacheaffinity.worker._store.admitter import Admitter
 from cacheaffinity.worker._store.capacity import Capacity, evict_rows, make_room
 from cacheaffinity.worker._store.files import DataFiles, toc_of
 from cacheaffinity.worker._store.health import Health
@@ -138,7 +138,8 @@ class WritePath:
         adm = self._admission
         if adm is not None:  # the miss this value answers is a lookup; not admitted: not written
             self._looked_up(item.key, item.size)
-            if item.size >= PRECHECK_BYTES and not adm.admits(item.key, item.size, capacity):
+            if adm.prechecks(item.size) and not adm.admits(item.key, item.size, capacity):
+                adm.outcomes(refused=1)
                 health.count(not_admitted=1)
                 return False
         writer = self._writer
@@ -239,8 +240,9 @@ class WritePath:
         adm = self._admission
         if adm is not None and not checked:  # decided on this process's view: not written at all
             capacity = self._capacity.in_force
-            kept = [it for it in items if it.size < PRECHECK_BYTES or adm.admits(it.key, it.size, capacity)]
+            kept = [it for it in items if not adm.prechecks(it.size) or adm.admits(it.key, it.size, capacity)]
             if len(kept) < len(items):
+                adm.outcomes(refused=len(items) - len(kept))
                 health.count(not_admitted=len(items) - len(kept))
             items = kept
         written: list[tuple[Item, str, list, int, bytes]] = []
@@ -284,6 +286,7 @@ class WritePath:
             raise
         if adm is not None:
             adm.committed()
+            adm.outcomes(stored=len(written) - refused, refused=refused)
         files.remove(doomed)  # only after the commit: nobody can find them any more
         gone = set(doomed)
         stored = [w for w in written if w[1] not in gone]
