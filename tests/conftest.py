@@ -25,6 +25,8 @@ client, coffea runs, cache-total deltas, ``dask`` processes) are in
 
 from __future__ import annotations
 
+import faulthandler
+import os
 from pathlib import Path
 
 import pytest
@@ -140,3 +142,36 @@ def pytest_collection_modifyitems(config, items):
     ]  # fmt: skip
     if stale:
         raise pytest.UsageError("tests/conftest.py TIERS names tests that do not exist: " + "; ".join(stale))
+
+
+#: stderr as it was when pytest configured (a test's output is captured; this is not)
+_STDERR: list[int] = []
+
+
+def pytest_configure(config):
+    _STDERR.append(os.dup(2))
+
+
+def _limit(item) -> float:
+    """The test's pytest-timeout in seconds (its marker, else the ini's; 0: none)."""
+    marker = item.get_closest_marker("timeout")
+    value = (marker.args[0] if marker.args else marker.kwargs.get("timeout")) if marker else None
+    if value is None:
+        value = item.config.getini("timeout") or 0
+    return float(value or 0)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """A test still running at twice its timeout plus a minute prints every thread's stack and
+    ends the run.  pytest-timeout's signal cannot end a process whose threads all wait for the
+    GIL (a deadlock like CPython gh-106883: a default-tier run hung 15 minutes, CI would have
+    hung to its limit); faulthandler's watchdog is a C thread and needs no GIL."""
+    limit = _limit(item)
+    if limit > 0 and _STDERR:
+        faulthandler.dump_traceback_later(2 * limit + 60, exit=True, file=_STDERR[0])
+    try:
+        yield
+    finally:
+        if limit > 0 and _STDERR:
+            faulthandler.cancel_dump_traceback_later()
