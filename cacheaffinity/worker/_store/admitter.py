@@ -76,9 +76,9 @@ PRECHECK_MOST = 1024
 #: inserts were refused (a moving average over about :data:`REFUSED_OVER` of them): the
 #: pre-check (~90 µs at 10^5 packs) is paid by every insert, while a small pack refused
 #: without it costs its write and delete (30-130 µs for 4-64 KiB) and a write transaction
-#: that refuses it (~250 µs, holding the node's write lock), paid by refused ones only.  A
-#: cache being filled refuses few (no pre-check); a working set larger than the cache,
-#: where ``rank`` refuses most, is pre-checked.
+#: that refuses it (an insert's took ~300 µs at 10^5 packs, holding the node's write lock),
+#: paid by refused ones only.  A cache being filled refuses few (no pre-check); a working
+#: set larger than the cache, where ``rank`` refuses most, is pre-checked.
 PRECHECK_BYTES = 64 << 10
 PRECHECK_REFUSED = 0.25
 REFUSED_OVER = 16
