@@ -9,6 +9,7 @@ import json
 import multiprocessing
 import os
 import random
+import shutil
 import sqlite3
 import tracemalloc
 
@@ -727,34 +728,48 @@ def test_an_insert_plans_its_victims_at_most_twice_and_reads_no_row_of_them_agai
     assert len(by_key) <= 2 + checked, by_key  # the pre-check's, the lookup's and the old value's
 
 
-def test_a_batch_of_inserts_moves_the_inbox_once(tmp_path):
+def test_a_batch_of_inserts_moves_the_inbox_once_and_reads_each_order_on(tmp_path):
     """The background writer's batch is one transaction: its lookups are applied first, so
-    the inbox is moved into the log by the first victim plan and nothing appends to it after;
-    each later plan of the batch reads only the log (it read the inbox's bounds once per pack)."""
+    the inbox is moved into the log by the first victim plan and nothing appends to it after
+    (it read the inbox's bounds once per pack); each order is read ahead, each plan reading on
+    from where the last left it (each plan opened its three cursors anew).  The batch evicts
+    what the same inserts one transaction each evict."""
     from benchmarks.store_scale import build
     from cacheaffinity.worker._store.writes import pack_item
 
-    d = str(tmp_path / "node")
+    d, alone = str(tmp_path / "node"), str(tmp_path / "alone")
     os.makedirs(d)
     built = build(d, 500, looked_up=True, moved=False)  # a warm run's records wait in the inbox
-    with ColumnCache(d, admission="rank", write_queue=0) as cache:
-        arrays = {"x": np.arange(built["pack_bytes"] // 8 - 64, dtype=np.int64)}
-        items = [pack_item(f"new{i}", 0, 1, arrays) for i in range(5)]
-        for it in items:
-            cache.looked_up(it.key, it.size)
-        statements: list[str] = []
-        with cache.index.lock:
-            con = cache.index.connection()
-            con.set_trace_callback(statements.append)
-        try:
-            cache.write_path.store_many(items)
-        finally:
-            con.set_trace_callback(None)
-        assert cache.stats()["evictions"] >= 5
-        assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == 0
-    bounds = [s for s in statements if "max(rowid) FROM admission_inbox" in s]
-    plans = [s for s in statements if s.startswith("SELECT rank, key")]
-    assert len(bounds) == 1 and len(plans) == 5, statements
+    shutil.copytree(d, alone)
+    arrays = {"x": np.arange(built["pack_bytes"] // 8 - 64, dtype=np.int64)}
+    held = []
+    for where, batch in ((d, True), (alone, False)):
+        with ColumnCache(where, admission="rank", write_queue=0) as cache:
+            items = [pack_item(f"new{i}", 0, 1, arrays) for i in range(12)]
+            for it in items:
+                cache.looked_up(it.key, it.size)
+            statements: list[str] = []
+            with cache.index.lock:
+                con = cache.index.connection()
+                con.set_trace_callback(statements.append)
+            try:
+                for part in [items] if batch else [[it] for it in items]:
+                    cache.write_path.store_many(part)
+            finally:
+                con.set_trace_callback(None)
+            assert cache.stats()["evictions"] >= 12
+            assert con.execute("SELECT count(*) FROM admission_inbox").fetchone()[0] == 0
+            held.append({k for (k,) in con.execute("SELECT key FROM entries")})
+        if batch:
+            bounds = [s for s in statements if "max(rowid) FROM admission_inbox" in s]
+            by_rank = [s for s in statements if s.startswith("SELECT rank, key")]
+            due = [s for s in statements if "FROM admission_due d" in s]
+            fresh = [s for s in statements if s.startswith("SELECT last_used, key")]
+            assert len(bounds) == 1, statements
+            # 12 plans: rows read 2, 4, 8 at a time (2 + 4 + 8 >= 12 victims by rank)
+            assert 1 <= len(by_rank) <= 3 and len(due) <= 3 and len(fresh) <= 12, statements
+    assert held[0] == held[1]
+    assert {it.key for it in items} & held[0]  # some were stored
 
 
 def test_a_row_an_order_passed_and_deleted_since_is_not_freed_twice(tmp_path):

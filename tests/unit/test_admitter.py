@@ -316,3 +316,10 @@ def test_small_values_are_pre_checked_only_while_most_inserts_are_refused(tmp_pa
         share = adm.refused_share
         adm.outcomes(stored=32)  # inserts stored again (about twice REFUSED_OVER): back to skipping it
         assert adm.refused_share < share * 0.2 and not adm.prechecks(2 * BLOCK)
+        # a batch's outcomes count as mixed, not its refusals last: a background writer's batch
+        # of 250 with 20 refused (8%) leaves the share near 8%, not at 1 - (15/16)^20 = 0.72
+        adm.refused_share = 0.0
+        adm.outcomes(stored=230, refused=20)
+        assert 0.07 < adm.refused_share < 0.09 and not adm.prechecks(2 * BLOCK)
+        adm.outcomes(refused=20)  # 20 refused in a row: pre-checked
+        assert adm.prechecks(2 * BLOCK)

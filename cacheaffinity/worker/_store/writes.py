@@ -264,7 +264,7 @@ class WritePath:
                             doomed.append(old[1])
                         fields = None
                         if decider is not None:
-                            if decider.place(item.key, item.size) is None:
+                            if decider.place(item.key, item.size, None if old is None else old[0]) is None:
                                 doomed.append(name)  # not admitted after all: nothing names it
                                 refused += 1
                                 continue
@@ -275,6 +275,8 @@ class WritePath:
                             fields = decider.fields(item.key)
                         used = con.execute("SELECT value FROM meta WHERE name = 'size'").fetchone()[0]
                         gone, n = evict_rows(con, used + item.size - capacity)  # FIFO, or a safety net
+                        if gone and decider is not None:
+                            decider.deleted()
                         doomed.extend(gone)
                         evicted += len(gone)
                         freed += n
