@@ -20,9 +20,10 @@ from cacheaffinity.worker._store.schema import read
 
 __all__ = ["FIRST_READ", "MOST_READ", "Ahead", "ReadAhead", "walk"]
 
-#: Rows an order's first read takes (a single insert's plan needs one or two of each); each
-#: next read takes twice as many, at most :data:`MOST_READ`.
-FIRST_READ = 2
+#: Rows an order's first read takes (a single insert's plan mostly needs one of each, as a
+#: stepped cursor reads it: a second row of the stale or rank order is a random page at
+#: 10^6 packs); each next read takes twice as many, at most :data:`MOST_READ`.
+FIRST_READ = 1
 MOST_READ = 64
 
 
