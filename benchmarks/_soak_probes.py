@@ -296,6 +296,12 @@ class SoakWorkerPlugin(WorkerPlugin):
     def setup(self, worker) -> None:
         self.worker = worker
         _install_log_counter(worker)
+        _watch_event_loop(worker)
+
+    def teardown(self, worker) -> None:
+        import faulthandler
+
+        faulthandler.cancel_dump_traceback_later()
 
     def transition(self, key, start, finish, **kwargs) -> None:
         n = getattr(self.worker, "_soak_kill_after", None)
@@ -306,6 +312,28 @@ class SoakWorkerPlugin(WorkerPlugin):
                 import signal as _signal
 
                 _os.kill(_os.getpid(), _signal.SIGKILL)
+
+
+#: Seconds a worker's event loop may stall before every thread's stack is printed.
+STALL_S = 120.0
+
+
+def _watch_event_loop(worker, stall_s: float = STALL_S, every_s: float = 5.0) -> None:
+    """If the worker's event loop stops for ``stall_s`` (a deadlock, a blocking call: the
+    scheduler drops the worker after ``worker-ttl`` without a cause), faulthandler's watchdog
+    (a C thread, it needs no GIL) prints every thread's stack to the process's stderr, again
+    every ``stall_s`` while it lasts.  The loop re-arms it every ``every_s``."""
+    import faulthandler
+
+    from tornado.ioloop import PeriodicCallback
+
+    def rearm() -> None:
+        faulthandler.dump_traceback_later(stall_s, repeat=True)
+
+    rearm()
+    pc = PeriodicCallback(rearm, every_s * 1000)
+    worker.periodic_callbacks["soak-stall-watch"] = pc
+    pc.start()
 
 
 def _arm_kill(dask_worker=None, after: int = 1) -> int:

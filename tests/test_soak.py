@@ -188,7 +188,8 @@ def test_long_lived_soak_of_node_shaped_workers(tmp_path):
     runs, samples = doc["runs"], doc["samples"]
     assert len(runs) == cfg.runs
     assert {e["event"] for e in doc["events"]} <= {"chunksize"}  # no kill, no scaling
-    assert fig["wrong_results"] == 0 and fig["hung_runs"] == 0 and fig["failed_runs"] == 0
+    detail = [(r["run"], r["step"], r["hung"], r["error"]) for r in runs if r["error"] or r["hung"]]
+    assert fig["wrong_results"] == 0 and fig["hung_runs"] == 0 and fig["failed_runs"] == 0, detail
     # four processes, named node by node, on two cache directories
     assert sorted(samples[-1]["workers"]) == ["0-0", "0-1", "1-0", "1-1"]
     assert sorted(samples[-1]["caches"]) == ["0", "1"]

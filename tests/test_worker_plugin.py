@@ -304,3 +304,51 @@ def test_task_tallies_are_per_thread_nested_and_held_in_no_thread_local(tmp_path
     assert seen == {f"t{n}": {"outer": {"hits": n, "bytes_served": n}, "inner": {"misses": 1}} for n in (3, 5)}
     plugin.count_task(hits=1)  # no tally open in this thread: counted nowhere
     assert plugin._tallies == {}
+
+
+def test_frame_snapshots_run_without_the_collector_and_leave_its_state_as_it_was():
+    """``guard_frame_snapshots`` (Python < 3.12, CPython gh-106883): the wrapped
+    ``_current_frames`` and ``_current_exceptions`` run with the collector disabled, enable
+    it again after (also when they raise), leave a collector the user disabled disabled,
+    and wrap only once."""
+    import gc
+    import types
+
+    from cacheaffinity.worker._collector import guard_frame_snapshots
+
+    seen = []
+
+    def frames():
+        seen.append(("frames", gc.isenabled()))
+        return {1: "frame"}
+
+    def exceptions():
+        seen.append(("exceptions", gc.isenabled()))
+        raise RuntimeError("boom")
+
+    module = types.SimpleNamespace(_current_frames=frames, _current_exceptions=exceptions)
+    assert guard_frame_snapshots(module) is True
+    assert guard_frame_snapshots(module) is False  # idempotent
+    assert module._current_frames.__wrapped__ is frames
+    was = gc.isenabled()
+    try:
+        gc.enable()
+        assert module._current_frames() == {1: "frame"} and gc.isenabled()
+        with pytest.raises(RuntimeError, match="boom"):
+            module._current_exceptions()
+        assert gc.isenabled()
+        gc.disable()
+        assert module._current_frames() == {1: "frame"} and not gc.isenabled()
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [("frames", False), ("exceptions", False), ("frames", False)]
+
+
+def test_distributed_samples_task_threads_through_sys_current_frames():
+    """The guard wraps ``sys._current_frames``; it covers distributed's profiler only while
+    the worker calls it through the ``sys`` module (fails when upstream changes that)."""
+    import inspect
+
+    from distributed import Worker
+
+    assert "sys._current_frames()" in inspect.getsource(Worker.trigger_profile)

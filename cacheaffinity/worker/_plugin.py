@@ -29,7 +29,7 @@ from cacheaffinity.protocol import (
     PLUGIN_NAME,
     WORKER_METRIC,
 )
-from cacheaffinity.worker._collector import Collector
+from cacheaffinity.worker._collector import FRAME_SNAPSHOT_DEADLOCK, Collector, guard_frame_snapshots
 from cacheaffinity.worker._directory import CacheDirectory, ReadOnlyDirectory, UntrustedDirectory
 from cacheaffinity.worker._forms import FormStore
 from cacheaffinity.worker._store.cache import ColumnCache
@@ -155,6 +155,9 @@ class CacheWorkerPlugin(WorkerPlugin):
 
     def setup(self, worker) -> None:
         """Resolve the settings and open the node's cache (``ValueError`` for an invalid setting)."""
+        if FRAME_SNAPSHOT_DEADLOCK and guard_frame_snapshots():
+            logger.debug("cacheaffinity: sys._current_frames() runs without the garbage collector "
+                         "(CPython gh-106883, Python < 3.12)")  # fmt: skip
         try:
             self._settings(worker)
         except ValueError as e:
