@@ -40,8 +40,8 @@ def guard_frame_snapshots(module=sys) -> bool:
     Without it, on Python 3.10-3.11, an allocation inside the call can start a collection,
     a finalizer run by the collection can let another thread take the GIL, and a thread
     that starts or ends then waits, holding the GIL, for the thread-list lock the call
-    holds: every thread of the process stops for good (a worker hung in CI's soak this
-    way, dask/distributed#8616).  Distributed's profiler calls it every 10 ms.  Idempotent;
+    holds: every thread of the process stops for good (dask/distributed#8616; most
+    likely what stopped a worker in CI's soak, which recorded no stack).  Distributed's profiler calls it every 10 ms.  Idempotent;
     True if this call wrapped something.  The process keeps the wrapper (it is harmless:
     no collection during a snapshot, which takes microseconds)."""
     wrapped = False
