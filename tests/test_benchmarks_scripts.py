@@ -487,3 +487,27 @@ def test_eviction_scale_checks_and_table_name_what_is_over_capacity():
     assert checks["rank, 10,000 packs: per victim at 3,000 / at 100"] == {"ratio": 1.0, "bound": 2.0, "met": True}
     assert checks["fifo, 10,000 packs: per victim at 3,000 / at 100"]["met"] is False  # 3.33x per victim
     assert checks["within capacity after every insert (this checkout)"] == {"value": 4 << 20, "bound": 0, "met": False}
+
+
+def test_frame_snapshots_tiny(tmp_path):
+    """benchmarks/frame_snapshots.py end to end: the plain and guarded snapshot timed with
+    real waiting threads (the plain one returns every thread's frame), a bound per thread
+    count, the table and the plot."""
+    from benchmarks import frame_snapshots
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "frame_snapshots.py"), "--threads", "1,8", "--calls", "200",
+         "--repeats", "3", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=120, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "frame_snapshots.json").read_text())
+    rows = doc["results"]["rows"]
+    assert [r["threads"] for r in rows] == [1, 8]
+    for r in rows:
+        assert r["plain_us"] > 0 and r["guarded_us"] > 0 and len(r["rounds"]["plain"]) == 3, r
+        assert r["extra_us_per_s"] == pytest.approx((r["guarded_us"] - r["plain_us"]) * 100, abs=0.2)
+    assert set(doc["results"]["checks"]) == {"guard_cpu_per_s_1_threads", "guard_cpu_per_s_8_threads"}
+    table = frame_snapshots.render(str(tmp_path))
+    assert "| 8 |" in table and "--threads 1,8" in table and "Bounds met:" in table
+    assert (tmp_path / "frame_snapshots.png").read_bytes()[:4] == b"\x89PNG"

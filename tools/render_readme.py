@@ -152,6 +152,14 @@ def render_eviction_scale(results: str, name: str = "eviction_scale") -> str:
     return render(results, name)
 
 
+def render_frame_snapshots(results: str, name: str = "frame_snapshots") -> str:
+    """The profiler's frame snapshots with and without the worker's guard
+    (``frame_snapshots.json``): rendered by benchmarks/frame_snapshots.py."""
+    from benchmarks.frame_snapshots import render
+
+    return render(results, name)
+
+
 def render_precheck_scale(results: str, name: str = "precheck_scale") -> str:
     """The first inserts after a warm run of a whole node cache (``precheck_scale.json``):
     rendered by benchmarks/precheck_scale.py."""
@@ -189,6 +197,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "facility_node": render_facility_node,
     "eviction_scale": render_eviction_scale,
     "precheck_scale": render_precheck_scale,
+    "frame_snapshots": render_frame_snapshots,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"
