@@ -31,7 +31,10 @@ node of 5-50 MB chunk packs does; the whole-cache operations are not timed then.
 the phase ends when the queue is written); the default, 0, stores inline.  ``rank`` (the default) and
 ``fifo`` side by side, on caches built alike, both built before either is measured and
 measured in alternating order (whichever ran first after its build ran up to ~20% slower
-here).  Medians of ``--repeats``.
+here).  After the build one short untimed case runs on each cache, and the process counts
+rotate from one repeat to the next (the 1-process column, always measured first after the
+build and ``verify``, came out disturbed at 10^6 packs in 3 of 4 grids); each case inserts
+packs of its own.  Medians of ``--repeats``.
 
     python benchmarks/store_scale.py            # 1e3 .. 1e6 packs, 1/2/4/8 processes
     python benchmarks/store_scale.py --quick    # 1e3 and 1e4 packs, 1 and 2 processes
@@ -570,17 +573,28 @@ def main(argv=None) -> int:
                 info["verify_s"] = verify_seconds(dirs["rank"])
                 info["due_rebuild_s"] = statistics.median(due_rebuild_seconds(dirs["rank"]) for _ in range(repeats))
             per_size.append(info)
-            for procs in procs_list:
-                cases: dict[str, list[dict]] = {policy: [] for policy in POLICIES}
-                for r in range(repeats):  # the policies alternate: neither is always measured first
+            for policy in POLICIES:  # untimed: the first case after the build is not anyone's
+                run_case(dirs[policy], policy, infos[policy]["capacity"], 1, max(1, ops // 10), seed=0,
+                         pack_bytes=pack_bytes, insert_ops=max(1, insert_ops // 10), phases=phases,
+                         write_queue=write_queue)  # fmt: skip
+                if pack_bytes:
+                    empty_inserted(dirs[policy])
+            cases: dict[tuple, list[dict]] = {(procs, policy): [] for procs in procs_list for policy in POLICIES}
+            for r in range(repeats):
+                # the process counts rotate and the policies alternate from one repeat to the
+                # next: no column and neither policy is always measured first; each case
+                # inserts packs of its own (its seed)
+                for procs in procs_list[r % len(procs_list):] + procs_list[:r % len(procs_list)]:
+                    seed = 1 + r * len(procs_list) + procs_list.index(procs)
                     for policy in POLICIES if r % 2 == 0 else POLICIES[::-1]:
-                        cases[policy].append(run_case(dirs[policy], policy, infos[policy]["capacity"], procs, ops, seed=r + 1,
-                                                      pack_bytes=pack_bytes, insert_ops=insert_ops, phases=phases,
-                                                      write_queue=write_queue))
+                        cases[procs, policy].append(run_case(dirs[policy], policy, infos[policy]["capacity"], procs, ops,
+                                                             seed=seed, pack_bytes=pack_bytes, insert_ops=insert_ops,
+                                                             phases=phases, write_queue=write_queue))  # fmt: skip
                         if pack_bytes:
                             empty_inserted(dirs[policy])
+            for procs in procs_list:
                 for policy in POLICIES:
-                    row = {"packs": n, **_median_case(cases[policy])}
+                    row = {"packs": n, **_median_case(cases[procs, policy])}
                     rows.append(row)
                     print(f"  {policy:4s} {procs} proc: " + ", ".join(f"{ph} {row[f'{ph}_cpu_us']:.0f} µs" for ph in phases)
                           + f", open {row['open_s']:.3f} s, RSS {row['rss_end_mb']:.0f} MB", flush=True)  # fmt: skip
