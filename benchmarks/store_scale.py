@@ -33,8 +33,9 @@ the phase ends when the queue is written); the default, 0, stores inline.  ``ran
 measured in alternating order (whichever ran first after its build ran up to ~20% slower
 here).  After the build one short untimed case runs on each cache, and the process counts
 rotate from one repeat to the next (the 1-process column, always measured first after the
-build and ``verify``, came out disturbed at 10^6 packs in 3 of 4 grids); each case inserts
-packs of its own.  Medians of ``--repeats``.
+build and ``verify``, came out disturbed at 10^6 packs in 3 of 4 grids; the first grid in
+this order still had high 1- and 2-process lookups there, so the order does not explain all
+of it); each case inserts packs of its own.  Medians of ``--repeats``.
 
     python benchmarks/store_scale.py            # 1e3 .. 1e6 packs, 1/2/4/8 processes
     python benchmarks/store_scale.py --quick    # 1e3 and 1e4 packs, 1 and 2 processes
