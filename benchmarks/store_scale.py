@@ -1,7 +1,10 @@
 """How a node cache's bookkeeping costs grow with what it holds and how many processes share it.
 
 One node cache directory holds N chunk packs (1e3 to 1e6), built directly in the store's
-on-disk format as a node's cache is after earlier work: full, each pack stored once.  The
+on-disk format as a node's cache is after earlier work: full, each pack stored once, the
+admission state as a few runs leave it (its window of 63 sampled reuse distances full; until
+2026-11-30 it held 5, a state row a fifth of a working node's, which every insert transaction
+writes and every process re-reads after another's).  The
 data files are names of one small file (hard links, in ``/dev/shm`` by default): this
 measures the index and the admission policy, not the disk.  P spawned
 processes (1, 2, 4, 8: the worker processes of one node) open it together and run three
@@ -76,6 +79,9 @@ LINKS_PER_FILE = 50_000
 WORK = "/dev/shm" if os.path.isdir("/dev/shm") else None
 #: The rank policy's stale factor (1 + its initial jitter) for rows built looked up.
 LIVE = 1.25
+#: The rank policy's window of sampled reuse distances (``StableRank(window=...)``): full on a
+#: node that has run a few times, as each cache here is built (its median is the demand).
+WINDOW = 63
 
 
 def _arrays(i: int, nbytes: int = 0) -> dict[str, np.ndarray]:
@@ -164,7 +170,7 @@ def build(directory: str, n: int, looked_up: bool = False, capacity: int | None 
     demand = float(n * size)  # a run looks every pack up once
     capacity = n * size if capacity is None else int(capacity)
     state = {"policy": "rank", "capacity": capacity, "clock": float((2 if looked_up else 1) * n * size), "params": {},
-             "demand": demand, "reuses": [demand] * 5, "jitter": 0.25, "sampled": 0}  # fmt: skip
+             "demand": demand, "reuses": window(demand), "jitter": 0.25, "sampled": 0}  # fmt: skip
     con.execute("INSERT OR REPLACE INTO admission_state VALUES ('state', ?)", (json.dumps(state),))
     con.execute("INSERT OR REPLACE INTO admission_state VALUES ('version', '1')")
     if looked_up and moved:  # no row is fresh (not looked up since stored)
@@ -181,6 +187,12 @@ def build(directory: str, n: int, looked_up: bool = False, capacity: int | None 
     con.close()
     return {"packs": n, "pack_bytes": size, "capacity": capacity, "build_s": time.perf_counter() - t0,
             "index_bytes": index_bytes}  # fmt: skip
+
+
+def window(demand: float, n: int = WINDOW) -> list[float]:
+    """A full window of ``n`` sampled reuse distances around ``demand`` (its median), whole
+    bytes as the clocks are: within 10% of it, each a different value."""
+    return [float(int(demand * (1.0 + 0.1 * (i - n // 2) / (n // 2)))) for i in range(n)]
 
 
 def _rss_kb() -> int:
