@@ -511,3 +511,32 @@ def test_frame_snapshots_tiny(tmp_path):
     table = frame_snapshots.render(str(tmp_path))
     assert "| 8 |" in table and "--threads 1,8" in table and "Bounds met:" in table
     assert (tmp_path / "frame_snapshots.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def test_state_rows_tiny(tmp_path):
+    """benchmarks/state_rows.py end to end: two real caches on one directory taking turns,
+    both ways side by side, the processes it listed (the two measured among them), a bound,
+    the table and the plot."""
+    from benchmarks import state_rows
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "state_rows.py"), "--writers", "2,8", "--windows", "0,63",
+         "--calls", "20", "--repeats", "3", "--work", str(tmp_path), "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "state_rows.json").read_text())
+    rows = doc["results"]["rows"]
+    assert [(r["writers"], r["window"]) for r in rows] == [(2, 0), (2, 63), (8, 0), (8, 63)]
+    for r in rows:
+        assert r["listed"] == r["writers"], r  # the seeded processes and the two measured
+        assert r["reloads"] >= 3 * 20 // 2, r  # each transaction read what the other wrote
+        assert r["kept_us"] > 0 and r["every_time_us"] > 0 and len(r["rounds"]["kept"]) == 3, r
+    (name, check), = doc["results"]["checks"].items()
+    assert name.startswith("kept: 8 processes listed, window 63 / 2, 0")
+    assert check["ratio"] == pytest.approx(rows[-1]["kept_us"] / rows[0]["kept_us"], abs=0.01)
+    table = state_rows.render(str(tmp_path))
+    assert "| 8 | 63 |" in table and "--writers 2,8" in table and "Bounds met:" in table
+    assert (tmp_path / "state_rows.png").read_bytes()[:4] == b"\x89PNG"
+    with pytest.raises(SystemExit):
+        state_rows.main(["--writers", "1", "--out", str(tmp_path)])

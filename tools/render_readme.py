@@ -160,6 +160,14 @@ def render_frame_snapshots(results: str, name: str = "frame_snapshots") -> str:
     return render(results, name)
 
 
+def render_state_rows(results: str, name: str = "state_rows") -> str:
+    """A transaction's admission state rows against the processes listed and the window
+    (``state_rows.json``): rendered by benchmarks/state_rows.py."""
+    from benchmarks.state_rows import render
+
+    return render(results, name)
+
+
 def render_precheck_scale(results: str, name: str = "precheck_scale") -> str:
     """The first inserts after a warm run of a whole node cache (``precheck_scale.json``):
     rendered by benchmarks/precheck_scale.py."""
@@ -198,6 +206,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "eviction_scale": render_eviction_scale,
     "precheck_scale": render_precheck_scale,
     "frame_snapshots": render_frame_snapshots,
+    "state_rows": render_state_rows,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"

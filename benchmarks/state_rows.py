@@ -1,0 +1,248 @@
+"""What keeping the admission policy's node-wide state costs per transaction, against the processes it lists and its window.
+
+Every write transaction of a node cache running ``rank`` reads the state rows
+(``admission_state``: the scalars as JSON, the node's processes that save, a version) and,
+when another process saved since, parses them again; then it writes them. What they hold
+grows as the node works: the window of sampled reuse distances fills up to 63 after a few
+runs, and the processes listed (each worker process that saved within two runs' lookups, at
+most 64) grow with the processes per node and their restarts.
+
+Here two caches open one directory (two processes of a node, each its own token) and take
+turns saving one lookup each, so every transaction reads what the other one wrote, as on a
+node of several busy processes. The state is set to a window of R distances and W processes
+listed (the two included), then both ways are timed side by side, in alternating rounds:
+
+- **kept** (the store since 4ed35d8): the window and the parameters re-encoded and parsed
+  only when they changed (``StateRows``), the processes row written when its processes
+  change or this process's clock lags half a run (``WRITERS_LAG``);
+- **every time** (the store until then): each row encoded and parsed in full by every
+  transaction, the processes row written by every transaction.
+
+Reported: CPU µs per transaction (the whole transaction: the lookup's row, the state rows,
+the commit), medians of ``--repeats`` rounds. The bound: ``kept`` costs at most
+:data:`FLAT` x as much with the largest window and list as with the smallest.
+
+    python benchmarks/state_rows.py [--writers 2,16,64] [--windows 0,16,63] [--repeats 7]
+    python benchmarks/state_rows.py --quick
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+
+from benchmarks._common import (  # noqa: E402
+    bounds_met, counts, measured_at, not_measured, parser, print_table, pyplot, read_results, save_png, write_json,
+)  # fmt: skip
+
+WRITERS = (2, 16, 64)
+WINDOWS = (0, 16, 63)
+MODES = ("kept", "every time")
+#: ``kept`` at the largest window and list, at most this many times its cost at the smallest.
+FLAT = 1.25
+#: Values in the cache (one block each): the lookups' rows.
+VALUES = 256
+#: The state's demand (bytes looked up per run): large, so no process listed is pruned and no
+#: clock lags during a measurement (what ``kept`` writes then is the state and the version).
+DEMAND = 1e13
+
+
+def _rows_every_time():
+    """A ``StateRows`` that encodes and parses every row in full (as the store did until 4ed35d8)."""
+    from cacheaffinity.worker._store.state_rows import SEPARATORS, StateRows
+
+    class EveryTime(StateRows):
+        def encode(self, scalars):
+            return json.dumps(scalars, separators=SEPARATORS)
+
+        def decode(self, raw):
+            return json.loads(raw)
+
+        def writers(self, raw):
+            return {str(k): float(v) for k, v in json.loads(raw).items()}
+
+    return EveryTime()
+
+
+def _seed(directory: str, writers: int, window: int) -> None:
+    """The state as a node's: ``window`` sampled reuse distances, ``writers`` - 2 other
+    processes listed (the two measured add themselves)."""
+    from cacheaffinity.worker._directory import INDEX_NAME
+
+    from benchmarks.store_scale import window as distances
+
+    con = sqlite3.connect(os.path.join(directory, INDEX_NAME), isolation_level=None)
+    try:
+        rows = dict(con.execute("SELECT name, value FROM admission_state"))
+        state = json.loads(rows["state"])
+        state["demand"] = DEMAND
+        state["reuses"] = distances(DEMAND, window) if window else []
+        listed = {f"{90000 + i}-listed": float(state["clock"]) for i in range(max(0, writers - 2))}
+        con.execute("BEGIN IMMEDIATE")
+        con.execute("INSERT OR REPLACE INTO admission_state VALUES ('state', ?)", (json.dumps(state, separators=(",", ":")),))
+        con.execute("INSERT OR REPLACE INTO admission_state VALUES ('writers', ?)", (json.dumps(listed),))
+        con.execute("INSERT OR REPLACE INTO admission_state VALUES ('version', ?)", (str(int(rows["version"]) + 1),))
+        con.execute("COMMIT")
+    finally:
+        con.close()
+
+
+def measure(work: str, writers: int, window: int, calls: int, repeats: int) -> dict:
+    """CPU µs per transaction, both ways, with ``writers`` processes listed and a window of
+    ``window`` distances (medians of ``repeats`` alternating rounds of ``calls``)."""
+    import cacheaffinity.config  # noqa: F401
+    from cacheaffinity.worker._store import BLOCK, ColumnCache, admitter
+    from cacheaffinity.worker._store.state_rows import StateRows
+
+    directory = tempfile.mkdtemp(prefix=f"state-rows-{writers}-{window}-", dir=work)
+    value = np.zeros(BLOCK // 8, np.int64)
+    with ColumnCache(directory, capacity=4 * VALUES * BLOCK, admission="rank", write_queue=0) as cache:
+        for i in range(VALUES):
+            cache[f"v{i}"] = value
+    _seed(directory, writers, window)
+    lag = admitter.WRITERS_LAG
+    caches = [ColumnCache(directory, capacity=4 * VALUES * BLOCK, admission="rank", write_queue=0) for _ in range(2)]
+    rounds: dict[str, list[float]] = {m: [] for m in MODES}
+    listed = 0
+    try:
+        step = 0
+
+        def transactions(n: int) -> float:
+            nonlocal step
+            spent = 0.0
+            for _ in range(n):
+                cache = caches[step % 2]
+                assert cache.get(f"v{step % VALUES}") is not None
+                step += 1
+                c0 = time.process_time()
+                cache.save_admission(force=True)
+                spent += time.process_time() - c0
+            return spent / n * 1e6
+
+        for r in range(repeats + 1):  # round 0: untimed, both ways
+            for mode in MODES if r % 2 == 0 else MODES[::-1]:
+                admitter.WRITERS_LAG = lag if mode == "kept" else 0.0
+                for cache in caches:
+                    cache.admission._rows = StateRows() if mode == "kept" else _rows_every_time()
+                us = transactions(calls)
+                if r:
+                    rounds[mode].append(us)
+        listed = len(caches[0].admission._writers)
+        reloads = caches[0].admission.reloads
+    finally:
+        admitter.WRITERS_LAG = lag
+        for cache in caches:
+            cache.close()
+    kept, every = statistics.median(rounds["kept"]), statistics.median(rounds["every time"])
+    return {"writers": writers, "window": window, "listed": listed, "reloads": reloads,
+            "kept_us": round(kept, 2), "every_time_us": round(every, 2), "ratio": round(kept / every, 3),
+            "rounds": rounds}  # fmt: skip
+
+
+def checks(rows: list[dict]) -> dict:
+    small = min(rows, key=lambda r: (r["writers"], r["window"]))
+    large = max(rows, key=lambda r: (r["writers"], r["window"]))
+    ratio = round(large["kept_us"] / small["kept_us"], 3)
+    name = f"kept: {large['writers']} processes listed, window {large['window']} / {small['writers']}, {small['window']}"
+    return {name: {"ratio": ratio, "bound": FLAT, "met": ratio <= FLAT}}
+
+
+def plot(doc: dict, path: str) -> None:
+    plt = pyplot()
+    rows = doc["results"]["rows"]
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
+    windows = sorted({r["window"] for r in rows})
+    writers = sorted({r["writers"] for r in rows})
+    for mode, key, style in (("kept", "kept_us", "-"), ("every time", "every_time_us", "--")):
+        for w in (windows[0], windows[-1]):
+            sel = sorted((r for r in rows if r["window"] == w), key=lambda r: r["writers"])
+            axes[0].plot([r["writers"] for r in sel], [r[key] for r in sel], style, marker="o",
+                         label=f"{mode}, window {w}")  # fmt: skip
+        sel = sorted((r for r in rows if r["writers"] == writers[-1]), key=lambda r: r["window"])
+        axes[1].plot([r["window"] for r in sel], [r[key] for r in sel], style, marker="o", label=mode)
+    axes[0].set(xscale="log", xlabel="processes listed in the state", ylabel="CPU µs per transaction",
+                title="against the processes listed")  # fmt: skip
+    axes[1].set(xlabel="sampled reuse distances in the window", ylabel="CPU µs per transaction",
+                title=f"against the window ({writers[-1]} processes listed)")  # fmt: skip
+    for ax in axes:
+        ax.set_ylim(bottom=0)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("A transaction's admission state rows, two processes taking turns (state_rows.py)")
+    fig.tight_layout()
+    save_png(fig, path)
+
+
+def render(results: str, name: str = "state_rows") -> str:
+    """The docs' table (docs/benchmarks.md, ``<!-- table:state_rows -->``)."""
+    doc = read_results(results, name)
+    if doc is None:
+        return not_measured("state_rows.py", name)
+    c = doc["config"]
+    lines = ["| processes listed | window | kept µs | every time µs | kept / every time |",
+             "| ---: | ---: | ---: | ---: | ---: |"]  # fmt: skip
+    for r in doc["results"]["rows"]:
+        lines.append(f"| {r['writers']} | {r['window']} | {r['kept_us']:.1f} | {r['every_time_us']:.1f} | "
+                     f"{r['ratio']:.2f}x |")  # fmt: skip
+    command = f"python benchmarks/state_rows.py --repeats {c['repeats']}"
+    if c["writers"] != list(WRITERS):
+        command += " --writers " + ",".join(map(str, c["writers"]))
+    if c["windows"] != list(WINDOWS):
+        command += " --windows " + ",".join(map(str, c["windows"]))
+    lines += [
+        "",
+        f"CPU per transaction (one lookup saved, the state rows read and written, the commit), two caches on "
+        f"one directory taking turns; medians of {c['repeats']} alternating rounds of {c['calls']:,} "
+        "transactions. *Every time*: each row encoded and parsed in full and the processes row written by "
+        "every transaction, as the store did until 4ed35d8.",
+        "",
+        bounds_met(doc["results"]["checks"]),
+        "",
+        measured_at(doc, command),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__.splitlines()[0])
+    p.add_argument("--writers", type=counts, default=None, help="processes listed, at least 2 (default 2,16,64)")
+    p.add_argument("--windows", type=counts, default=None, help="reuse distances in the window (default 0,16,63)")
+    p.add_argument("--calls", type=int, default=None, help="transactions per round (default 400; --quick 40)")
+    p.add_argument("--repeats", type=int, default=None, help="alternating rounds (median; default 7)")
+    p.add_argument("--work", default=None, help="where the caches are made (default: a temporary directory)")
+    a = p.parse_args(argv)
+    writers = a.writers or ([2, 64] if a.quick else list(WRITERS))
+    windows = a.windows or ([0, 63] if a.quick else list(WINDOWS))
+    if min(writers) < 2:
+        p.error(f"--writers {min(writers)}: the two caches measured are listed themselves; give 2 or more")
+    calls = a.calls or (40 if a.quick else 400)
+    repeats = a.repeats or (3 if a.quick else 7)
+    config = {"writers": writers, "windows": windows, "calls": calls, "repeats": repeats, "quick": a.quick}
+    tic = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="state-rows-", dir=a.work) as work:
+        rows = [measure(work, w, r, calls, repeats) for w in writers for r in windows]
+    results = {"rows": rows, "checks": checks(rows)}
+    os.makedirs(a.out, exist_ok=True)
+    name = "state_rows_quick" if a.quick else "state_rows"
+    path = os.path.join(a.out, f"{name}.json")
+    write_json(path, config, results, elapsed_s=time.perf_counter() - tic)
+    with open(path) as f:
+        plot(json.load(f), path[:-5] + ".png")
+    print_table(rows, ["writers", "window", "listed", "kept_us", "every_time_us", "ratio"])
+    for k, v in results["checks"].items():
+        print(f"{'met   ' if v['met'] else 'MISSED'} {k}: {v['ratio']}x (bound {v['bound']}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
