@@ -85,7 +85,7 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
     ("precheck_scale", [f"{B}/precheck_scale.py", "--repeats", "3", "--out", "{out}"],
      [f"{B}/precheck_scale.py", "--quick", "--out", "{out}"]),
     # a transaction's admission state rows against the node's processes listed and the window
-    ("state_rows", [f"{B}/state_rows.py", "--repeats", "7", "--out", "{out}"],
+    ("state_rows", [f"{B}/state_rows.py", "--repeats", "15", "--out", "{out}"],
      [f"{B}/state_rows.py", "--quick", "--out", "{out}"]),
     # the worker's guard of sys._current_frames() (Python < 3.12) against the threads a worker has
     ("frame_snapshots", [f"{B}/frame_snapshots.py", "--repeats", "7", "--out", "{out}"],

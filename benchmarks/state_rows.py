@@ -19,10 +19,11 @@ listed (the two included), then both ways are timed side by side, in alternating
   transaction, the processes row written by every transaction.
 
 Reported: CPU µs per transaction (the whole transaction: the lookup's row, the state rows,
-the commit), medians of ``--repeats`` rounds. The bound: ``kept`` costs at most
+the commit), medians of ``--repeats`` rounds; every case's rounds interleaved, so that the
+machine's drift (here +-15% from one minute to the next) is spread over all of them. The bound: ``kept`` costs at most
 :data:`FLAT` x as much with the largest window and list as with the smallest.
 
-    python benchmarks/state_rows.py [--writers 2,16,64] [--windows 0,16,63] [--repeats 7]
+    python benchmarks/state_rows.py [--writers 2,16,64] [--windows 0,16,63] [--repeats 15]
     python benchmarks/state_rows.py --quick
 """
 
@@ -50,8 +51,10 @@ WINDOWS = (0, 16, 63)
 MODES = ("kept", "every time")
 #: ``kept`` at the largest window and list, at most this many times its cost at the smallest.
 FLAT = 1.25
-#: Values in the cache (one block each): the lookups' rows.
-VALUES = 256
+#: Values in the cache (one block each): twice the policy's bottom-k sample (1024 hashes), so
+#: that the keys looked up can be ones outside it, whose lookups leave the window and the
+#: demand as they were set (a sampled key looked up again adds a reuse distance).
+VALUES = 2048
 #: The state's demand (bytes looked up per run): large, so no process listed is pruned and no
 #: clock lags during a measurement (what ``kept`` writes then is the state and the version).
 DEMAND = 1e13
@@ -97,56 +100,92 @@ def _seed(directory: str, writers: int, window: int) -> None:
         con.close()
 
 
-def measure(work: str, writers: int, window: int, calls: int, repeats: int) -> dict:
-    """CPU µs per transaction, both ways, with ``writers`` processes listed and a window of
-    ``window`` distances (medians of ``repeats`` alternating rounds of ``calls``)."""
-    import cacheaffinity.config  # noqa: F401
-    from cacheaffinity.worker._store import BLOCK, ColumnCache, admitter
-    from cacheaffinity.worker._store.state_rows import StateRows
+def _unsampled(directory: str) -> list[str]:
+    """The cache's keys whose hashes are above its sample's largest: looked up, they change
+    no sampled reuse distance."""
+    from cacheaffinity.worker._directory import INDEX_NAME
+    from cacheaffinity.worker._store.admission import key_hash
 
-    directory = tempfile.mkdtemp(prefix=f"state-rows-{writers}-{window}-", dir=work)
-    value = np.zeros(BLOCK // 8, np.int64)
-    with ColumnCache(directory, capacity=4 * VALUES * BLOCK, admission="rank", write_queue=0) as cache:
-        for i in range(VALUES):
-            cache[f"v{i}"] = value
-    _seed(directory, writers, window)
-    lag = admitter.WRITERS_LAG
-    caches = [ColumnCache(directory, capacity=4 * VALUES * BLOCK, admission="rank", write_queue=0) for _ in range(2)]
-    rounds: dict[str, list[float]] = {m: [] for m in MODES}
-    listed = 0
+    con = sqlite3.connect(os.path.join(directory, INDEX_NAME))
     try:
-        step = 0
+        top = con.execute("SELECT max(h) FROM admission_sample").fetchone()[0] + 2**63
+    finally:
+        con.close()
+    keys = [f"v{i}" for i in range(VALUES) if key_hash(f"v{i}") > top]
+    if len(keys) < VALUES // 4:
+        raise RuntimeError(f"only {len(keys)} of {VALUES} keys outside the sample")
+    return keys
 
-        def transactions(n: int) -> float:
-            nonlocal step
+
+class Case:
+    """One directory of ``writers`` processes listed and a window of ``window`` distances,
+    its two caches open, timed both ways in rounds (:meth:`round`)."""
+
+    def __init__(self, work: str, writers: int, window: int):
+        import cacheaffinity.config  # noqa: F401
+        from cacheaffinity.worker._store import BLOCK, ColumnCache
+
+        self.writers, self.window = writers, window
+        directory = tempfile.mkdtemp(prefix=f"state-rows-{writers}-{window}-", dir=work)
+        value = np.zeros(BLOCK // 8, np.int64)
+        with ColumnCache(directory, capacity=4 * VALUES * BLOCK, admission="rank", write_queue=0) as cache:
+            for i in range(VALUES):
+                cache[f"v{i}"] = value
+        _seed(directory, writers, window)
+        self.keys = _unsampled(directory)
+        self.caches = [ColumnCache(directory, capacity=4 * VALUES * BLOCK, admission="rank", write_queue=0)
+                       for _ in range(2)]  # fmt: skip
+        self.rounds: dict[str, list[float]] = {m: [] for m in MODES}
+        self.step = 0
+
+    def round(self, mode: str, calls: int, timed: bool = True) -> None:
+        """``calls`` transactions ``mode``'s way, the two caches taking turns (CPU of the saves)."""
+        from cacheaffinity.worker._store import admitter
+        from cacheaffinity.worker._store.state_rows import StateRows
+
+        lag = admitter.WRITERS_LAG
+        admitter.WRITERS_LAG = lag if mode == "kept" else 0.0
+        try:
+            for cache in self.caches:
+                cache.admission._rows = StateRows() if mode == "kept" else _rows_every_time()
             spent = 0.0
-            for _ in range(n):
-                cache = caches[step % 2]
-                assert cache.get(f"v{step % VALUES}") is not None
-                step += 1
+            for _ in range(calls):
+                cache = self.caches[self.step % 2]
+                assert cache.get(self.keys[self.step % len(self.keys)]) is not None
+                self.step += 1
                 c0 = time.process_time()
                 cache.save_admission(force=True)
                 spent += time.process_time() - c0
-            return spent / n * 1e6
+        finally:
+            admitter.WRITERS_LAG = lag
+        if timed:
+            self.rounds[mode].append(spent / calls * 1e6)
 
-        for r in range(repeats + 1):  # round 0: untimed, both ways
-            for mode in MODES if r % 2 == 0 else MODES[::-1]:
-                admitter.WRITERS_LAG = lag if mode == "kept" else 0.0
-                for cache in caches:
-                    cache.admission._rows = StateRows() if mode == "kept" else _rows_every_time()
-                us = transactions(calls)
-                if r:
-                    rounds[mode].append(us)
-        listed = len(caches[0].admission._writers)
-        reloads = caches[0].admission.reloads
-    finally:
-        admitter.WRITERS_LAG = lag
-        for cache in caches:
+    def close(self) -> dict:
+        adm = self.caches[0].admission
+        state = adm._policy.scalars()
+        row = {"writers": self.writers, "window": self.window, "listed": len(adm._writers), "reloads": adm.reloads,
+               "window_after": len(state["reuses"]), "demand_after": state["demand"]}  # fmt: skip
+        for cache in self.caches:
             cache.close()
-    kept, every = statistics.median(rounds["kept"]), statistics.median(rounds["every time"])
-    return {"writers": writers, "window": window, "listed": listed, "reloads": reloads,
-            "kept_us": round(kept, 2), "every_time_us": round(every, 2), "ratio": round(kept / every, 3),
-            "rounds": rounds}  # fmt: skip
+        kept, every = statistics.median(self.rounds["kept"]), statistics.median(self.rounds["every time"])
+        return {**row, "kept_us": round(kept, 2), "every_time_us": round(every, 2), "ratio": round(kept / every, 3),
+                "rounds": self.rounds}  # fmt: skip
+
+
+def measure(work: str, writers: list[int], windows: list[int], calls: int, repeats: int) -> list[dict]:
+    """CPU µs per transaction, both ways, per (processes listed, window): every case's rounds
+    interleaved (the machine's drift spread over all), the two ways alternating; medians of
+    ``repeats`` rounds of ``calls`` after an untimed one."""
+    cases = [Case(work, w, r) for w in writers for r in windows]
+    try:
+        for r in range(repeats + 1):
+            for case in cases if r % 2 == 0 else cases[::-1]:
+                for mode in MODES if r % 2 == 0 else MODES[::-1]:
+                    case.round(mode, calls, timed=r > 0)
+    finally:
+        rows = [case.close() for case in cases]
+    return rows
 
 
 def checks(rows: list[dict]) -> dict:
@@ -217,20 +256,20 @@ def main(argv=None) -> int:
     p = parser(__doc__.splitlines()[0])
     p.add_argument("--writers", type=counts, default=None, help="processes listed, at least 2 (default 2,16,64)")
     p.add_argument("--windows", type=counts, default=None, help="reuse distances in the window (default 0,16,63)")
-    p.add_argument("--calls", type=int, default=None, help="transactions per round (default 400; --quick 40)")
-    p.add_argument("--repeats", type=int, default=None, help="alternating rounds (median; default 7)")
+    p.add_argument("--calls", type=int, default=None, help="transactions per round (default 150; --quick 40)")
+    p.add_argument("--repeats", type=int, default=None, help="alternating rounds (median; default 15)")
     p.add_argument("--work", default=None, help="where the caches are made (default: a temporary directory)")
     a = p.parse_args(argv)
     writers = a.writers or ([2, 64] if a.quick else list(WRITERS))
     windows = a.windows or ([0, 63] if a.quick else list(WINDOWS))
     if min(writers) < 2:
         p.error(f"--writers {min(writers)}: the two caches measured are listed themselves; give 2 or more")
-    calls = a.calls or (40 if a.quick else 400)
-    repeats = a.repeats or (3 if a.quick else 7)
+    calls = a.calls or (40 if a.quick else 150)
+    repeats = a.repeats or (3 if a.quick else 15)
     config = {"writers": writers, "windows": windows, "calls": calls, "repeats": repeats, "quick": a.quick}
     tic = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="state-rows-", dir=a.work) as work:
-        rows = [measure(work, w, r, calls, repeats) for w in writers for r in windows]
+        rows = measure(work, writers, windows, calls, repeats)
     results = {"rows": rows, "checks": checks(rows)}
     os.makedirs(a.out, exist_ok=True)
     name = "state_rows_quick" if a.quick else "state_rows"

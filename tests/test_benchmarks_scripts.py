@@ -530,6 +530,7 @@ def test_state_rows_tiny(tmp_path):
     assert [(r["writers"], r["window"]) for r in rows] == [(2, 0), (2, 63), (8, 0), (8, 63)]
     for r in rows:
         assert r["listed"] == r["writers"], r  # the seeded processes and the two measured
+        assert (r["window_after"], r["demand_after"]) == (r["window"], state_rows.DEMAND), r  # as seeded
         assert r["reloads"] >= 3 * 20 // 2, r  # each transaction read what the other wrote
         assert r["kept_us"] > 0 and r["every_time_us"] > 0 and len(r["rounds"]["kept"]) == 3, r
     (name, check), = doc["results"]["checks"].items()
