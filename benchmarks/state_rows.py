@@ -202,15 +202,17 @@ def plot(doc: dict, path: str) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     windows = sorted({r["window"] for r in rows})
     writers = sorted({r["writers"] for r in rows})
-    for mode, key, style in (("kept", "kept_us", "-"), ("every time", "every_time_us", "--")):
-        for w in (windows[0], windows[-1]):
+    for mode, key, color in (("kept", "kept_us", "tab:blue"), ("every time", "every_time_us", "tab:red")):
+        for w, style in ((windows[0], ":"), (windows[-1], "-")):
             sel = sorted((r for r in rows if r["window"] == w), key=lambda r: r["writers"])
-            axes[0].plot([r["writers"] for r in sel], [r[key] for r in sel], style, marker="o",
+            axes[0].plot([r["writers"] for r in sel], [r[key] for r in sel], style, color=color, marker="o",
                          label=f"{mode}, window {w}")  # fmt: skip
         sel = sorted((r for r in rows if r["writers"] == writers[-1]), key=lambda r: r["window"])
-        axes[1].plot([r["window"] for r in sel], [r[key] for r in sel], style, marker="o", label=mode)
+        axes[1].plot([r["window"] for r in sel], [r[key] for r in sel], "-", color=color, marker="o", label=mode)
     axes[0].set(xscale="log", xlabel="processes listed in the state", ylabel="CPU µs per transaction",
                 title="against the processes listed")  # fmt: skip
+    axes[0].minorticks_off()
+    axes[0].set_xticks(writers, [str(w) for w in writers])
     axes[1].set(xlabel="sampled reuse distances in the window", ylabel="CPU µs per transaction",
                 title=f"against the window ({writers[-1]} processes listed)")  # fmt: skip
     for ax in axes:
