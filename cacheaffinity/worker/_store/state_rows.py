@@ -40,7 +40,9 @@ class StateRows:
 
     def encode(self, scalars: dict[str, Any]) -> str:
         """``json.dumps(scalars, separators=SEPARATORS)``, its parameters and window encoded
-        only when they differ from the last call's."""
+        only when they differ from the last call's (compared with ``==``: a value equal to the
+        last one in another type, ``4`` for ``4.0``, keeps the last one's text; the policy's
+        window holds floats and its parameters never change)."""
         params, reuses = scalars.get("params"), scalars.get("reuses")
         if not isinstance(params, dict) or not isinstance(reuses, list):
             return json.dumps(scalars, separators=SEPARATORS)
