@@ -87,6 +87,9 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
     # a transaction's admission state rows against the node's processes listed and the window
     ("state_rows", [f"{B}/state_rows.py", "--repeats", "15", "--out", "{out}"],
      [f"{B}/state_rows.py", "--quick", "--out", "{out}"]),
+    # one process's inline inserts continuing its last transaction's table, 10^3-10^6 packs
+    ("kept_table", [f"{B}/kept_table.py", "--repeats", "15", "--out", "{out}"],
+     [f"{B}/kept_table.py", "--quick", "--out", "{out}"]),
     # the worker's guard of sys._current_frames() (Python < 3.12) against the threads a worker has
     ("frame_snapshots", [f"{B}/frame_snapshots.py", "--repeats", "7", "--out", "{out}"],
      [f"{B}/frame_snapshots.py", "--quick", "--out", "{out}"]),

@@ -513,6 +513,36 @@ def test_frame_snapshots_tiny(tmp_path):
     assert (tmp_path / "frame_snapshots.png").read_bytes()[:4] == b"\x89PNG"
 
 
+def test_kept_table_tiny(tmp_path):
+    """benchmarks/kept_table.py end to end: one real cache per size, the three ways side by
+    side, kept's transactions continued and anew's not, every insert evicting, two bounds,
+    the table and the plot."""
+    from benchmarks import kept_table
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "kept_table.py"), "--sizes", "300,1000", "--calls", "20",
+         "--repeats", "3", "--work", str(tmp_path), "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "kept_table.json").read_text())
+    rows = doc["results"]["rows"]
+    assert [r["packs"] for r in rows] == [300, 1000]
+    for r in rows:
+        assert r["continued_share"] >= 0.9, r  # all but a round's first (after an anew round)
+        assert r["stored"]["fifo"] == 60 and min(r["stored"]["kept"], r["stored"]["anew"]) >= 50, r  # rank refuses a few
+        assert r["evictions"]["kept"] >= r["stored"]["kept"] and r["evictions"]["fifo"] >= 60, r  # a full cache
+        assert r["kept_us"] > 0 and r["anew_us"] > 0 and len(r["rounds"]["kept"]) == 3, r
+        assert r["kept_vs_fifo"] == pytest.approx(r["kept_us"] / r["fifo_us"], abs=0.01)
+    assert list(doc["results"]["checks"]) == ["kept: 1,000 packs / 300", "kept / fifo at 1,000 packs"]
+    table = kept_table.render(str(tmp_path))
+    assert "| 1,000 |" in table and "--sizes 3e2,1e3" in table and "Bounds met:" in table
+    assert (tmp_path / "kept_table.png").read_bytes()[:4] == b"\x89PNG"
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("kept-table-")]  # the caches removed
+    with pytest.raises(SystemExit):
+        kept_table.main(["--sizes", "1000", "--out", str(tmp_path)])
+
+
 def test_state_rows_tiny(tmp_path):
     """benchmarks/state_rows.py end to end: two real caches on one directory taking turns,
     both ways side by side, the processes it listed (the two measured among them), a bound,

@@ -168,6 +168,14 @@ def render_state_rows(results: str, name: str = "state_rows") -> str:
     return render(results, name)
 
 
+def render_kept_table(results: str, name: str = "kept_table") -> str:
+    """A lone writer continuing its last transaction's table against the packs a node holds
+    (``kept_table.json``): rendered by benchmarks/kept_table.py."""
+    from benchmarks.kept_table import render
+
+    return render(results, name)
+
+
 def render_precheck_scale(results: str, name: str = "precheck_scale") -> str:
     """The first inserts after a warm run of a whole node cache (``precheck_scale.json``):
     rendered by benchmarks/precheck_scale.py."""
@@ -207,6 +215,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "precheck_scale": render_precheck_scale,
     "frame_snapshots": render_frame_snapshots,
     "state_rows": render_state_rows,
+    "kept_table": render_kept_table,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"

@@ -32,7 +32,7 @@ from cacheaffinity.exceptions import Closed
 from cacheaffinity.worker._store.admission import POLICIES, StableRank, key_hash, make_policy, rank
 from cacheaffinity.worker._store.index_sample import IndexSample
 from cacheaffinity.worker._store.rank_tables import first_of
-from cacheaffinity.worker._store.read_ahead import ReadAhead
+from cacheaffinity.worker._store.read_ahead import Kept, ReadAhead
 from cacheaffinity.worker._store.schema import FILL_DUE, UNSET, read, stored
 from cacheaffinity.worker._store.state_rows import StateRows
 
@@ -426,12 +426,8 @@ class IndexEntries(ReadAhead):
         return first_of(self.rank_order(), exclude)
 
     def items(self) -> list[tuple]:
-        return [
-            (*row[:3], read(row[3]) or 0.0, read(row[4]), read(row[5]))
-            for row in self.con.execute(
-                "SELECT key, size, rank, last_used, stale_from, reuse_dist FROM entries ORDER BY id"
-            )
-        ]
+        sql = "SELECT key, size, rank, last_used, stale_from, reuse_dist FROM entries ORDER BY id"
+        return [(*row[:3], read(row[3]) or 0.0, read(row[4]), read(row[5])) for row in self.con.execute(sql)]
 
 
 class Admitter:
@@ -489,6 +485,10 @@ class Admitter:
         #: the share of this process's recent inserts refused (moving average; see
         #: :data:`PRECHECK_BYTES`)
         self.refused_share = 0.0
+        #: the last write transaction's table, for the next if nothing else wrote since
+        self._kept = Kept()
+        #: write transactions that continued the last one's table (:class:`Kept`)
+        self.continued = 0
 
     def prechecks(self, size: int) -> bool:
         """Whether an insert of ``size`` bytes is pre-checked (:meth:`admits`) before its
@@ -508,6 +508,7 @@ class Admitter:
         """Fresh locks, and the next transaction re-reads the scalars (a forked child)."""
         self._lock = threading.RLock()
         self._ulock = threading.Lock()
+        self._kept.drop()
         self._version = None
         self._sample_saved = None
         self._token = f"{os.getpid()}-{id(self):x}"
@@ -605,6 +606,7 @@ class Admitter:
 
     def committed(self) -> None:
         """The transaction of the last :meth:`deciding` committed."""
+        self._kept.committed()
         with self._ulock:
             upto = self._saving_upto
             while self._unsaved and self._unsaved[0][0] <= upto:
@@ -615,6 +617,7 @@ class Admitter:
     def rolled_back(self) -> None:
         """The transaction of the last :meth:`deciding` failed: re-read the scalars next time."""
         with self._lock:
+            self._kept.drop()
             self._version = None
             self._sample_saved = None
 
@@ -703,11 +706,16 @@ class Admitter:
 
     def _sync(self, con: sqlite3.Connection) -> None:
         """Inside a write transaction: the scalars, the rows bound, this process's lookups applied."""
-        self._read_scalars(con)
         p = self._policy
-        # rows a fifo process of the node inserted (no lookup clock): fresh as of now
-        con.execute("UPDATE entries SET last_used = ? WHERE last_used IS NULL", (stored(p.clock),))
-        table = self._bind(con, writing=True)
+        table = self._kept.take(con)
+        if table is None:
+            self._read_scalars(con)
+            # rows a fifo process of the node inserted (no lookup clock): fresh as of now
+            con.execute("UPDATE entries SET last_used = ? WHERE last_used IS NULL", (stored(p.clock),))
+            table = self._bind(con, writing=True)
+        else:  # nothing else wrote since this process's last transaction: its scalars, its orders
+            p.table, p.sample = table, IndexSample(con)  # type: ignore[assignment]
+            self.continued += 1
         saved = self._sample_saved
         if saved is not None and saved[0] == self._version:  # nobody saved since this process
             p.sample.known(*saved[1:])  # type: ignore[attr-defined]
@@ -753,7 +761,6 @@ class Admitter:
         if mine is None or len(recent) != len(self._writers) or (p.demand and p.clock - mine > WRITERS_LAG * p.demand):
             self._set_writers({w: c for c, w in recent})
             rows.append(("writers", json.dumps(self._writers)))
-        con.executemany("INSERT OR REPLACE INTO admission_state VALUES (?, ?)", rows)
         self._version = version
         sample = p.sample
         self._sample_saved = (version, *sample.saved()) if isinstance(sample, IndexSample) else None
@@ -762,9 +769,7 @@ class Admitter:
             self._held = table.held()
             if table.fresh_from != self._fresh_from:
                 self._fresh_from = table.fresh_from
-                con.execute(
-                    "INSERT OR REPLACE INTO admission_state VALUES ('fresh_from', ?)", (str(self._fresh_from),)
-                )
+                rows.append(("fresh_from", str(self._fresh_from)))
             base = self._due if table.due_rebuilt is None else table.due_rebuilt
             due = max(0, base + table.due_added - table.due_dropped)
             table.due_added = table.due_dropped = 0
@@ -773,7 +778,10 @@ class Admitter:
                 due = table.rebuild_due()
             if due != self._due:
                 self._due = due
-                con.execute("INSERT OR REPLACE INTO admission_state VALUES ('due', ?)", (str(due),))
+                rows.append(("due", str(due)))
+        con.executemany("INSERT OR REPLACE INTO admission_state VALUES (?, ?)", rows)
+        if isinstance(table, IndexEntries):
+            self._kept.keep(con, table)
 
     def describe(self) -> dict:
         """``{"policy", "entries", "bytes", "demand", "theta", "reloads", "lookups_saved",
