@@ -14,8 +14,9 @@ lookups written, the log made again and the FIFO safety net's deletes (``Admitte
 drop what was kept.
 
 A process that inserts one pack per transaction (``write_queue=0``, or a writer's batch of one)
-opened the three orders and re-read the node's scalars in every transaction (at 10^6 packs,
-one process: ~60 of ~380 µs an insert, against ~195 µs for ``fifo``).  :class:`Kept` carries
+opened the three orders and re-read the node's scalars in every transaction (one process at
+10^6 packs, ``benchmarks/kept_table.py``: 414 µs an insert that way, 347 kept, 215 with
+``fifo``).  :class:`Kept` carries
 the table with its orders read ahead to the next write transaction of the same connection when
 nothing else wrote the index in between: no other connection committed (``PRAGMA
 data_version``, which SQLite changes for exactly that) and this connection changed no row
