@@ -11,7 +11,6 @@ import sqlite3
 import threading
 
 import numpy as np
-import pytest
 
 import cacheaffinity.config  # noqa: F401  (registers the config defaults)
 from cacheaffinity.worker._store import BLOCK, INDEX_NAME, ColumnCache
@@ -187,7 +186,6 @@ def test_a_table_that_remembers_too_much_is_not_kept(tmp_path, monkeypatch):
     con.close()
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_reads_anew(tmp_path):
     with ColumnCache(tmp_path, capacity=CAPACITY, admission="rank") as cache:
         work(cache, 2)
