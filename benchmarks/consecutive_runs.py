@@ -51,10 +51,13 @@ Scenarios:
 ``membership`` (``--membership-modes``, default ``cacheaffinity``)
     a separate sequence of R >= 4 runs on a fresh cluster: W nodes for runs 1-2, the last
     worker (its cache node) removed before run 3 (W-1 nodes), a new worker with a new, empty
-    cache directory added before run 4 (W nodes again), unchanged from then on.  Targets: run 3
-    hit rate >= (1 - 1/W) - 2 %, run 4 >= (1 - 1/(W'+1)) - 2 % with W' = W-1 nodes before the
-    addition.  The share of chunks whose home was the removed node is recorded as well
-    (1 - share is what a perfect cache can hit).
+    cache directory added before run 4 (W nodes again), unchanged from then on.  The share of
+    the chunk tasks that ran on the removed node is recorded (``removed_node_share``).  Targets,
+    on what the caches served (own node or peer fetch: 1 - the run's decompressed bytes / run
+    1's): run 3 >= 1 - that share - 2 % (only the removed node's chunks are read again), run 4
+    >= 98 % (the new node's chunks come from their holders).  The own-node hit rate of lookups
+    is reported beside them: steals lower it (an idle node answers a warm chunk it stole from
+    its holder's pack) and a chunk that misses makes more lookups than one that hits.
 
 Floors, measured on the ``cacheaffinity`` mode's cluster in the same invocation, one of each
 per warm round, interleaved with the runs (after the runs of rounds 2, 4, ..., before those of

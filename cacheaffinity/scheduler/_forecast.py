@@ -3,10 +3,17 @@
 ``Forecast`` keeps the bytes each chunk task reported (``chunk_bytes``) and the
 chunks each run placed per node, and estimates per node and run ``need_bytes``,
 ``hit_rate`` and ``capacity_hit_rate`` (the rate without first-run misses) against
-the capacities the workers report. It ignores steals and other users' entries.
+the capacities the workers report. It ignores other users' entries.
+
+Each size remembers the node whose cache last read or stored the chunk (its holder): a
+chunk placed on another node counts as new there, as after a node left (its chunks go to
+other nodes), joined (it takes chunks over) or stole the chunk in an earlier run. A chunk
+some other node's cache still holds as well is then counted as a miss although it hits.
 A node that stored chunks but reports an empty cache since (``cacheaffinity cache clear``
 with its workers running) holds none of them: its chunks count as new in the runs
-placed after that report. Event-loop only; memory: the last ``SIZES_KEPT`` sizes and ``RUNS_KEPT`` runs.
+placed after that report. Event-loop only; memory: the last ``SIZES_KEPT`` sizes (a holder
+shares its size's integer: at most 4 bytes more), ``RUNS_KEPT`` runs and ``NODES_KEPT`` node
+names.
 """
 
 from __future__ import annotations
@@ -22,12 +29,20 @@ import xxhash
 
 from cacheaffinity.protocol import WORKER_METRIC
 
-__all__ = ["EMPTY_AFTER", "RUNS_KEPT", "SIZES_KEPT", "Forecast", "emptied_nodes", "size_key"]
+__all__ = ["EMPTY_AFTER", "NODES_KEPT", "RUNS_KEPT", "SIZES_KEPT", "Forecast", "emptied_nodes", "size_key"]
 
 #: Chunk sizes kept at most (about 100 bytes each).
 SIZES_KEPT = 500_000
 #: Runs whose forecast is kept at most.
 RUNS_KEPT = 20
+#: Node names a forecast codes holders with at most; one more forgets every holder (its
+#: sizes' chunks count as held by the node they are placed on, as before any report).
+NODES_KEPT = 65_535
+#: Low bits of a size entry that hold its holder's code (0: none known).
+_HOLDER_BITS = 16
+_HOLDER_MASK = (1 << _HOLDER_BITS) - 1
+#: Bytes a size entry holds at most (2^47: 128 TiB a chunk).
+_MOST_BYTES = (1 << (63 - _HOLDER_BITS)) - 1
 #: Seconds between a node's last stored chunk and a report of an empty cache that counts as
 #: emptied (a report computed before the chunk's write was queued is not).
 EMPTY_AFTER = 1.0
@@ -77,8 +92,12 @@ class Forecast:
     def __init__(self, sizes_kept: int = SIZES_KEPT, runs_kept: int = RUNS_KEPT):
         self.sizes_kept = int(sizes_kept)
         self.runs_kept = int(runs_kept)
+        #: size key -> ``bytes << 16 | holder code`` (:meth:`size`, :meth:`holder`)
         self.sizes: OrderedDict[int, int] = OrderedDict()
         self._total = 0
+        # holder codes: node -> code, code -> node (code 0: no holder known)
+        self._codes: dict[str, int] = {}
+        self._names: list[str | None] = [None]
         # run -> node -> [chunks, bytes of known chunks, chunks of unknown size]
         self.runs: OrderedDict[str, dict[str, list[int]]] = OrderedDict()
         #: node -> scheduler time of the last chunk it reported stored
@@ -117,7 +136,12 @@ class Forecast:
             names = list(dict.fromkeys(nodes))
             index = {n: i for i, n in enumerate(names)}
             idx = np.fromiter(map(index.__getitem__, nodes), dtype=np.int64, count=m)
-        b = np.fromiter(map(self.sizes.get, sks, repeat(-1)), dtype=np.int64, count=m)
+        v = np.fromiter(map(self.sizes.get, sks, repeat(-1)), dtype=np.int64, count=m)
+        b = np.where(v >= 0, v >> _HOLDER_BITS, -1)
+        held = np.where(v >= 0, v & _HOLDER_MASK, 0)
+        # a chunk whose holder is known and is not the node placed: new to that node
+        here = np.array([self._codes.get(n, -1) for n in names], dtype=np.int64)
+        b[(held != 0) & (held != here[idx])] = -1
         gone = [index[n] for n in set(empty) if n in index]
         if gone:  # an emptied node's chunks are new to it
             b[np.isin(idx, gone)] = -1
@@ -139,18 +163,52 @@ class Forecast:
 
     def reported(self, sk: int, nbytes: Any, node: str | None = None, kept: bool = True) -> None:
         """A chunk task of size key ``sk`` reported the bytes of its columns (on ``node``,
-        which ``kept`` them)."""
+        which ``kept`` them: read them from its cache or stored them there; then ``node``
+        is the chunk's holder, else the holder stays the one known)."""
         if not isinstance(nbytes, int) or nbytes <= 0:
             return
+        nbytes = min(nbytes, _MOST_BYTES)
+        old = self.sizes.pop(sk, None)
+        code = 0
+        if old is not None:
+            self._total -= old >> _HOLDER_BITS
+            code = old & _HOLDER_MASK
         if node is not None and kept:
             self.stored[node] = time.time()
-        old = self.sizes.pop(sk, None)
-        if old is not None:
-            self._total -= old
-        self.sizes[sk] = nbytes
+            code = self._code(node)
+        self.sizes[sk] = nbytes << _HOLDER_BITS | code
         self._total += nbytes
         while len(self.sizes) > self.sizes_kept:
-            self._total -= self.sizes.popitem(last=False)[1]
+            self._total -= self.sizes.popitem(last=False)[1] >> _HOLDER_BITS
+
+    def _code(self, node: str) -> int:
+        """``node``'s holder code, a new one if it has none (past :data:`NODES_KEPT`
+        names, every holder is forgotten first)."""
+        code = self._codes.get(node)
+        if code is None:
+            if len(self._names) > min(NODES_KEPT, _HOLDER_MASK):
+                self.forget_holders()
+            code = len(self._names)
+            self._names.append(node)
+            self._codes[node] = code
+        return code
+
+    def forget_holders(self) -> None:
+        """No chunk's holder known any more (its chunks count as held where placed)."""
+        for sk, v in self.sizes.items():
+            self.sizes[sk] = v & ~_HOLDER_MASK
+        self._codes.clear()
+        del self._names[1:]
+
+    def size(self, sk: int) -> int | None:
+        """The bytes size key ``sk`` reported last (None: unknown)."""
+        v = self.sizes.get(sk)
+        return None if v is None else v >> _HOLDER_BITS
+
+    def holder(self, sk: int) -> str | None:
+        """The node that last read or stored size key ``sk``'s chunk (None: unknown)."""
+        v = self.sizes.get(sk)
+        return None if v is None else self._names[v & _HOLDER_MASK]
 
     @property
     def mean_size(self) -> float | None:

@@ -1,5 +1,6 @@
 """``Forecast.submitted_columns`` (numpy counts per node) gives what one step per chunk
-task gives, with sizes known and unknown, emptied nodes, and node codes; and
+task gives, with sizes known and unknown, holders known and not, emptied nodes, and node
+codes; and
 ``RunFigures.submitted_keys`` what ``submitted`` of a dict gives."""
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from cacheaffinity.scheduler._forecast import Forecast
 from cacheaffinity.scheduler._runs import RunFigures
 
 
-def _reference(sizes: dict, placed: list[tuple[int, str]], empty: set) -> dict:
-    """The per-node ``[chunks, bytes of known chunks, chunks of unknown size]``, a task at a time."""
+def _reference(sizes: dict, placed: list[tuple[int, str]], empty: set, holders: dict) -> dict:
+    """The per-node ``[chunks, bytes of known chunks, chunks of unknown size]``, a task at a
+    time (a chunk another node holds is new where it is placed)."""
     rec: dict[str, list[int]] = {}
     for sk, node in placed:
         n = rec.setdefault(node, [0, 0, 0])
         n[0] += 1
         b = sizes.get(sk)
-        if b is None or node in empty:
+        if b is None or node in empty or holders.get(sk) not in (None, node):
             n[2] += 1
         else:
             n[1] += b
@@ -33,14 +35,18 @@ def test_columns_equal_one_task_at_a_time(seed):
     names = [f"node-{i:03d}" for i in range(rng.randint(1, 40))]
     f = Forecast()
     for sk in range(0, 3000, rng.choice([1, 2, 3])):  # some sizes known, big ones too
-        f.reported(sk, rng.choice([1, 10**6, 3 * 10**12]))
-    sizes = dict(f.sizes)
+        # held by one of the nodes, by a node never placed, or by none known
+        f.reported(sk, rng.choice([1, 10**6, 3 * 10**12]), rng.choice([*names, "a-node-gone", None]))
+    sizes = {sk: f.size(sk) for sk in f.sizes}
+    holders = {sk: f.holder(sk) for sk in f.sizes}
+    assert {None, "a-node-gone"} <= set(holders.values()) or len(holders) < 100
     m = rng.randint(1, 5000)
     codes = np.array([rng.randrange(len(names)) for _ in range(m)], dtype=np.int64)
     nodes = [names[c] for c in codes]
     sks = [rng.randrange(4000) for _ in range(m)]
     empty = set(rng.sample(names, k=min(2, len(names)))) | {"a-node-not-placed"}
-    want = _reference(sizes, list(zip(sks, nodes)), empty)
+    want = _reference(sizes, list(zip(sks, nodes)), empty, holders)
+    assert any(v[2] for v in want.values())
     f.submitted_columns("r1", iter(sks), nodes, empty)
     f.submitted_columns("r2", sks, nodes, empty, coded=(codes, names))
     f.submitted("r3", zip(sks, nodes), empty)
