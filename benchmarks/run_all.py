@@ -90,6 +90,10 @@ STEPS: list[tuple[str, list[str], list[str]]] = [
     # one process's inline inserts continuing its last transaction's table, 10^3-10^6 packs
     ("kept_table", [f"{B}/kept_table.py", "--repeats", "15", "--out", "{out}"],
      [f"{B}/kept_table.py", "--quick", "--out", "{out}"]),
+    # the scheduler's run forecast per chunk task placed and per report, 10^4-10^6 tasks, against
+    # the code before it kept each chunk's holder
+    ("forecast_scale", [f"{B}/forecast_scale.py", "--repeats", "5", "--before", "912c8fb~1", "--out", "{out}"],
+     [f"{B}/forecast_scale.py", "--quick", "--out", "{out}"]),
     # the worker's guard of sys._current_frames() (Python < 3.12) against the threads a worker has
     ("frame_snapshots", [f"{B}/frame_snapshots.py", "--repeats", "7", "--out", "{out}"],
      [f"{B}/frame_snapshots.py", "--quick", "--out", "{out}"]),

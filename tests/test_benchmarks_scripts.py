@@ -543,6 +543,32 @@ def test_kept_table_tiny(tmp_path):
         kept_table.main(["--sizes", "1000", "--out", str(tmp_path)])
 
 
+def test_forecast_scale_tiny(tmp_path):
+    """benchmarks/forecast_scale.py end to end: a new process per side and repeat (both sides
+    this checkout here), the costs per task and report, the bounds, the table and the plot."""
+    from benchmarks import forecast_scale
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "benchmarks" / "forecast_scale.py"), "--tasks", "2000,20000", "--rounds", "2",
+         "--reports", "3000", "--repeats", "2", "--nodes", "8", "--before", "HEAD", "--out", str(tmp_path)],
+        capture_output=True, text=True, timeout=300, cwd=REPO,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = json.loads((tmp_path / "forecast_scale.json").read_text())
+    rows = doc["results"]["summary"]
+    assert sorted((r["side"], r["tasks"]) for r in rows) == [("after", 2000), ("after", 20000),
+                                                             ("before", 2000), ("before", 20000)]  # fmt: skip
+    assert all(r["submit_ns"] > 0 and r["report_ns"] > 0 for r in rows), rows
+    assert len(doc["results"]["cases"]) == 2 * 2 * 2
+    assert set(doc["results"]["checks"]) == {"submit_ns_flat", "submit_ns_vs_before", "report_ns_flat",
+                                             "report_ns_vs_before"}  # fmt: skip
+    table = forecast_scale.render(str(tmp_path))
+    assert "| 20,000 |" in table and "--before" in table and "Bounds met:" in table
+    assert (tmp_path / "forecast_scale.png").read_bytes()[:4] == b"\x89PNG"
+    assert not subprocess.run(["git", "-C", str(REPO), "worktree", "list"], capture_output=True,
+                              text=True).stdout.count("forecast-scale-")  # the worktree removed
+
+
 def test_state_rows_tiny(tmp_path):
     """benchmarks/state_rows.py end to end: two real caches on one directory taking turns,
     both ways side by side, the processes it listed (the two measured among them), a bound,

@@ -176,6 +176,14 @@ def render_kept_table(results: str, name: str = "kept_table") -> str:
     return render(results, name)
 
 
+def render_forecast_scale(results: str, name: str = "forecast_scale") -> str:
+    """The run forecast's cost per chunk task placed and per report (``forecast_scale.json``):
+    rendered by benchmarks/forecast_scale.py."""
+    from benchmarks.forecast_scale import render
+
+    return render(results, name)
+
+
 def render_precheck_scale(results: str, name: str = "precheck_scale") -> str:
     """The first inserts after a warm run of a whole node cache (``precheck_scale.json``):
     rendered by benchmarks/precheck_scale.py."""
@@ -216,6 +224,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "frame_snapshots": render_frame_snapshots,
     "state_rows": render_state_rows,
     "kept_table": render_kept_table,
+    "forecast_scale": render_forecast_scale,
     "chunksize_change": render_chunksize_change,
     "chunksize_change_nostealing": lambda results: render_chunksize_change(
         results, "chunksize_change_nostealing"
