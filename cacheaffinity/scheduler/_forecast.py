@@ -136,9 +136,10 @@ class Forecast:
             names = list(dict.fromkeys(nodes))
             index = {n: i for i, n in enumerate(names)}
             idx = np.fromiter(map(index.__getitem__, nodes), dtype=np.int64, count=m)
-        v = np.fromiter(map(self.sizes.get, sks, repeat(-1)), dtype=np.int64, count=m)
-        b = np.where(v >= 0, v >> _HOLDER_BITS, -1)
-        held = np.where(v >= 0, v & _HOLDER_MASK, 0)
+        # an unknown size reads as -1 bytes held by code 0
+        v = np.fromiter(map(self.sizes.get, sks, repeat(-1 << _HOLDER_BITS)), dtype=np.int64, count=m)
+        b = v >> _HOLDER_BITS
+        held = v & _HOLDER_MASK
         # a chunk whose holder is known and is not the node placed: new to that node
         here = np.array([self._codes.get(n, -1) for n in names], dtype=np.int64)
         b[(held != 0) & (held != here[idx])] = -1
@@ -167,19 +168,22 @@ class Forecast:
         is the chunk's holder, else the holder stays the one known)."""
         if not isinstance(nbytes, int) or nbytes <= 0:
             return
-        nbytes = min(nbytes, _MOST_BYTES)
-        old = self.sizes.pop(sk, None)
-        code = 0
-        if old is not None:
-            self._total -= old >> _HOLDER_BITS
-            code = old & _HOLDER_MASK
+        if nbytes > _MOST_BYTES:
+            nbytes = _MOST_BYTES
+        sizes = self.sizes
+        old = sizes.pop(sk, None)
         if node is not None and kept:
             self.stored[node] = time.time()
-            code = self._code(node)
-        self.sizes[sk] = nbytes << _HOLDER_BITS | code
+            code = self._codes.get(node) or self._code(node)
+        else:
+            code = 0 if old is None else old & _HOLDER_MASK
+        if old is not None:
+            self._total -= old >> _HOLDER_BITS
+        sizes[sk] = nbytes << _HOLDER_BITS | code
         self._total += nbytes
-        while len(self.sizes) > self.sizes_kept:
-            self._total -= self.sizes.popitem(last=False)[1] >> _HOLDER_BITS
+        if len(sizes) > self.sizes_kept:
+            while len(sizes) > self.sizes_kept:
+                self._total -= sizes.popitem(last=False)[1] >> _HOLDER_BITS
 
     def _code(self, node: str) -> int:
         """``node``'s holder code, a new one if it has none (past :data:`NODES_KEPT`
