@@ -265,23 +265,30 @@ class ModeCluster:
         self.thaw()  # a stopped worker would never answer its nanny's close
         self.stack.close()
 
-    def _membership_event(self) -> tuple[str | None, float | None]:
+    def _membership_event(self) -> tuple[str | None, dict[str, float]]:
+        """Before run 3, the last worker (its cache node) leaves; before run 4 a new one
+        joins. The event and, before run 3, the removed node's shares: of the chunk tasks
+        that ran (``removed_node_share``) and of the bytes the node caches held
+        (``removed_node_bytes_share``: what a perfect cache loses)."""
         client, cfg = self.client, self.cfg
         if self.run_no == 3:
-            # the node that leaves: the last worker's; its share of chunks = what misses
             names = {str(w["name"]): a for a, w in client.scheduler_info(n_workers=-1)["workers"].items()}
             leaving = names[str(max(int(n) for n in names))]
-            removed_share = None
+            shares: dict[str, float] = {}
             if self.plugin:
                 nodes = cacheaffinity.check(client)["nodes"]
                 node = next(n for n, d in nodes.items() if leaving in d["workers"])
                 done = sum(d["counters"].get("on-target", 0) + d["counters"].get("off-target", 0) for d in nodes.values())
                 mine = nodes[node]["counters"].get("on-target", 0) + nodes[node]["counters"].get("off-target", 0)
-                removed_share = mine / done if done else None
+                if done:
+                    shares["removed_node_share"] = mine / done
+                held = {n: st.get("bytes") or 0 for n, st in cacheaffinity.cache_stats(client).items()}
+                if sum(held.values()):
+                    shares["removed_node_bytes_share"] = held.get(node, 0) / sum(held.values())
             self.cluster.scale(cfg.workers - 1)
             self.n_nodes = cfg.workers - 1
             wait_nodes(client, self.n_nodes, self.plugin)
-            return f"removed worker {leaving}", removed_share
+            return f"removed worker {leaving}", shares
         if self.run_no == 4:
             # a new cache node: a new, empty directory (LocalCluster reuses the freed
             # worker name, so node-{name} would be the removed node coming back)
@@ -291,8 +298,8 @@ class ModeCluster:
                 client.wait_for_workers(cfg.workers)
             self.n_nodes = cfg.workers
             wait_nodes(client, self.n_nodes, self.plugin)
-            return "added a worker with a new cache directory", None
-        return None, None
+            return "added a worker with a new cache directory", {}
+        return None, {}
 
     def _runner(self, **kw) -> processor.Runner:
         return processor.Runner(
@@ -304,7 +311,7 @@ class ModeCluster:
         """The next consecutive run: its row (wall, bytes, hit rate, ...)."""
         client, mode, storage = self.client, self.mode, self.storage
         self.run_no += 1
-        event, removed_share = self._membership_event() if self.membership else (None, None)
+        event, shares = self._membership_event() if self.membership else (None, {})
         cached, plugin = self.cached, self.plugin
         before = self.cache_totals()
         c0 = cacheaffinity.check(client)["counters"] if plugin else {}
@@ -368,8 +375,7 @@ class ModeCluster:
         }
         if "child" in res:  # the new process: its pid, imports, connection, whole life
             row["child"] = res["child"]
-        if removed_share is not None:
-            row["removed_node_share"] = removed_share
+        row.update(shares)
         if plugin:
             c1 = cacheaffinity.check(client)["counters"]
             on = c1.get("on-target", 0) - c0.get("on-target", 0)

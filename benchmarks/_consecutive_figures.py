@@ -250,14 +250,18 @@ def evaluate_targets(doc: dict, cfg) -> dict:
             d = r.get("decompressed_bytes")
             return None if d is None or not cold else max(0.0, 1.0 - d / cold)
 
-        share = rows[2].get("removed_node_share")
-        limit3 = 1.0 - (1.0 / w if share is None else share) - 0.02
+        # what the removed node's cache held of all the caches' bytes (else its share of the
+        # chunk tasks that ran, else 1/W): what a perfect cache loses
+        held, tasks = rows[2].get("removed_node_bytes_share"), rows[2].get("removed_node_share")
+        share = held if held is not None else tasks if tasks is not None else 1.0 / w
+        limit3 = 1.0 - share - 0.02
         s3, s4 = served(rows[2]), served(rows[3])
         target(
             f"{mode} run 3 after a node was removed (W={w}): served by the caches", s3,
             f">= {limit3:.4f}", s3 is not None and s3 >= limit3,
-            f"1 - decompressed / run 1's; the removed node's share of the chunk tasks: {share}; "
-            f"own-node hit rate of lookups {_pct(rows[2]['hit_rate'])}, steals {rows[2].get('steals')}",
+            f"1 - decompressed / run 1's; the removed node held {_pct(held)} of the caches' bytes "
+            f"and ran {_pct(tasks)} of the chunk tasks; own-node hit rate of lookups "
+            f"{_pct(rows[2]['hit_rate'])}, steals {rows[2].get('steals')}",
         )  # fmt: skip
         target(
             f"{mode} run 4 after a node was added (W'={w - 1} -> {w}): served by the caches", s4,

@@ -51,11 +51,13 @@ Scenarios:
 ``membership`` (``--membership-modes``, default ``cacheaffinity``)
     a separate sequence of R >= 4 runs on a fresh cluster: W nodes for runs 1-2, the last
     worker (its cache node) removed before run 3 (W-1 nodes), a new worker with a new, empty
-    cache directory added before run 4 (W nodes again), unchanged from then on.  The share of
-    the chunk tasks that ran on the removed node is recorded (``removed_node_share``).  Targets,
-    on what the caches served (own node or peer fetch: 1 - the run's decompressed bytes / run
-    1's): run 3 >= 1 - that share - 2 % (only the removed node's chunks are read again), run 4
-    >= 98 % (the new node's chunks come from their holders).  The own-node hit rate of lookups
+    cache directory added before run 4 (W nodes again), unchanged from then on.  The removed
+    node's shares are recorded: of the bytes the node caches held before it left
+    (``removed_node_bytes_share``: what a perfect cache loses) and of the chunk tasks that ran
+    (``removed_node_share``).  Targets, on what the caches served (own node or peer fetch:
+    1 - the run's decompressed bytes / run 1's): run 3 >= 1 - the bytes share - 2 % (only the
+    removed node's chunks are read again), run 4 >= 98 % (the new node's chunks come from
+    their holders).  The own-node hit rate of lookups
     is reported beside them: steals lower it (an idle node answers a warm chunk it stole from
     its holder's pack) and a chunk that misses makes more lookups than one that hits.
 

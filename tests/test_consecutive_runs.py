@@ -116,7 +116,7 @@ def test_local_storage_stable_and_membership(tmp_path):
     m = doc["sequences"]["membership"]["cacheaffinity"]
     assert [r["nodes"] for r in m] == [w, w, w - 1, w]
     assert m[2]["event"].startswith("removed") and m[3]["event"].startswith("added")
-    assert 0 < m[2]["removed_node_share"] < 1
+    assert 0 < m[2]["removed_node_share"] < 1 and 0 < m[2]["removed_node_bytes_share"] < 1
     # the survivors' chunks still hit (the removed node's may too: a survivor that read a
     # shared ROOT cluster holds it whole); the new node starts empty but every chunk is served
     assert m[2]["cache_rate"] >= 1 - m[2]["removed_node_share"] - 0.02

@@ -25,6 +25,9 @@ Tables (``RENDERERS``):
 ``consecutive_runs_2x2``
     the headline's cluster beside the facility node shape (2 nodes x 2 processes sharing each
     node's cache directory, ``consecutive_runs_2x2.json``): run 1, run 2, served share.
+``consecutive_runs_membership``
+    the membership scenario (a node removed, one added): per run what the caches served,
+    the own node's shares, the forecast (``consecutive_runs_membership.json``).
 ``consecutive_runs_light``
     the same for the light analysis (``consecutive_runs_light.json``), if measured.
 ``simulate_hetero``
@@ -89,6 +92,7 @@ from tools.readme.consecutive import (  # noqa: E402
     HEADLINE_MODES,
     render_consecutive_processes,
     render_consecutive_runs,
+    render_membership,
     render_node_shape,
     render_headline,
     render_worker_gc,
@@ -236,6 +240,7 @@ RENDERERS: dict[str, Callable[[str], str]] = {
     "consecutive_runs": render_consecutive_runs,
     "consecutive_runs_processes": render_consecutive_processes,
     "consecutive_runs_2x2": render_node_shape,
+    "consecutive_runs_membership": render_membership,
     "consecutive_runs_light": lambda results: render_consecutive_runs(results, "consecutive_runs_light"),
     "measured": render_measured,
 }

@@ -401,3 +401,45 @@ def render_node_shape(results: str, name: str = "consecutive_runs_2x2", base: st
         lines += ["", f"Run 2 of the facility node shape / one node per process: {r:.2f} (bound "
                   f"{NODE_SHAPE_BOUND:.2f}, {verdict}; medians of each invocation)."]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def render_membership(results: str, name: str = "consecutive_runs_membership") -> str:
+    """The membership scenario (``--scenarios membership``): per run the nodes, what the caches
+    served (1 - decompressed / run 1's), the own node's share of the chunk bytes and of the
+    lookups, the forecast, the steals; then the scenario's targets."""
+    doc = _load(results, name)
+    if doc is None:
+        return f"Not measured yet (`benchmarks/consecutive_runs.py --scenarios membership --name {name}` writes it).\n"
+    c, r = doc["config"], doc["results"]
+    lines = [
+        "| run | nodes | wall s | decompressed MB | served by the caches | own node, chunk bytes | "
+        "own node, lookups | forecast | steals |",
+        "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for mode, rows in r["sequences"]["membership"].items():
+        cold = rows[0].get("decompressed_bytes") or 0
+        for row in rows:
+            s = row.get("last_run_stats") or {}
+            d = row.get("decompressed_bytes")
+            served = None if d is None or not cold else max(0.0, 1 - d / cold)
+            own = s["chunk_bytes_hit"] / s["chunk_bytes"] if s.get("chunk_bytes") else None
+            fc = (s.get("forecast") or {}).get("hit_rate")
+            lines.append(f"| {row['run']} | {row['nodes']} | {_f(row['wall_s'])} | "
+                         f"{_f(None if d is None else d / 1e6)} | {_pct(served)} | {_pct(own)} | "
+                         f"{_pct(row.get('hit_rate'))} | {_pct(fc)} | {row.get('steals')} |")  # fmt: skip
+        held, tasks = rows[2].get("removed_node_bytes_share"), rows[2].get("removed_node_share")
+        lines += ["", f"`{mode}`, {c['workers']} nodes, the last removed before run 3 (it held {_pct(held)} "
+                  f"of the caches' bytes and ran {_pct(tasks)} of the chunk tasks), a new one with an empty "
+                  "cache added before run 4. Served by the caches: 1 - the run's decompressed bytes / run 1's "
+                  "(own node or peer fetch); own node: the share of the chunk-pack bytes the node that ran a "
+                  "chunk served from its own cache, and of the column lookups; the forecast counts neither "
+                  "the run's steals nor a chunk another node still holds."]  # fmt: skip
+    for k, t in r.get("targets", {}).items():
+        if "node was" in k:
+            lines.append(f"- {k}: {_f(t['value'], 4)} (target {t['limit']}: {'met' if t['pass'] else '**missed**'})")
+    command = (f"python benchmarks/consecutive_runs.py --analysis {c['analysis']} --events {c['events']} "
+               f"--files {c['files']} --chunksize {c['chunksize']} --workers {c['workers']} --runs {c['runs']} "
+               f"--repeats {c['repeats']} --scenarios membership --modes {' '.join(c['modes'])} --no-floors "
+               f"--processes {','.join(c['processes'])} --name {name}")  # fmt: skip
+    lines += ["", f"Measured at {commit_label(doc)}, {_date(doc)}, `{command}`."]
+    return "\n".join(lines) + "\n"
