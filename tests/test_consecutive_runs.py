@@ -120,10 +120,10 @@ def test_local_storage_stable_and_membership(tmp_path):
     # the survivors' chunks still hit (the removed node's may too: a survivor that read a
     # shared ROOT cluster holds it whole); the new node starts empty but every chunk is served
     assert m[2]["cache_rate"] >= 1 - m[2]["removed_node_share"] - 0.02
-    # one node left: what run 3 decompressed is what the removed node held, and the forecast
-    # counted its chunks as new on the survivor (held elsewhere), not as hits
+    # one node left: the forecast counts the chunks the removed node held last as new on the
+    # survivor, not as hits (the survivor may still serve some from a cluster it read whole)
     fc = m[2]["last_run_stats"]["forecast"]
-    assert m[2]["decompressed_bytes"] > 0 and fc["new_chunks"] > 0 and fc["hit_rate"] < 1, fc
+    assert fc["new_chunks"] > 0 and fc["hit_rate"] < 1, fc
     assert m[1]["last_run_stats"]["forecast"]["new_chunks"] == 0
     assert m[3]["hit_rate"] > 0
     names = set(doc["targets"])
