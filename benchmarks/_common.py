@@ -60,6 +60,8 @@ __all__ = [
     "template_path",
     "synthetic_module",
     "portable_path",
+    "table_end",
+    "save_results",
 ]
 
 # The synthetic data generator: this is the one place benchmarks import it from (it may
@@ -335,6 +337,31 @@ def bounds_met(checks: dict) -> str:
     missed = [f"{k} ({v.get('ratio', v.get('value'))} against {v.get('bound')})" for k, v in checks.items()
               if not v.get("met")]  # fmt: skip
     return f"Bounds met: {len(met)} of {len(checks)}." + (f" Missed: {'; '.join(missed)}." if missed else "")
+
+
+def save_results(out: str, name: str, config: dict[str, Any], results: dict, started: float,
+                 plot: Callable[[dict, str], None], rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """Write ``<out>/<name>.json`` (:func:`write_json`, with the seconds since ``started``,
+    a ``time.perf_counter()``), draw ``<name>.png`` from it (``plot(doc, path)``), print
+    ``rows`` (:func:`print_table`) and each of ``results["checks"]`` as met or MISSED;
+    the JSON's path."""
+    os.makedirs(out, exist_ok=True)
+    path = os.path.join(out, f"{name}.json")
+    write_json(path, config, results, elapsed_s=time.perf_counter() - started)
+    with open(path) as f:
+        plot(json.load(f), path[:-5] + ".png")
+    print_table(list(rows), list(columns))
+    for k, v in results.get("checks", {}).items():
+        x = "x" if "ratio" in v else ""
+        value = v.get("ratio", v.get("value"))
+        print(f"{'met   ' if v.get('met') else 'MISSED'} {k}: {value}{x} (bound {v.get('bound')}{x})")
+    return path
+
+
+def table_end(lines: list[str], note: str, checks: dict, doc: dict, command: str) -> str:
+    """A rendered table's text: its ``lines``, then ``note``, the bounds met (:func:`bounds_met`)
+    and where and how it was measured (:func:`measured_at`), a blank line before each."""
+    return "\n".join([*lines, "", note, "", bounds_met(checks), "", measured_at(doc, command)]) + "\n"
 
 
 def counts(text: str) -> list[int]:

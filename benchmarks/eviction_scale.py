@@ -24,7 +24,6 @@ after an insert over ``--limit`` seconds (recorded).  Medians of ``--repeats``.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -37,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from benchmarks._common import (  # noqa: E402
-    commit_tree, counts, parser, print_table, pyplot, run_child, save_png, serve_child, write_json,
+    commit_tree, counts, parser, pyplot, run_child, save_png, save_results, serve_child,
 )
 
 REPO = os.path.dirname(HERE)
@@ -262,16 +261,8 @@ def main(argv=None) -> int:
         case["code"] = case["side"]  # (the worktree's path is this machine's)
     summary = summarize(raw)
     results = {"summary": summary, "checks": checks(summary), "cases": raw}
-    os.makedirs(a.out, exist_ok=True)
-    path = os.path.join(a.out, "eviction_scale.json")
-    write_json(path, config, results, elapsed_s=time.perf_counter() - tic)
-    with open(path) as f:
-        doc = json.load(f)
-    plot(doc, path[:-5] + ".png")
-    print_table(summary, ["side", "packs", "policy", "victims", "evicted", "cpu_s", "cpu_per_victim_us",
-                          "over_capacity_bytes"])  # fmt: skip
-    for k, v in results["checks"].items():
-        print(f"{'met   ' if v['met'] else 'MISSED'} {k}: {v.get('ratio', v.get('value', ''))}")
+    save_results(a.out, "eviction_scale", config, results, tic, plot, summary,
+                 ["side", "packs", "policy", "victims", "evicted", "cpu_s", "cpu_per_victim_us", "over_capacity_bytes"])
     return 0
 
 

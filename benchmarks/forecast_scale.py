@@ -21,7 +21,6 @@ the fewest, and within :data:`BEFORE` x the earlier code's.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import statistics
 import sys
@@ -33,8 +32,8 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, REPO)
 
 from benchmarks._common import (  # noqa: E402
-    bounds_met, commit_tree, counts, measured_at, not_measured, parser, print_table, pyplot, read_results,
-    run_child, save_png, serve_child, write_json,
+    commit_tree, counts, not_measured, parser, pyplot, read_results, run_child, save_png, save_results, serve_child,
+    table_end,
 )  # fmt: skip
 
 TASKS = (10_000, 100_000, 1_000_000)
@@ -82,9 +81,11 @@ def child(spec: dict) -> dict:
 def summarize(raw: list[dict]) -> list[dict]:
     """Medians over the repeats, per side and task count."""
     keys = sorted({(r["side"], r["tasks"]) for r in raw})
-    return [{"side": s, "tasks": n,
-             **{m: round(statistics.median(r[m] for r in raw if (r["side"], r["tasks"]) == (s, n)), 1) for m in MEASURES}}
-            for s, n in keys]  # fmt: skip
+
+    def med(m: str, s: str, n: int) -> float:
+        return round(statistics.median(r[m] for r in raw if (r["side"], r["tasks"]) == (s, n)), 1)
+
+    return [{"side": s, "tasks": n, **{m: med(m, s, n) for m in MEASURES}} for s, n in keys]
 
 
 def checks(summary: list[dict]) -> dict:
@@ -144,17 +145,15 @@ def render(results: str, name: str = "forecast_scale") -> str:
     command = f"python benchmarks/forecast_scale.py --repeats {c['repeats']}"
     if before:
         command += f" --before {before}"
-    lines += [
-        "",
+    return table_end(
+        lines,
         f"CPU, medians of {c['repeats']} new processes per side ({c['rounds']} placements each, "
         f"{c['reports']:,} reports; {c['nodes']} nodes; the sizes of up to 500,000 chunks known, each "
         "with its holder)" + (f"; in parentheses the same at `{before}`." if before else "."),
-        "",
-        bounds_met(doc["results"].get("checks", {})),
-        "",
-        measured_at(doc, command),
-    ]
-    return "\n".join(lines) + "\n"
+        doc["results"].get("checks", {}),
+        doc,
+        command,
+    )
 
 
 def main(argv=None) -> int:
@@ -193,15 +192,8 @@ def main(argv=None) -> int:
                           f"a report {r['report_ns']:.0f} ns", flush=True)  # fmt: skip
     summary = summarize(raw)
     results = {"summary": summary, "checks": checks(summary), "cases": raw}
-    os.makedirs(a.out, exist_ok=True)
-    name = "forecast_scale_quick" if a.quick else "forecast_scale"
-    path = os.path.join(a.out, f"{name}.json")
-    write_json(path, config, results, elapsed_s=time.perf_counter() - tic)
-    with open(path) as f:
-        plot(json.load(f), path[:-5] + ".png")
-    print_table(summary, ["side", "tasks", *MEASURES])
-    for k, v in results["checks"].items():
-        print(f"{'met   ' if v['met'] else 'MISSED'} {k}: {v['ratio']}")
+    save_results(a.out, "forecast_scale_quick" if a.quick else "forecast_scale", config, results, tic, plot, summary,
+                 ["side", "tasks", *MEASURES])
     return 0
 
 

@@ -17,7 +17,6 @@ The bound: the guard adds at most :data:`BOUND_US_PER_S` µs of CPU per second o
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
@@ -28,7 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from benchmarks._common import (  # noqa: E402
-    bounds_met, counts, measured_at, not_measured, parser, print_table, pyplot, read_results, save_png, write_json,
+    counts, not_measured, parser, pyplot, read_results, save_png, save_results, table_end,
 )  # fmt: skip
 from cacheaffinity.worker._collector import _without_collector  # noqa: E402
 
@@ -122,17 +121,15 @@ def render(results: str, name: str = "frame_snapshots") -> str:
     command = f"python benchmarks/frame_snapshots.py --repeats {c['repeats']}"
     if c["threads"] != list(THREADS):
         command += " --threads " + ",".join(map(str, c["threads"]))
-    lines += [
-        "",
+    return table_end(
+        lines,
         f"CPU per call, medians of {c['repeats']} alternating rounds of {c['calls']:,} calls, threads waiting "
         f"{c['depth']} calls deep; Python {doc['results']['python']}. The last column is the guarded call's extra "
         f"CPU at Dask's {SNAPSHOTS_PER_S} snapshots a second.",
-        "",
-        bounds_met(doc["results"]["checks"]),
-        "",
-        measured_at(doc, command),
-    ]
-    return "\n".join(lines) + "\n"
+        doc["results"]["checks"],
+        doc,
+        command,
+    )
 
 
 def main(argv=None) -> int:
@@ -149,15 +146,8 @@ def main(argv=None) -> int:
     tic = time.perf_counter()
     rows = [measure(n, a.depth, calls, repeats) for n in threads]
     results = {"rows": rows, "checks": checks(rows), "python": sys.version.split()[0]}
-    os.makedirs(a.out, exist_ok=True)
-    name = "frame_snapshots_quick" if a.quick else "frame_snapshots"
-    path = os.path.join(a.out, f"{name}.json")
-    write_json(path, config, results, elapsed_s=time.perf_counter() - tic)
-    with open(path) as f:
-        plot(json.load(f), path[:-5] + ".png")
-    print_table(rows, ["threads", "plain_us", "guarded_us", "ratio", "extra_us_per_s"])
-    for k, v in results["checks"].items():
-        print(f"{'met   ' if v['met'] else 'MISSED'} {k}: {v['value']} µs (bound {v['bound']})")
+    save_results(a.out, "frame_snapshots_quick" if a.quick else "frame_snapshots", config, results, tic, plot, rows,
+                 ["threads", "plain_us", "guarded_us", "ratio", "extra_us_per_s"])
     return 0
 
 

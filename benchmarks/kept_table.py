@@ -32,7 +32,6 @@ bounds for one process).
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import statistics
@@ -44,7 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from benchmarks._common import (  # noqa: E402
-    bounds_met, counts, measured_at, not_measured, parser, print_table, pyplot, read_results, save_png, write_json,
+    counts, not_measured, parser, pyplot, read_results, save_png, save_results, table_end,
 )  # fmt: skip
 
 SIZES = (1000, 10_000, 100_000, 1_000_000)
@@ -205,19 +204,17 @@ def render(results: str, name: str = "kept_table") -> str:
         command += " --sizes " + ",".join(f"{n:.0e}".replace("+0", "") for n in c["sizes"])
     if c["calls"] != 200:
         command += f" --calls {c['calls']}"
-    lines += [
-        "",
+    return table_end(
+        lines,
         f"CPU per insert of one process storing new packs inline into a full node cache (each insert one "
         f"transaction evicting one pack); medians of {c['repeats']} alternating rounds of {c['calls']:,} inserts. "
         "*Anew*: every transaction reads the scalars and opens its victim orders again, as the store did "
         "before and as a process does after another process's commit. *Continued*: the share of *kept*'s "
         "transactions that continued the last one's table.",
-        "",
-        bounds_met(doc["results"]["checks"]),
-        "",
-        measured_at(doc, command),
-    ]
-    return "\n".join(lines) + "\n"
+        doc["results"]["checks"],
+        doc,
+        command,
+    )
 
 
 def main(argv=None) -> int:
@@ -239,15 +236,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="kept-table-", dir=a.work or WORK) as work:
         rows = measure(work, sizes, calls, repeats)
     results = {"rows": rows, "checks": checks(rows)}
-    os.makedirs(a.out, exist_ok=True)
-    name = "kept_table_quick" if a.quick else "kept_table"
-    path = os.path.join(a.out, f"{name}.json")
-    write_json(path, config, results, elapsed_s=time.perf_counter() - tic)
-    with open(path) as f:
-        plot(json.load(f), path[:-5] + ".png")
-    print_table(rows, ["packs", "kept_us", "anew_us", "fifo_us", "kept_vs_anew", "kept_vs_fifo", "continued_share"])
-    for k, v in results["checks"].items():
-        print(f"{'met   ' if v['met'] else 'MISSED'} {k}: {v['ratio']}x (bound {v['bound']}x)")
+    save_results(a.out, "kept_table_quick" if a.quick else "kept_table", config, results, tic, plot, rows,
+                 ["packs", "kept_us", "anew_us", "fifo_us", "kept_vs_anew", "kept_vs_fifo", "continued_share"])
     return 0
 
 

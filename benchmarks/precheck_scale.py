@@ -25,7 +25,6 @@ pre-checks again.  ``--before REV`` runs the same processes on the code of commi
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import statistics
@@ -37,8 +36,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from benchmarks._common import (  # noqa: E402
-    bounds_met, commit_tree, counts, measured_at, not_measured, parser, print_table, pyplot, read_results,
-    run_child, save_png, serve_child, write_json,
+    commit_tree, counts, not_measured, parser, pyplot, read_results, run_child, save_png, save_results, serve_child,
+    table_end,
 )  # fmt: skip
 
 REPO = os.path.dirname(HERE)
@@ -168,17 +167,15 @@ def render(results: str, name: str = "precheck_scale") -> str:
         command += " --packs " + ",".join(f"{n:.0e}".replace("+0", "") for n in c["packs"])
     if before:
         command += f" --before {before}"
-    lines += [
-        "",
+    return table_end(
+        lines,
         f"CPU per operation, medians of {c['repeats']} new processes ({c['prechecks']} pre-checks, then {c['puts']} "
         "inserts through the write queue, then the pre-checks again); in parentheses the same at "
         f"`{before}`." if before else f"CPU per operation, medians of {c['repeats']} new processes.",
-        "",
-        bounds_met(doc["results"].get("checks", {})),
-        "",
-        measured_at(doc, command),
-    ]
-    return "\n".join(lines) + "\n"
+        doc["results"].get("checks", {}),
+        doc,
+        command,
+    )
 
 
 def main(argv=None) -> int:
@@ -230,15 +227,8 @@ def main(argv=None) -> int:
         shutil.rmtree(work, ignore_errors=True)
     summary = summarize(raw)
     results = {"summary": summary, "checks": checks(summary), "cases": raw}
-    os.makedirs(a.out, exist_ok=True)
-    name = "precheck_scale_quick" if a.quick else "precheck_scale"
-    path = os.path.join(a.out, f"{name}.json")
-    write_json(path, config, results, elapsed_s=time.perf_counter() - tic)
-    with open(path) as f:
-        plot(json.load(f), path[:-5] + ".png")
-    print_table(summary, ["side", "packs", *MEASURES])
-    for k, v in results["checks"].items():
-        print(f"{'met   ' if v['met'] else 'MISSED'} {k}: {v['ratio']}")
+    save_results(a.out, "precheck_scale_quick" if a.quick else "precheck_scale", config, results, tic, plot, summary,
+                 ["side", "packs", *MEASURES])
     return 0
 
 

@@ -43,7 +43,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 import numpy as np  # noqa: E402
 
 from benchmarks._common import (  # noqa: E402
-    bounds_met, counts, measured_at, not_measured, parser, print_table, pyplot, read_results, save_png, write_json,
+    counts, not_measured, parser, pyplot, read_results, save_png, save_results, table_end,
 )  # fmt: skip
 
 WRITERS = (2, 16, 64)
@@ -240,18 +240,16 @@ def render(results: str, name: str = "state_rows") -> str:
         command += " --writers " + ",".join(map(str, c["writers"]))
     if c["windows"] != list(WINDOWS):
         command += " --windows " + ",".join(map(str, c["windows"]))
-    lines += [
-        "",
+    return table_end(
+        lines,
         f"CPU per transaction (one lookup saved, the state rows read and written, the commit), two caches on "
         f"one directory taking turns; medians of {c['repeats']} alternating rounds of {c['calls']:,} "
         "transactions. *Every time*: each row encoded and parsed in full and the processes row written by "
         "every transaction, as the store did until 4ed35d8.",
-        "",
-        bounds_met(doc["results"]["checks"]),
-        "",
-        measured_at(doc, command),
-    ]
-    return "\n".join(lines) + "\n"
+        doc["results"]["checks"],
+        doc,
+        command,
+    )
 
 
 def main(argv=None) -> int:
@@ -273,15 +271,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="state-rows-", dir=a.work) as work:
         rows = measure(work, writers, windows, calls, repeats)
     results = {"rows": rows, "checks": checks(rows)}
-    os.makedirs(a.out, exist_ok=True)
-    name = "state_rows_quick" if a.quick else "state_rows"
-    path = os.path.join(a.out, f"{name}.json")
-    write_json(path, config, results, elapsed_s=time.perf_counter() - tic)
-    with open(path) as f:
-        plot(json.load(f), path[:-5] + ".png")
-    print_table(rows, ["writers", "window", "listed", "kept_us", "every_time_us", "ratio"])
-    for k, v in results["checks"].items():
-        print(f"{'met   ' if v['met'] else 'MISSED'} {k}: {v['ratio']}x (bound {v['bound']}x)")
+    save_results(a.out, "state_rows_quick" if a.quick else "state_rows", config, results, tic, plot, rows,
+                 ["writers", "window", "listed", "kept_us", "every_time_us", "ratio"])
     return 0
 
 

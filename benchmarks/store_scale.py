@@ -455,7 +455,7 @@ def plot(rows: list[dict], path: str, sizes: list[dict] = ()) -> None:
 
 def render(results: str, name: str = "store_scale") -> str:
     """The docs' table (docs/operations.md, ``<!-- table:store_scale -->``) from ``<name>.json``."""
-    from benchmarks._common import bounds_met, measured_at, not_measured, read_results
+    from benchmarks._common import not_measured, read_results, table_end
 
     doc = read_results(results, name)
     if doc is None:
@@ -513,8 +513,8 @@ def render(results: str, name: str = "store_scale") -> str:
         command += f" --write-queue {c['write_queue'] // 2**20}MiB"
     if c.get("name"):
         command += f" --name {c['name']}"
-    lines += [
-        "",
+    return table_end(
+        lines,
         f"CPU per operation summed over the node's processes (medians of {c['repeats']}; " + (
             f"{c['insert_ops']} inserts per process). " if c.get("pack_mb") else
             f"{c['ops']} operations per process and phase{inserts}; in parentheses, the part spent saving the "
@@ -522,12 +522,10 @@ def render(results: str, name: str = "store_scale") -> str:
         ) + f"{packs}{sizes}. An insert's own-cost bound compares it with the smallest cache "
         f"where `rank` stored >= {STORED_ALIKE:.0%} of the inserts (where P x {c.get('insert_ops') or c['ops']} inserts overrun a "
         "small cache, it refuses most, and while most are refused each pack is pre-checked: a refusal writes no file).",
-        "",
-        bounds_met(doc.get("checks", {})),
-        "",
-        measured_at(doc, command),
-    ]
-    return "\n".join(lines) + "\n"
+        doc.get("checks", {}),
+        doc,
+        command,
+    )
 
 
 def main(argv=None) -> int:
