@@ -62,6 +62,7 @@ __all__ = [
     "portable_path",
     "table_end",
     "save_results",
+    "served_share",
 ]
 
 # The synthetic data generator: this is the one place benchmarks import it from (it may
@@ -356,6 +357,13 @@ def save_results(out: str, name: str, config: dict[str, Any], results: dict, sta
         value = v.get("ratio", v.get("value"))
         print(f"{'met   ' if v.get('met') else 'MISSED'} {k}: {value}{x} (bound {v.get('bound')}{x})")
     return path
+
+
+def served_share(row: dict, cold: dict) -> float | None:
+    """What the caches served in consecutive-runs row ``row``, own node or peer fetch: the
+    share of the cold run ``cold``'s decompressed bytes it did not decompress again."""
+    d, c = row.get("decompressed_bytes"), cold.get("decompressed_bytes")
+    return None if d is None or not c else max(0.0, 1.0 - d / c)
 
 
 def table_end(lines: list[str], note: str, checks: dict, doc: dict, command: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import statistics
 
-from benchmarks._common import pyplot, spread
+from benchmarks._common import pyplot, served_share, spread
 from benchmarks._runs import NATIVE
 
 __all__ = [
@@ -240,22 +240,15 @@ def evaluate_targets(doc: dict, cfg) -> dict:
     for mode, rows in doc["sequences"]["membership"].items():
         if len(rows) < 4:
             continue
-        # what a run did not decompress again of what the cold run 1 did: served by the
-        # caches, own node or peer fetch (a rate of lookups is lower: a chunk that misses makes
-        # more lookups than one that hits, and an idle node that steals a warm chunk hits on
-        # its holder's pack, not its own)
-        cold = rows[0].get("decompressed_bytes")
-
-        def served(r):
-            d = r.get("decompressed_bytes")
-            return None if d is None or not cold else max(0.0, 1.0 - d / cold)
-
+        # served by the caches, own node or peer fetch (a rate of lookups is lower: a chunk that
+        # misses makes more lookups than one that hits, and an idle node that steals a warm
+        # chunk hits on its holder's pack, not its own)
         # what the removed node's cache held of all the caches' bytes (else its share of the
         # chunk tasks that ran, else 1/W): what a perfect cache loses
         held, tasks = rows[2].get("removed_node_bytes_share"), rows[2].get("removed_node_share")
         share = held if held is not None else tasks if tasks is not None else 1.0 / w
         limit3 = 1.0 - share - 0.02
-        s3, s4 = served(rows[2]), served(rows[3])
+        s3, s4 = served_share(rows[2], rows[0]), served_share(rows[3], rows[0])
         target(
             f"{mode} run 3 after a node was removed (W={w}): served by the caches", s3,
             f">= {limit3:.4f}", s3 is not None and s3 >= limit3,

@@ -181,9 +181,8 @@ class Forecast:
             self._total -= old >> _HOLDER_BITS
         sizes[sk] = nbytes << _HOLDER_BITS | code
         self._total += nbytes
-        if len(sizes) > self.sizes_kept:
-            while len(sizes) > self.sizes_kept:
-                self._total -= sizes.popitem(last=False)[1] >> _HOLDER_BITS
+        while len(sizes) > self.sizes_kept:
+            self._total -= sizes.popitem(last=False)[1] >> _HOLDER_BITS
 
     def _code(self, node: str) -> int:
         """``node``'s holder code, a new one if it has none (past :data:`NODES_KEPT`

@@ -3,6 +3,7 @@ table with the floors and ratios, the new-process runs, the workers' collector s
 
 from __future__ import annotations
 
+from benchmarks._common import served_share  # (stdlib only)
 from tools.readme._format import _date, _f, _load, _pct, _spread, _spread_of, commit_label, MODE_LABELS
 
 
@@ -417,11 +418,10 @@ def render_membership(results: str, name: str = "consecutive_runs_membership") -
         "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for mode, rows in r["sequences"]["membership"].items():
-        cold = rows[0].get("decompressed_bytes") or 0
         for row in rows:
             s = row.get("last_run_stats") or {}
             d = row.get("decompressed_bytes")
-            served = None if d is None or not cold else max(0.0, 1 - d / cold)
+            served = served_share(row, rows[0])
             own = s["chunk_bytes_hit"] / s["chunk_bytes"] if s.get("chunk_bytes") else None
             fc = (s.get("forecast") or {}).get("hit_rate")
             lines.append(f"| {row['run']} | {row['nodes']} | {_f(row['wall_s'])} | "
