@@ -394,6 +394,7 @@ class HostSpec:
     nthreads: int = 1
     disk: str = "64m"  #: tmpfs size of its local disk (the cache's file system)
     link: Link = dataclasses.field(default_factory=Link)
+    weight: float | None = None  #: its cache node's placement weight (None: its threads)
 
 
 class ClusterBox:
@@ -644,12 +645,14 @@ class ClusterBox:
         env.update(extra)
         return env
 
-    def _service(self, name: str, member: str, argv: Sequence[str], *, supervise: bool) -> Service:
+    def _service(self, name: str, member: str, argv: Sequence[str], *, supervise: bool,
+                 env: Mapping[str, str] | None = None) -> Service:  # fmt: skip
         old = self.services.get(name)
         if old is not None and old.running:
             return old
         svc = old or Service(name, self.ns(member), member, argv, self.root / "logs" / f"{name}.log",
-                             env=self.env(), supervise=supervise, restart_delay=self.restart_delay)  # fmt: skip
+                             env=self.env(**(env or {})), supervise=supervise,
+                             restart_delay=self.restart_delay)  # fmt: skip
         self.services[name] = svc
         return svc.start()
 
@@ -678,7 +681,8 @@ class ClusterBox:
                 "--dashboard-address", "127.0.0.1:0", *self.worker_args,
                 "--preload", "cacheaffinity",
                 f"--cache-directory={self.root}/disks/{{host}}/cache"]  # fmt: skip
-        return self._service(f"worker-{host}", host, argv, supervise=True)
+        env = {} if spec.weight is None else {"DASK_CACHEAFFINITY__WORKER__WEIGHT": str(spec.weight)}
+        return self._service(f"worker-{host}", host, argv, supervise=True, env=env)
 
     def stop_worker(self, host: str) -> None:
         if f"worker-{host}" in self.services:
