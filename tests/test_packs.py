@@ -194,7 +194,7 @@ def test_entries_processed_off_their_stripe_are_found_next_run(tmp_path):
             assert canonical(got) == expected[c2]
             after, _ = _located_and_homes(c, [])
             misses[locator], moved[locator] = finer["misses"], after - before
-            if not locator:
+            if locator:  # the homes of this cluster's nodes (each cluster has its own ids)
                 from coffea.processor.executor import WorkItem
 
                 uuid = str(uproot.open(fresh[0])["Events"].file.uuid)
