@@ -211,13 +211,16 @@ def test_worker_killed_mid_run_still_gives_correct_result(tmp_path, nanoaod_dir)
             t = threading.Thread(target=analysis)
             t.start()
             # wait until chunks are running, then kill one worker process hard: once all
-            # three are busy, or 5 s after the first is (random node ids leave a worker
-            # without a stripe in ~0.1% of runs)
+            # three are busy, or 1 s after the first is (random node ids leave a worker
+            # without a stripe in ~0.1% of runs); the last workers seen busy
             deadline, busy = time.monotonic() + 60, []
-            while time.monotonic() < deadline and len(busy) < 3:
-                busy = [w for w, n in c.processing().items() if n]
-                if busy:
-                    deadline = min(deadline, time.monotonic() + 5)
+            while time.monotonic() < deadline:
+                now_busy = [w for w, n in c.processing().items() if n]
+                if now_busy:
+                    busy = now_busy
+                    if len(busy) == 3:
+                        break
+                    deadline = min(deadline, time.monotonic() + 1)
                 time.sleep(0.05)
             assert busy, "no worker started a chunk within 60 s"
             pid = c.run(os.getpid, workers=[busy[0]])[busy[0]]
