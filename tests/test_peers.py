@@ -71,7 +71,7 @@ def test_rechunked_run_reads_the_neighbour_stripe_from_its_node(files, tmp_path)
         assert first["misses"] > 0 and first["peer_hits"] == 0  # nothing cached anywhere yet
         got, second = counted(client, lambda: run(ours, files, 3 * C // 2))
         assert canonical(got) == expected[3 * C // 2]
-        # straddling chunks exist (48 stripes, 3 nodes): what their node lacked came
+        # straddling chunks exist (24 stripes, 3 nodes): what their node lacked came
         # from the holders' packs, nothing from storage
         assert second["peer_hits"] > 0 and second["misses"] == 0, second
         assert second["peer_hits"] <= second["hits"], second  # the hits peers' packs answered
