@@ -85,7 +85,8 @@ def test_idle_cluster_workers_are_frozen_between_their_runs(tmp_path):
 def test_local_storage_stable_and_membership(tmp_path):
     w = 2
     # 12 chunks of 100 events, one placement stripe each: the removed node holds some but
-    # not all of them (with 6 stripes, random node ids gave one node all in 3.5% of cases)
+    # not all of them (random node ids gave one node all 6 stripes in 3.35% of draws, all 12
+    # in 0.07%: python tools/placement_odds.py --files 1 --stripes-per-file 12)
     tiny = {**TINY, "chunksize": 100}
     cfg = _runs.Config(
         workers=w, runs=4, storage="local", data=str(tmp_path / "data"),

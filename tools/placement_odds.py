@@ -6,7 +6,7 @@ and so are the UUIDs of generated ROOT files, so this happens at a rate that dep
 the node count and weights and on the number of placement stripes. This script draws both
 at random ``--trials`` times, places the stripes with the configured placement
 (:class:`cacheaffinity.placement.TorusPlacement` with ``cacheaffinity.scheduler``'s
-dimensions, replicas and seed) and prints how often node 0 got none, how often some node
+dimensions, replicas, seed and balance) and prints how often node 0 got none, how often some node
 did, and node 0's mean number of stripes. One process, no cluster::
 
     python tools/placement_odds.py --nodes 2 --files 4 --stripes-per-file 1
@@ -28,9 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import dask  # noqa: E402
-
-import cacheaffinity  # noqa: E402,F401  (its configuration defaults)
+from cacheaffinity import config  # noqa: E402
 from cacheaffinity.chunk_id import format_chunk_id  # noqa: E402
 from cacheaffinity.placement import TorusPlacement  # noqa: E402
 
@@ -45,12 +43,12 @@ def odds(nodes: int, files: int, stripes_per_file: int, weights: list[float] | N
     if len(weights) != nodes or min(weights) <= 0:
         raise ValueError(f"give {nodes} positive weights (got {weights}), e.g. --weights 3,1")
     rnd = random.Random(seed)
-    cfg = dask.config.get("cacheaffinity.scheduler")
+    cfg = config.settings("scheduler")  # validated, as the scheduler plugin reads it
     node0_none = some_none = node0_total = 0
     for _ in range(trials):
         ids = [f"node{i}-{rnd.getrandbits(48):012x}" for i in range(nodes)]
         placement = TorusPlacement(
-            dimensions=cfg["dimensions"], replicas=cfg["replicas"], seed=cfg["seed"]
+            dimensions=cfg["dimensions"], replicas=cfg["replicas"], seed=cfg["seed"], balance=cfg["balance"]
         )
         placement.set_nodes(dict(zip(ids, weights)))
         chunks = []
