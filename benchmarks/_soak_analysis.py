@@ -96,6 +96,25 @@ def late_fd_kinds(samples: list[dict], warmup: int, restart_warmup: int) -> list
     return out
 
 
+def late_scheduler_fd_kinds(after: list[dict]) -> list[str]:
+    """When the scheduler's descriptors net of the pools grew late (:func:`_late_growth`
+    over ``after``, the samples after the warm-up): its kinds of descriptor the last
+    sample has more of than the sample before the last third that had the most, and the
+    terms of the net figure at both (``scheduler: ...``), to name a late growth."""
+    points = [(s["run"], s["scheduler_fds_net"], s) for s in after if s.get("scheduler_fds_net") is not None]
+    if (_late_growth([(x, y) for x, y, _ in points]) or 0) <= 0:
+        return []
+    cut = points[0][0] + (points[-1][0] - points[0][0]) * 2 / 3
+    top = max((p for p in points if p[0] <= cut), key=lambda p: (p[1], p[0]))
+    then, now = top[2], points[-1][2]
+    a, b = then.get("scheduler_fd_kinds") or {}, now.get("scheduler_fd_kinds") or {}
+    diff = {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b)}
+    more = ", ".join(f"{k} {d:+d}" for k, d in sorted(diff.items()) if d)
+    terms = ("scheduler_fds", "scheduler_pooled_comms", "scheduler_harness_comms", "scheduler_pooled_by_workers")
+    both = "; ".join(f"{k[len('scheduler_'):]} {then.get(k)} -> {now.get(k)}" for k in terms)
+    return [f"scheduler: run {top[0]:g} -> {now['run']:g}: {more or 'no kind changed'} ({both})"]
+
+
 def _per_100(x: float | None) -> float | None:
     return None if x is None else round(100 * x, 2)
 
@@ -293,7 +312,7 @@ def analyse(doc: dict, cfg) -> dict:
         "fd_late_growth": late(fds),
         "thread_late_growth": late(thr),
         "fd_net_late_growth": late(fds_net),
-        "fd_net_late_kinds": late_fd_kinds(samples, w, skip),
+        "fd_net_late_kinds": late_fd_kinds(samples, w, skip) + late_scheduler_fd_kinds(after),
         "thread_net_late_growth": late(thr_net),
         "scheduler_fd_late_growth": sched_late("scheduler_fds"),
         "scheduler_thread_late_growth": sched_late("scheduler_threads"),
@@ -341,7 +360,9 @@ def check_bounds(figures: dict, cfg, chunk_ids: int | None = None, types: dict |
       third of the runs after the warm-up (``fd_net_late_growth``, ``thread_net_late_growth``),
       or the scheduler's (``scheduler_fd_net_late_growth``,
       ``scheduler_thread_net_late_growth``; its descriptors also net of its connections
-      with this process: the nannies' and clients' pools).  Net of the pools
+      with this process, the nannies' and clients' pools, and of those the workers keep
+      in their pools to it, ``scheduler_pooled_by_workers``: a worker's heartbeats and
+      holder queries open a second one when two of its threads ask at once).  Net of the pools
       (:func:`_pools`), at both ends: a worker
       keeps a pooled connection or two per peer, opened when it first fetches from it
       (here: after the chunksize change) and again after a peer restarts; the peer's end

@@ -41,6 +41,13 @@ def sample(soak, step, runs_done: int) -> dict:
     s["scheduler_harness_comms"] = _connections_from_here(soak.cluster.scheduler.pid)
     if s["scheduler_fds_net"] is not None and s["scheduler_harness_comms"] is not None:
         s["scheduler_fds_net"] -= s["scheduler_harness_comms"]
+    # so are the connections the workers keep in their pools to the scheduler (heartbeats,
+    # the peers' holder queries: a worker's pool opens another one when two of its
+    # threads ask at once, and keeps it), as a worker's fds_net leaves out the others'
+    workers_pooled = {a for w in workers.values() for a in w["pools"].get("pooled_local", ())}
+    s["scheduler_pooled_by_workers"] = _connections_to(soak.cluster.scheduler.pid, workers_pooled)
+    if s["scheduler_fds_net"] is not None and s["scheduler_pooled_by_workers"] is not None:
+        s["scheduler_fds_net"] -= s["scheduler_pooled_by_workers"]
     s["plugin"] = sched["plugin"]
     soak.plugin_types.update(sched["plugin_types"])
     s["dask"] = sched["dask"]

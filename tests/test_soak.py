@@ -170,6 +170,37 @@ def test_a_late_descriptor_growth_is_named_by_kind():
         os.close(w)
 
 
+def test_the_schedulers_late_descriptor_is_named_with_the_terms_of_its_net_figure():
+    def sample(run, fds, net, kinds, by_workers):
+        return {"run": run, "scheduler_fds": fds, "scheduler_fds_net": net, "scheduler_fd_kinds": kinds,
+                "scheduler_pooled_comms": 4, "scheduler_harness_comms": 8, "scheduler_pooled_by_workers": by_workers}  # fmt: skip
+
+    flat = [sample(r, 30, 17, {"socket": 26, "pipe": 4}, 1) for r in range(1, 10)]
+    assert _soak_analysis.late_scheduler_fd_kinds(flat) == []
+    grown = [*flat, sample(10, 31, 18, {"socket": 27, "pipe": 4}, 1)]
+    assert _soak_analysis.late_scheduler_fd_kinds(grown) == [
+        "scheduler: run 7 -> 10: socket +1 (fds 30 -> 31; pooled_comms 4 -> 4; harness_comms 8 -> 8; "
+        "pooled_by_workers 1 -> 1)"
+    ]
+
+
+def test_connections_pooled_by_others_are_counted_at_the_accepting_end():
+    # the scheduler's end of a connection a worker keeps in its pool: its remote address is
+    # the worker's local end (what the probe reports as ``pooled_local``)
+    import socket
+
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    accepted, _ = server.accept()
+    try:
+        host, port = client.getsockname()
+        assert _soak_measure._connections_to(os.getpid(), {f"tcp://{host}:{port}"}) == 1
+        assert _soak_measure._connections_to(os.getpid(), {f"tcp://{host}:{port + 1}"}) == 0
+    finally:
+        for s in (accepted, client, server):
+            s.close()
+
+
 @pytest.mark.soak
 @pytest.mark.timeout(1500)
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")
