@@ -84,16 +84,24 @@ def late_fd_kinds(samples: list[dict], warmup: int, restart_warmup: int) -> list
     by_run = {(slot, s["run"]): w for s in samples for slot, w in s.get("workers", {}).items()}
     for slot, v in sorted(segs.items()):
         points = [p for seg in v for p in seg]
-        if (_late_growth(points) or 0) <= 0:
-            continue
-        cut = points[0][0] + (points[-1][0] - points[0][0]) * 2 / 3
-        top = max((p for p in points if p[0] <= cut), key=lambda p: (p[1], p[0]))  # the latest of the most
-        then = by_run[(slot, top[0])].get("fd_kinds") or {}
-        now = by_run[(slot, points[-1][0])].get("fd_kinds") or {}
-        diff = {k: now.get(k, 0) - then.get(k, 0) for k in set(now) | set(then)}
-        more = ", ".join(f"{k} {d:+d}" for k, d in sorted(diff.items()) if d)
-        out.append(f"worker {slot}: run {top[0]:g} -> {points[-1][0]:g}: {more or 'no kind changed'}")
+        late = _late_kinds(points, lambda run, slot=slot: by_run[(slot, run)].get("fd_kinds"))
+        if late:
+            top, more = late
+            out.append(f"worker {slot}: run {top:g} -> {points[-1][0]:g}: {more}")
     return out
+
+
+def _late_kinds(points: list[tuple[float, float]], kinds_at) -> tuple[float, str] | None:
+    """If ``points`` grew late (:func:`_late_growth`): the run of the sample before the last
+    third that had the most (the latest of them), and the kinds (``kinds_at(run)``: a
+    ``{kind: count}``) the last sample has more or fewer of than it (``kind +n, ...``)."""
+    if (_late_growth(points) or 0) <= 0:
+        return None
+    cut = points[0][0] + (points[-1][0] - points[0][0]) * 2 / 3
+    top = max((p for p in points if p[0] <= cut), key=lambda p: (p[1], p[0]))[0]
+    then, now = kinds_at(top) or {}, kinds_at(points[-1][0]) or {}
+    diff = {k: now.get(k, 0) - then.get(k, 0) for k in set(now) | set(then)}
+    return top, ", ".join(f"{k} {d:+d}" for k, d in sorted(diff.items()) if d) or "no kind changed"
 
 
 def late_scheduler_fd_kinds(after: list[dict]) -> list[str]:
@@ -101,18 +109,15 @@ def late_scheduler_fd_kinds(after: list[dict]) -> list[str]:
     over ``after``, the samples after the warm-up): its kinds of descriptor the last
     sample has more of than the sample before the last third that had the most, and the
     terms of the net figure at both (``scheduler: ...``), to name a late growth."""
-    points = [(s["run"], s["scheduler_fds_net"], s) for s in after if s.get("scheduler_fds_net") is not None]
-    if (_late_growth([(x, y) for x, y, _ in points]) or 0) <= 0:
+    by_run = {s["run"]: s for s in after if s.get("scheduler_fds_net") is not None}
+    late = _late_kinds([(run, s["scheduler_fds_net"]) for run, s in by_run.items()],
+                       lambda run: by_run[run].get("scheduler_fd_kinds"))  # fmt: skip
+    if not late:
         return []
-    cut = points[0][0] + (points[-1][0] - points[0][0]) * 2 / 3
-    top = max((p for p in points if p[0] <= cut), key=lambda p: (p[1], p[0]))
-    then, now = top[2], points[-1][2]
-    a, b = then.get("scheduler_fd_kinds") or {}, now.get("scheduler_fd_kinds") or {}
-    diff = {k: b.get(k, 0) - a.get(k, 0) for k in set(a) | set(b)}
-    more = ", ".join(f"{k} {d:+d}" for k, d in sorted(diff.items()) if d)
+    (top, more), last = late, max(by_run)
     terms = ("scheduler_fds", "scheduler_pooled_comms", "scheduler_harness_comms", "scheduler_pooled_by_workers")
-    both = "; ".join(f"{k[len('scheduler_'):]} {then.get(k)} -> {now.get(k)}" for k in terms)
-    return [f"scheduler: run {top[0]:g} -> {now['run']:g}: {more or 'no kind changed'} ({both})"]
+    both = "; ".join(f"{k[len('scheduler_'):]} {by_run[top].get(k)} -> {by_run[last].get(k)}" for k in terms)
+    return [f"scheduler: run {top:g} -> {last:g}: {more} ({both})"]
 
 
 def _per_100(x: float | None) -> float | None:

@@ -76,11 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--trials", type=int, default=20_000)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
-    weights = [float(w) for w in args.weights.split(",")] if args.weights else None
     try:
+        weights = [float(w) for w in args.weights.split(",")] if args.weights else None
         out = odds(args.nodes, args.files, args.stripes_per_file, weights, args.trials, args.seed)
-    except ValueError as e:
-        ap.error(str(e))
+    except ValueError as e:  # a weight that is not a number, or odds' own check
+        ap.error(f"{e} (--weights takes numbers, node 0 first: --weights 3,1)")
     print(json.dumps({**vars(args), **out}))
     print(
         f"node 0 gets no stripe in {out['node0_none']:.2%} of draws, some node in "

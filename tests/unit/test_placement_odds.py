@@ -36,5 +36,8 @@ def test_the_same_seed_gives_the_same_odds_and_bad_input_is_named(capsys):
     with pytest.raises(SystemExit):
         main(["--nodes", "0"])
     assert "must each be at least 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--weights", "3,x"])
+    assert "--weights takes numbers" in capsys.readouterr().err
     assert main(["--nodes", "3", "--files", "1", "--stripes-per-file", "3", "--trials", "200"]) == 0
     assert "node 0 gets no stripe in" in capsys.readouterr().out
